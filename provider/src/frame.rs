@@ -1,0 +1,350 @@
+//! Ethernet, IPv4, IPv6 and UDP framing around RoCEv2 payloads, for captures and raw sockets.
+//!
+//! Decoding goes through `pnet_packet`'s checked views; every length is cross-checked (IP total
+//! length, UDP length, Ethernet padding trimmed) so the UDP payload handed on is exactly the
+//! RoCEv2 packet. Building writes a complete Ethernet frame as kernel rxe would send it
+//! (DF set, TTL 64, UDP checksum 0 over IPv4).
+
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+
+use pnet_packet::ethernet::{EtherType, EtherTypes, EthernetPacket, MutableEthernetPacket};
+use pnet_packet::ip::IpNextHeaderProtocols;
+use pnet_packet::ipv4::{self, Ipv4Flags, Ipv4Packet, MutableIpv4Packet};
+use pnet_packet::ipv6::{Ipv6Packet, MutableIpv6Packet};
+use pnet_packet::udp::{self, MutableUdpPacket, UdpPacket};
+use pnet_packet::vlan::VlanPacket;
+
+use ferroce_wire::ROCE_UDP_PORT;
+
+use crate::pcap::{LINKTYPE_ETHERNET, LINKTYPE_LINUX_SLL, LINKTYPE_RAW};
+
+const ETH_HEADER_LEN: usize = 14;
+const SLL_HEADER_LEN: usize = 16;
+const IPV4_HEADER_LEN: usize = 20;
+const IPV6_HEADER_LEN: usize = 40;
+const UDP_HEADER_LEN: usize = 8;
+
+/// A UDP datagram to port 4791 found in a frame, with the raw headers the ICRC covers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RoceDatagram<'a> {
+    /// IP source address and UDP source port.
+    pub src: SocketAddr,
+    /// IP destination address and UDP destination port (4791).
+    pub dst: SocketAddr,
+    /// The IP header as captured (20 bytes for IPv4 without options, 40 for IPv6).
+    pub ip_header: &'a [u8],
+    /// The UDP header as captured.
+    pub udp_header: &'a [u8],
+    /// The UDP payload: the RoCEv2 packet, BTH through ICRC.
+    pub udp_payload: &'a [u8],
+}
+
+impl RoceDatagram<'_> {
+    /// The ICRC this datagram should carry, computed over the captured headers.
+    ///
+    /// # Errors
+    /// An IP header the ICRC is not defined over (IPv4 options) or a payload under 4 bytes.
+    pub fn expected_icrc(&self) -> ferroce_wire::Result<u32> {
+        let (covered, _) = ferroce_wire::icrc::split_icrc(self.udp_payload)
+            .ok_or(ferroce_wire::Error::Truncated)?;
+        ferroce_wire::icrc::compute_from_headers(self.ip_header, self.udp_header, covered)
+    }
+
+    /// Whether the ICRC at the end of the payload is right (all 32 bits checked).
+    pub fn icrc_ok(&self) -> bool {
+        match (
+            self.expected_icrc(),
+            ferroce_wire::icrc::split_icrc(self.udp_payload),
+        ) {
+            (Ok(want), Some((_, got))) => want == got,
+            _ => false,
+        }
+    }
+}
+
+/// What a captured frame holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decoded<'a> {
+    /// A RoCEv2 datagram (UDP to port 4791).
+    Roce(RoceDatagram<'a>),
+    /// UDP to port 4791 whose IP or UDP framing is broken; the reason.
+    Malformed(&'static str),
+    /// Anything else (other protocols, other ports, non-first fragments).
+    Other,
+}
+
+/// Decodes a captured frame of the given pcap link type.
+pub fn decode(link_type: u32, frame: &[u8]) -> Decoded<'_> {
+    match link_type {
+        LINKTYPE_ETHERNET => decode_ethernet(frame),
+        LINKTYPE_RAW => decode_ip(frame),
+        LINKTYPE_LINUX_SLL if frame.len() >= SLL_HEADER_LEN => {
+            let proto = EtherType(u16::from_be_bytes([frame[14], frame[15]]));
+            decode_ethertype(proto, &frame[SLL_HEADER_LEN..])
+        }
+        _ => Decoded::Other,
+    }
+}
+
+/// Decodes an Ethernet frame (with up to two VLAN tags).
+pub fn decode_ethernet(frame: &[u8]) -> Decoded<'_> {
+    let Some(eth) = EthernetPacket::new(frame) else {
+        return Decoded::Other;
+    };
+    decode_ethertype(eth.get_ethertype(), &frame[ETH_HEADER_LEN..])
+}
+
+fn decode_ethertype(mut ethertype: EtherType, mut rest: &[u8]) -> Decoded<'_> {
+    for _ in 0..2 {
+        if ethertype != EtherTypes::Vlan && ethertype != EtherTypes::QinQ {
+            break;
+        }
+        let Some(tag) = VlanPacket::new(rest) else {
+            return Decoded::Other;
+        };
+        ethertype = tag.get_ethertype();
+        rest = &rest[4..];
+    }
+    match ethertype {
+        EtherTypes::Ipv4 | EtherTypes::Ipv6 => decode_ip(rest),
+        _ => Decoded::Other,
+    }
+}
+
+/// Decodes an IPv4 or IPv6 packet (by its version nibble).
+pub fn decode_ip(packet: &[u8]) -> Decoded<'_> {
+    match packet.first().map(|b| b >> 4) {
+        Some(4) => decode_ipv4(packet),
+        Some(6) => decode_ipv6(packet),
+        _ => Decoded::Other,
+    }
+}
+
+fn decode_ipv4(packet: &[u8]) -> Decoded<'_> {
+    let Some(ip) = Ipv4Packet::new(packet) else {
+        return Decoded::Other;
+    };
+    if ip.get_next_level_protocol() != IpNextHeaderProtocols::Udp || ip.get_fragment_offset() != 0 {
+        return Decoded::Other;
+    }
+    let hl = usize::from(ip.get_header_length()) * 4;
+    let total = usize::from(ip.get_total_length());
+    if hl < IPV4_HEADER_LEN || total < hl || total > packet.len() {
+        return udp_to_roce_or_other(packet.get(hl..).unwrap_or(&[]), "bad IPv4 lengths");
+    }
+    let body = &packet[hl..total];
+    let more_fragments = ip.get_flags() & Ipv4Flags::MoreFragments != 0;
+    let src = IpAddr::V4(ip.get_source());
+    let dst = IpAddr::V4(ip.get_destination());
+    finish_udp(&packet[..hl], body, src, dst, more_fragments)
+}
+
+fn decode_ipv6(packet: &[u8]) -> Decoded<'_> {
+    let Some(ip) = Ipv6Packet::new(packet) else {
+        return Decoded::Other;
+    };
+    if ip.get_next_header() != IpNextHeaderProtocols::Udp {
+        return Decoded::Other;
+    }
+    let total = IPV6_HEADER_LEN + usize::from(ip.get_payload_length());
+    if total > packet.len() {
+        return udp_to_roce_or_other(
+            &packet[IPV6_HEADER_LEN..],
+            "IPv6 payload length exceeds the frame",
+        );
+    }
+    let src = IpAddr::V6(ip.get_source());
+    let dst = IpAddr::V6(ip.get_destination());
+    finish_udp(
+        &packet[..IPV6_HEADER_LEN],
+        &packet[IPV6_HEADER_LEN..total],
+        src,
+        dst,
+        false,
+    )
+}
+
+/// A broken IP packet is only our business if it carries UDP to port 4791.
+fn udp_to_roce_or_other<'a>(udp: &[u8], why: &'static str) -> Decoded<'a> {
+    match UdpPacket::new(udp) {
+        Some(u) if u.get_destination() == ROCE_UDP_PORT => Decoded::Malformed(why),
+        _ => Decoded::Other,
+    }
+}
+
+fn finish_udp<'a>(
+    ip_header: &'a [u8],
+    body: &'a [u8],
+    src: IpAddr,
+    dst: IpAddr,
+    fragmented: bool,
+) -> Decoded<'a> {
+    let Some(udp) = UdpPacket::new(body) else {
+        return Decoded::Other;
+    };
+    if udp.get_destination() != ROCE_UDP_PORT {
+        return Decoded::Other;
+    }
+    if fragmented {
+        return Decoded::Malformed("fragmented IPv4 (RoCEv2 is sent with DF)");
+    }
+    let ulen = usize::from(udp.get_length());
+    if ulen < UDP_HEADER_LEN || ulen > body.len() {
+        return Decoded::Malformed("bad UDP length");
+    }
+    Decoded::Roce(RoceDatagram {
+        src: SocketAddr::new(src, udp.get_source()),
+        dst: SocketAddr::new(dst, udp.get_destination()),
+        ip_header,
+        udp_header: &body[..UDP_HEADER_LEN],
+        udp_payload: &body[UDP_HEADER_LEN..ulen],
+    })
+}
+
+/// Builds the Ethernet frame that carries `udp_payload` from `src` to `dst` as kernel rxe
+/// sends it: DF, TTL/hop limit 64, TOS 0, the given IPv4 Identification, UDP checksum 0 over
+/// IPv4 and a real one over IPv6. The MAC addresses are locally administered placeholders
+/// derived from the IP addresses. `src` and `dst` must be of the same family; a mixed pair is
+/// treated as IPv6 with the IPv4 address mapped.
+pub fn encapsulate(src: SocketAddr, dst: SocketAddr, ip_ident: u16, udp_payload: &[u8]) -> Vec<u8> {
+    let udp_len = UDP_HEADER_LEN + udp_payload.len();
+    let (ip_len, ethertype) = match (src.ip(), dst.ip()) {
+        (IpAddr::V4(_), IpAddr::V4(_)) => (IPV4_HEADER_LEN, EtherTypes::Ipv4),
+        _ => (IPV6_HEADER_LEN, EtherTypes::Ipv6),
+    };
+    let mut frame = vec![0u8; ETH_HEADER_LEN + ip_len + udp_len];
+    {
+        let mut eth = MutableEthernetPacket::new(&mut frame).expect("frame sized for Ethernet");
+        eth.set_ethertype(ethertype);
+    }
+    frame[0..6].copy_from_slice(&placeholder_mac(dst.ip()));
+    frame[6..12].copy_from_slice(&placeholder_mac(src.ip()));
+    {}
+    let (ip_bytes, udp_bytes) = frame[ETH_HEADER_LEN..].split_at_mut(ip_len);
+    {
+        let mut u = MutableUdpPacket::new(udp_bytes).expect("buffer sized for UDP");
+        u.set_source(src.port());
+        u.set_destination(dst.port());
+        u.set_length(udp_len as u16);
+        u.set_payload(udp_payload);
+    }
+    match (src.ip(), dst.ip()) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => {
+            let mut ip = MutableIpv4Packet::new(ip_bytes).expect("buffer sized for IPv4");
+            ip.set_version(4);
+            ip.set_header_length(5);
+            ip.set_total_length((ip_len + udp_len) as u16);
+            ip.set_identification(ip_ident);
+            ip.set_flags(Ipv4Flags::DontFragment);
+            ip.set_ttl(64);
+            ip.set_next_level_protocol(IpNextHeaderProtocols::Udp);
+            ip.set_source(s);
+            ip.set_destination(d);
+            let c = ipv4::checksum(&ip.to_immutable());
+            ip.set_checksum(c);
+        }
+        (s, d) => {
+            let (s, d) = (to_v6(s), to_v6(d));
+            let mut ip = MutableIpv6Packet::new(ip_bytes).expect("buffer sized for IPv6");
+            ip.set_version(6);
+            ip.set_payload_length(udp_len as u16);
+            ip.set_next_header(IpNextHeaderProtocols::Udp);
+            ip.set_hop_limit(64);
+            ip.set_source(s);
+            ip.set_destination(d);
+            let mut u = MutableUdpPacket::new(udp_bytes).expect("buffer sized for UDP");
+            let c = udp::ipv6_checksum(&u.to_immutable(), &s, &d);
+            u.set_checksum(c);
+        }
+    }
+    frame
+}
+
+fn to_v6(a: IpAddr) -> Ipv6Addr {
+    match a {
+        IpAddr::V4(v4) => v4.to_ipv6_mapped(),
+        IpAddr::V6(v6) => v6,
+    }
+}
+
+fn placeholder_mac(a: IpAddr) -> [u8; 6] {
+    let o = match a {
+        IpAddr::V4(v4) => v4.octets(),
+        IpAddr::V6(v6) => {
+            let s = v6.segments();
+            let [a, b] = s[6].to_be_bytes();
+            let [c, d] = s[7].to_be_bytes();
+            [a, b, c, d]
+        }
+    };
+    [0x02, 0x00, o[0], o[1], o[2], o[3]]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sa(s: &str) -> SocketAddr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn ipv4_roundtrip() {
+        let f = encapsulate(sa("10.0.0.1:49152"), sa("10.0.0.2:4791"), 0x1234, &[7; 20]);
+        assert_eq!(f.len(), 14 + 20 + 8 + 20);
+        let Decoded::Roce(d) = decode(LINKTYPE_ETHERNET, &f) else {
+            panic!("{:?}", decode(1, &f))
+        };
+        assert_eq!(d.src, sa("10.0.0.1:49152"));
+        assert_eq!(d.dst, sa("10.0.0.2:4791"));
+        assert_eq!(d.udp_payload, &[7; 20]);
+        assert_eq!(d.ip_header[6], 0x40, "DF");
+        assert_eq!(&d.ip_header[4..6], &[0x12, 0x34]);
+        // Ethernet padding after the IP packet is not payload.
+        let mut padded = f.clone();
+        padded.extend_from_slice(&[0xEE; 6]);
+        let Decoded::Roce(p) = decode_ethernet(&padded) else {
+            panic!()
+        };
+        assert_eq!(p.udp_payload, &[7; 20]);
+    }
+
+    #[test]
+    fn ipv6_roundtrip_and_vlan() {
+        let f = encapsulate(sa("[fd00::1]:4791"), sa("[fd00::2]:4791"), 0, &[1; 16]);
+        let Decoded::Roce(d) = decode_ethernet(&f) else {
+            panic!()
+        };
+        assert_eq!(d.ip_header.len(), 40);
+        assert_eq!(d.udp_payload, &[1; 16]);
+        // The same frame with an 802.1Q tag.
+        let mut tagged = f[..12].to_vec();
+        tagged.extend_from_slice(&[0x81, 0x00, 0x00, 0x05]);
+        tagged.extend_from_slice(&f[12..]);
+        assert!(matches!(decode_ethernet(&tagged), Decoded::Roce(_)));
+    }
+
+    #[test]
+    fn other_and_malformed() {
+        let f = encapsulate(sa("10.0.0.1:5000"), sa("10.0.0.2:53"), 0, &[0; 8]);
+        assert_eq!(decode_ethernet(&f), Decoded::Other);
+        let mut bad = encapsulate(sa("10.0.0.1:5000"), sa("10.0.0.2:4791"), 0, &[0; 8]);
+        let udp_len_at = 14 + 20 + 4;
+        bad[udp_len_at..udp_len_at + 2].copy_from_slice(&200u16.to_be_bytes());
+        assert_eq!(decode_ethernet(&bad), Decoded::Malformed("bad UDP length"));
+        let mut frag = encapsulate(sa("10.0.0.1:5000"), sa("10.0.0.2:4791"), 0, &[0; 8]);
+        frag[14 + 6] = 0x20; // MF, no DF
+        assert!(matches!(decode_ethernet(&frag), Decoded::Malformed(_)));
+        assert_eq!(decode_ethernet(&[0u8; 3]), Decoded::Other);
+        assert_eq!(decode(999, &f), Decoded::Other);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn garbage_never_panics(b in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200)) {
+            let _ = decode(LINKTYPE_ETHERNET, &b);
+            let _ = decode(LINKTYPE_RAW, &b);
+            let _ = decode(LINKTYPE_LINUX_SLL, &b);
+        }
+    }
+}

@@ -1,0 +1,224 @@
+//! Big-endian field accessors and the macro that builds fixed-size header views.
+//!
+//! Every accessor takes a slice that starts at the field; callers guarantee the length
+//! (views do so through `check_len`), so the fixed-size copies below cannot fail.
+
+/// A big-endian integer field of a fixed width.
+pub(crate) trait Field {
+    /// The Rust type the field is read as.
+    type Value: Copy;
+    /// Reads the field from the first `LEN` bytes of `b`.
+    fn get(b: &[u8]) -> Self::Value;
+    /// Writes the field into the first `LEN` bytes of `b` (24-bit values are masked).
+    fn set(b: &mut [u8], v: Self::Value);
+}
+
+macro_rules! be_field {
+    ($name:ident, $ty:ty, $len:expr) => {
+        /// Big-endian field marker.
+        pub(crate) enum $name {}
+        impl Field for $name {
+            type Value = $ty;
+            #[inline]
+            fn get(b: &[u8]) -> $ty {
+                let mut a = [0u8; $len];
+                a.copy_from_slice(&b[..$len]);
+                <$ty>::from_be_bytes(a)
+            }
+            #[inline]
+            fn set(b: &mut [u8], v: $ty) {
+                b[..$len].copy_from_slice(&v.to_be_bytes());
+            }
+        }
+    };
+}
+
+be_field!(U8, u8, 1);
+be_field!(U16, u16, 2);
+be_field!(U32, u32, 4);
+be_field!(U64, u64, 8);
+
+/// A 24-bit big-endian field (QPN, PSN, MSN), read into the low bits of a `u32`.
+pub(crate) enum U24 {}
+impl Field for U24 {
+    type Value = u32;
+    #[inline]
+    fn get(b: &[u8]) -> u32 {
+        u32::from_be_bytes([0, b[0], b[1], b[2]])
+    }
+    #[inline]
+    fn set(b: &mut [u8], v: u32) {
+        let a = v.to_be_bytes();
+        b[..3].copy_from_slice(&a[1..]);
+    }
+}
+
+/// Defines `Packet<T>` (a checked view), `HEADER_LEN` and `Repr` for a header made only of
+/// big-endian integer fields at fixed offsets; reserved bytes are written as zero.
+macro_rules! fixed_header {
+    (
+        name: $hname:literal;
+        len: $len:expr;
+        fields: { $( $(#[$fdoc:meta])* $field:ident, $setter:ident : $fty:ident as $vty:ident @ $off:expr ),* $(,)? }
+    ) => {
+        #[allow(unused_imports)]
+        use crate::field::{Field, U8, U16, U24, U32, U64};
+        use crate::{Error, Result};
+
+        #[doc = concat!("Length in bytes of the ", $hname, ".")]
+        pub const HEADER_LEN: usize = $len;
+
+        #[doc = concat!("A read/write view of a ", $hname, " at the start of a buffer.")]
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub struct Packet<T: AsRef<[u8]>> {
+            buffer: T,
+        }
+
+        impl<T: AsRef<[u8]>> Packet<T> {
+            /// Wraps a buffer without checking its length (for emitting into a sized buffer).
+            pub const fn new_unchecked(buffer: T) -> Packet<T> {
+                Packet { buffer }
+            }
+
+            /// Wraps an untrusted buffer, checking that the header fits.
+            ///
+            /// # Errors
+            /// [`Error::Truncated`] if the buffer is shorter than [`HEADER_LEN`].
+            pub fn new_checked(buffer: T) -> Result<Packet<T>> {
+                let p = Self::new_unchecked(buffer);
+                p.check_len()?;
+                Ok(p)
+            }
+
+            /// Checks that the buffer holds the whole header; after this no getter panics.
+            ///
+            /// # Errors
+            /// [`Error::Truncated`] if the buffer is shorter than [`HEADER_LEN`].
+            pub fn check_len(&self) -> Result<()> {
+                if self.buffer.as_ref().len() < HEADER_LEN {
+                    Err(Error::Truncated)
+                } else {
+                    Ok(())
+                }
+            }
+
+            /// Returns the wrapped buffer.
+            pub fn into_inner(self) -> T {
+                self.buffer
+            }
+
+            $(
+                $(#[$fdoc])*
+                #[inline]
+                pub fn $field(&self) -> $vty {
+                    <$fty as Field>::get(&self.buffer.as_ref()[$off..])
+                }
+            )*
+        }
+
+        impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
+            $(
+                #[doc = concat!("Sets the `", stringify!($field), "` field.")]
+                #[inline]
+                pub fn $setter(&mut self, value: $vty) {
+                    <$fty as Field>::set(&mut self.buffer.as_mut()[$off..], value)
+                }
+            )*
+        }
+
+        #[doc = concat!("The parsed fields of a ", $hname, ".")]
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+        pub struct Repr {
+            $(
+                $(#[$fdoc])*
+                pub $field: $vty,
+            )*
+        }
+
+        impl Repr {
+            /// Reads the header from a checked view.
+            ///
+            /// # Errors
+            /// [`Error::Truncated`] if the view is too short.
+            pub fn parse<T: AsRef<[u8]> + ?Sized>(packet: &Packet<&T>) -> Result<Repr> {
+                packet.check_len()?;
+                Ok(Repr { $( $field: packet.$field(), )* })
+            }
+
+            /// The number of bytes [`Repr::emit`] writes.
+            pub const fn buffer_len(&self) -> usize {
+                HEADER_LEN
+            }
+
+            /// Writes the header (reserved bits zero) into a buffer of at least
+            /// [`HEADER_LEN`] bytes.
+            pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, packet: &mut Packet<T>) {
+                packet.buffer.as_mut()[..HEADER_LEN].fill(0);
+                $( packet.$setter(self.$field); )*
+            }
+        }
+    };
+}
+
+/// The standard tests of a `fixed_header!` module: parse a byte vector, emit over a dirty
+/// buffer to the exact bytes, reject truncation, and proptest round trip / never panic.
+#[cfg(test)]
+macro_rules! fixed_header_tests {
+    (bytes: $bytes:expr, repr: $repr:expr, arb: $arb:expr $(,)?) => {
+        mod standard {
+            use super::super::*;
+            use proptest::prelude::*;
+
+            #[test]
+            fn parse_vector() {
+                let bytes: &[u8] = &$bytes;
+                let p = Packet::new_checked(bytes).unwrap();
+                assert_eq!(Repr::parse(&p), Ok($repr));
+            }
+
+            #[test]
+            fn emit_vector_over_dirty_buffer() {
+                let bytes: &[u8] = &$bytes;
+                let mut buf = [0xa5u8; HEADER_LEN];
+                let r: Repr = $repr;
+                assert_eq!(r.buffer_len(), HEADER_LEN);
+                r.emit(&mut Packet::new_unchecked(&mut buf[..]));
+                assert_eq!(&buf[..], bytes);
+            }
+
+            #[test]
+            fn truncated() {
+                let bytes: &[u8] = &$bytes;
+                assert_eq!(
+                    Packet::new_checked(&bytes[..HEADER_LEN - 1]),
+                    Err(crate::Error::Truncated)
+                );
+                assert_eq!(
+                    Repr::parse(&Packet::new_unchecked(&bytes[..0])),
+                    Err(crate::Error::Truncated)
+                );
+            }
+
+            proptest! {
+                #[test]
+                fn roundtrip(r in $arb) {
+                    let mut buf = [0u8; HEADER_LEN];
+                    r.emit(&mut Packet::new_unchecked(&mut buf[..]));
+                    prop_assert_eq!(Repr::parse(&Packet::new_unchecked(&buf[..])), Ok(r));
+                }
+
+                #[test]
+                fn arbitrary_bytes_never_panic(
+                    b in proptest::collection::vec(any::<u8>(), 0..2 * HEADER_LEN)
+                ) {
+                    if let Ok(p) = Packet::new_checked(&b[..]) {
+                        let r = Repr::parse(&p).unwrap();
+                        let mut out = [0u8; HEADER_LEN];
+                        r.emit(&mut Packet::new_unchecked(&mut out[..]));
+                        prop_assert_eq!(Repr::parse(&Packet::new_unchecked(&out[..])), Ok(r));
+                    }
+                }
+            }
+        }
+    };
+}

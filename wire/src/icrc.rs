@@ -1,0 +1,540 @@
+//! The invariant CRC of RoCEv2 (IBTA §7.8.1 and Annex A17.3.3), computed as kernel rxe does
+//! (`rxe_icrc.c`).
+//!
+//! The ICRC is CRC-32 (the Ethernet polynomial, reflected) over
+//! `8 × 0xFF ‖ IP header ‖ UDP header ‖ BTH ‖ extension headers ‖ payload ‖ pad`, with the
+//! fields that routers may change forced to ones:
+//!
+//! * IPv4: TOS, TTL and the header checksum; IPv6: traffic class, flow label and hop limit;
+//! * UDP: the checksum;
+//! * BTH: byte 4 (FECN, BECN and the reserved bits).
+//!
+//! The result is stored inverted (as `crc32fast` finalises it) in little-endian order as the
+//! last 4 bytes of the UDP payload.
+//!
+//! # What can be verified
+//!
+//! Everything the ICRC covers is known to a receiver except, over IPv4, the Identification
+//! field, which a UDP socket never sees:
+//!
+//! * From a capture or a raw socket the whole IP header is known: [`compute_from_headers`]
+//!   checks all 32 bits.
+//! * IPv6 has no Identification: [`IcrcContext::verify`] checks all 32 bits.
+//! * Over IPv4 from a peer known to send ID 0 (ferroce sends from unconnected sockets with DF,
+//!   for which Linux uses ID 0), [`IcrcContext::verify`] with `ident: 0` checks all 32 bits.
+//! * Over IPv4 from a peer with unpredictable IDs (kernel rxe), [`IcrcContext::solve_ipv4_ident`]
+//!   uses the linearity of CRC-32 over GF(2): the 16 unknown ID bits map injectively into the
+//!   32-bit CRC, so at most one ID matches; it is found by elimination and the other 16 bits of
+//!   the CRC remain a check. A corrupted packet passes with probability 2^-16 instead of 2^-32.
+//!   The don't-fragment flag is taken as set (rxe and ferroce always set it).
+
+use core::net::{Ipv4Addr, Ipv6Addr};
+
+use crate::{Error, Result};
+
+/// Length of the ICRC trailer.
+pub const ICRC_LEN: usize = 4;
+
+const IPV4_HEADER_LEN: usize = 20;
+const IPV6_HEADER_LEN: usize = 40;
+const UDP_HEADER_LEN: usize = 8;
+const UDP_PROTOCOL: u8 = 17;
+/// The masked LRH that starts every ICRC computation.
+const LRH_ONES: [u8; 8] = [0xFF; 8];
+/// The reflected CRC-32 polynomial.
+const POLY: u32 = 0xEDB8_8320;
+
+/// The IP header fields the ICRC covers that a UDP socket receiver knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum IpHeaders {
+    /// IPv4 (20-byte header, no options, protocol UDP).
+    V4 {
+        /// Source address.
+        src: Ipv4Addr,
+        /// Destination address.
+        dst: Ipv4Addr,
+        /// Identification field.
+        ident: u16,
+        /// DF (don't fragment) flag; rxe and ferroce always set it.
+        dont_frag: bool,
+    },
+    /// IPv6 (40-byte header, next header UDP).
+    V6 {
+        /// Source address.
+        src: Ipv6Addr,
+        /// Destination address.
+        dst: Ipv6Addr,
+    },
+}
+
+/// Everything outside the UDP payload that the ICRC of one packet covers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct IcrcContext {
+    /// The IP header.
+    pub ip: IpHeaders,
+    /// UDP source port (rxe: 0xC000 | hash of the QPNs; ferroce: the socket's port).
+    pub src_port: u16,
+    /// UDP destination port (4791).
+    pub dst_port: u16,
+}
+
+impl IcrcContext {
+    /// An IPv4 context with the given ID and DF set.
+    pub const fn v4(
+        src: Ipv4Addr,
+        dst: Ipv4Addr,
+        ident: u16,
+        src_port: u16,
+        dst_port: u16,
+    ) -> Self {
+        IcrcContext {
+            ip: IpHeaders::V4 {
+                src,
+                dst,
+                ident,
+                dont_frag: true,
+            },
+            src_port,
+            dst_port,
+        }
+    }
+
+    /// An IPv6 context.
+    pub const fn v6(src: Ipv6Addr, dst: Ipv6Addr, src_port: u16, dst_port: u16) -> Self {
+        IcrcContext {
+            ip: IpHeaders::V6 { src, dst },
+            src_port,
+            dst_port,
+        }
+    }
+
+    /// The ICRC of a packet whose UDP payload is `covered ‖ ICRC` (`covered` is everything from
+    /// the BTH up to and including the pad).
+    pub fn compute(&self, covered: &[u8]) -> u32 {
+        let udp_len = UDP_HEADER_LEN + covered.len() + ICRC_LEN;
+        let udp = masked_udp(self.src_port, self.dst_port, udp_len as u16);
+        match self.ip {
+            IpHeaders::V4 {
+                src,
+                dst,
+                ident,
+                dont_frag,
+            } => {
+                let ip = masked_ipv4(
+                    src,
+                    dst,
+                    ident,
+                    dont_frag,
+                    (IPV4_HEADER_LEN + udp_len) as u16,
+                );
+                crc(&ip, &udp, covered)
+            }
+            IpHeaders::V6 { src, dst } => {
+                let ip = masked_ipv6(src, dst, udp_len as u16);
+                crc(&ip, &udp, covered)
+            }
+        }
+    }
+
+    /// Computes the ICRC over `udp_payload` minus its last 4 bytes and writes it there.
+    /// A payload shorter than 4 bytes is left alone.
+    pub fn fill(&self, udp_payload: &mut [u8]) {
+        if let Some(split) = udp_payload.len().checked_sub(ICRC_LEN) {
+            let icrc = self.compute(&udp_payload[..split]);
+            udp_payload[split..].copy_from_slice(&icrc.to_le_bytes());
+        }
+    }
+
+    /// Checks the ICRC at the end of a whole UDP payload, all 32 bits.
+    pub fn verify(&self, udp_payload: &[u8]) -> bool {
+        match split_icrc(udp_payload) {
+            Some((covered, got)) => self.compute(covered) == got,
+            None => false,
+        }
+    }
+
+    /// For an IPv4 packet whose Identification is unknown: the one ID (if any) for which the
+    /// ICRC at the end of `udp_payload` is right. The context's own `ident` is ignored; IPv6
+    /// contexts are checked fully and give `Some(0)` when right.
+    ///
+    /// A `Some` verifies the other 16 bits of the CRC; see the module docs.
+    pub fn solve_ipv4_ident(&self, udp_payload: &[u8]) -> Option<u16> {
+        let (covered, got) = split_icrc(udp_payload)?;
+        let IpHeaders::V4 {
+            src,
+            dst,
+            dont_frag,
+            ..
+        } = self.ip
+        else {
+            return self.verify(udp_payload).then_some(0);
+        };
+        let zero_id = IcrcContext {
+            ip: IpHeaders::V4 {
+                src,
+                dst,
+                ident: 0,
+                dont_frag,
+            },
+            ..*self
+        };
+        let target = zero_id.compute(covered) ^ got;
+        // The message is LRH(8) ‖ IPv4(20) ‖ UDP(8) ‖ covered; the ID is bytes 12 and 13.
+        let msg_len = LRH_ONES.len() + IPV4_HEADER_LEN + UDP_HEADER_LEN + covered.len();
+        solve_u16_at(target, LRH_ONES.len() + 4, msg_len)
+    }
+}
+
+/// The ICRC of a captured packet, from its raw IP header (IPv4 without options, or IPv6
+/// without extension headers), its UDP header and `covered` (BTH up to the pad). All 32 bits
+/// of the result are meaningful: the whole IP header is known.
+///
+/// # Errors
+/// [`Error::BadIpHeader`] for an IP version other than 4 or 6, IPv4 options, or a header of the
+/// wrong length; [`Error::Truncated`] for a UDP header shorter than 8 bytes.
+pub fn compute_from_headers(ip_header: &[u8], udp_header: &[u8], covered: &[u8]) -> Result<u32> {
+    if udp_header.len() < UDP_HEADER_LEN {
+        return Err(Error::Truncated);
+    }
+    let mut udp = [0u8; UDP_HEADER_LEN];
+    udp.copy_from_slice(&udp_header[..UDP_HEADER_LEN]);
+    udp[6] = 0xFF;
+    udp[7] = 0xFF;
+    match ip_header.first().map(|b| b >> 4) {
+        Some(4) if ip_header.len() == IPV4_HEADER_LEN && ip_header[0] & 0x0F == 5 => {
+            let mut ip = [0u8; IPV4_HEADER_LEN];
+            ip.copy_from_slice(ip_header);
+            ip[1] = 0xFF; // TOS
+            ip[8] = 0xFF; // TTL
+            ip[10] = 0xFF; // header checksum
+            ip[11] = 0xFF;
+            Ok(crc(&ip, &udp, covered))
+        }
+        Some(6) if ip_header.len() == IPV6_HEADER_LEN => {
+            let mut ip = [0u8; IPV6_HEADER_LEN];
+            ip.copy_from_slice(ip_header);
+            mask_ipv6(&mut ip);
+            Ok(crc(&ip, &udp, covered))
+        }
+        _ => Err(Error::BadIpHeader),
+    }
+}
+
+/// Splits a UDP payload into the bytes the ICRC covers and the ICRC it carries.
+pub fn split_icrc(udp_payload: &[u8]) -> Option<(&[u8], u32)> {
+    let split = udp_payload.len().checked_sub(ICRC_LEN)?;
+    let (covered, tail) = udp_payload.split_at(split);
+    let mut b = [0u8; ICRC_LEN];
+    b.copy_from_slice(tail);
+    Some((covered, u32::from_le_bytes(b)))
+}
+
+fn crc(ip_masked: &[u8], udp_masked: &[u8; UDP_HEADER_LEN], covered: &[u8]) -> u32 {
+    let mut h = crc32fast::Hasher::new();
+    h.update(&LRH_ONES);
+    h.update(ip_masked);
+    h.update(udp_masked);
+    // BTH byte 4 (FECN, BECN, resv6) counts as all ones.
+    match covered.split_at_checked(5) {
+        Some((head, rest)) => {
+            h.update(&head[..4]);
+            h.update(&[0xFF]);
+            h.update(rest);
+        }
+        None => h.update(covered),
+    }
+    h.finalize()
+}
+
+fn masked_udp(src_port: u16, dst_port: u16, len: u16) -> [u8; UDP_HEADER_LEN] {
+    let s = src_port.to_be_bytes();
+    let d = dst_port.to_be_bytes();
+    let l = len.to_be_bytes();
+    [s[0], s[1], d[0], d[1], l[0], l[1], 0xFF, 0xFF]
+}
+
+fn masked_ipv4(
+    src: Ipv4Addr,
+    dst: Ipv4Addr,
+    ident: u16,
+    df: bool,
+    tot_len: u16,
+) -> [u8; IPV4_HEADER_LEN] {
+    let mut ip = [0u8; IPV4_HEADER_LEN];
+    ip[0] = 0x45;
+    ip[1] = 0xFF; // TOS
+    ip[2..4].copy_from_slice(&tot_len.to_be_bytes());
+    ip[4..6].copy_from_slice(&ident.to_be_bytes());
+    ip[6] = if df { 0x40 } else { 0 };
+    ip[8] = 0xFF; // TTL
+    ip[9] = UDP_PROTOCOL;
+    ip[10] = 0xFF; // checksum
+    ip[11] = 0xFF;
+    ip[12..16].copy_from_slice(&src.octets());
+    ip[16..20].copy_from_slice(&dst.octets());
+    ip
+}
+
+fn masked_ipv6(src: Ipv6Addr, dst: Ipv6Addr, payload_len: u16) -> [u8; IPV6_HEADER_LEN] {
+    let mut ip = [0u8; IPV6_HEADER_LEN];
+    ip[0] = 0x60;
+    ip[4..6].copy_from_slice(&payload_len.to_be_bytes());
+    ip[6] = UDP_PROTOCOL;
+    ip[8..24].copy_from_slice(&src.octets());
+    ip[24..40].copy_from_slice(&dst.octets());
+    mask_ipv6(&mut ip);
+    ip
+}
+
+fn mask_ipv6(ip: &mut [u8; IPV6_HEADER_LEN]) {
+    ip[0] |= 0x0F; // traffic class, high nibble
+    ip[1] = 0xFF; // traffic class low nibble and flow label
+    ip[2] = 0xFF;
+    ip[3] = 0xFF;
+    ip[7] = 0xFF; // hop limit
+}
+
+/// Multiplies two polynomials modulo the CRC-32 polynomial, in the reflected representation
+/// (bit 31 is x^0).
+fn mul_mod_p(a: u32, mut b: u32) -> u32 {
+    let mut p = 0;
+    for i in 0..32 {
+        if a & (0x8000_0000 >> i) != 0 {
+            p ^= b;
+        }
+        b = if b & 1 != 0 { (b >> 1) ^ POLY } else { b >> 1 };
+    }
+    p
+}
+
+/// x^(8·n) modulo the CRC-32 polynomial: the effect on the CRC register of `n` more zero bytes.
+fn x_pow_8n(mut n: usize) -> u32 {
+    let mut result = 0x8000_0000; // x^0
+    let mut square = 0x0080_0000; // x^8
+    while n != 0 {
+        if n & 1 != 0 {
+            result = mul_mod_p(square, result);
+        }
+        square = mul_mod_p(square, square);
+        n >>= 1;
+    }
+    result
+}
+
+/// The CRC register after one byte `v` from a zero register.
+fn byte_register(v: u8) -> u32 {
+    let mut s = u32::from(v);
+    for _ in 0..8 {
+        s = if s & 1 != 0 { (s >> 1) ^ POLY } else { s >> 1 };
+    }
+    s
+}
+
+/// Finds the big-endian 16-bit value at byte `offset` of a `msg_len`-byte message that changes
+/// the CRC by `target` relative to the message with zeros there, or `None` if none does.
+fn solve_u16_at(target: u32, offset: usize, msg_len: usize) -> Option<u16> {
+    // Column k is the CRC change made by setting bit k of the value (bit 0 = LSB of the low byte).
+    let after_high = x_pow_8n(msg_len - offset - 1);
+    let after_low = x_pow_8n(msg_len - offset - 2);
+    // Gaussian elimination over GF(2): basis[b] has highest set bit b; `.1` records which value
+    // bits combine into it.
+    let mut basis = [(0u32, 0u16); 32];
+    for k in 0..16u32 {
+        let (byte_bit, after) = if k < 8 {
+            (k, after_low)
+        } else {
+            (k - 8, after_high)
+        };
+        let mut v = mul_mod_p(after, byte_register(1 << byte_bit));
+        let mut combo = 1u16 << k;
+        while v != 0 {
+            let top = 31 - v.leading_zeros() as usize;
+            if basis[top].0 == 0 {
+                basis[top] = (v, combo);
+                break;
+            }
+            v ^= basis[top].0;
+            combo ^= basis[top].1;
+        }
+    }
+    let (mut t, mut value) = (target, 0u16);
+    while t != 0 {
+        let top = 31 - t.leading_zeros() as usize;
+        if basis[top].0 == 0 {
+            return None;
+        }
+        t ^= basis[top].0;
+        value ^= basis[top].1;
+    }
+    Some(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// A complete RC SEND_ONLY from rxe (rc_pingpong_small capture, frame 1 of its RoCE
+    /// traffic): IPv4 header, UDP header and UDP payload.
+    fn rxe_send_only() -> ([u8; 20], [u8; 8], [u8; 80]) {
+        let ip = hex20("4500006c8f6240004011966e0a4d000c0a4d000b");
+        let udp = [0xc1, 0x69, 0x12, 0xb7, 0x00, 0x58, 0x00, 0x00];
+        let mut roce = [0x7bu8; 80];
+        roce[..12].copy_from_slice(&[
+            0x04, 0x00, 0xff, 0xff, 0x00, 0x00, 0x00, 0x13, 0x80, 0x4e, 0x8e, 0xf5,
+        ]);
+        (ip, udp, roce)
+    }
+
+    fn hex20(s: &str) -> [u8; 20] {
+        let mut out = [0u8; 20];
+        for (i, o) in out.iter_mut().enumerate() {
+            *o = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).unwrap();
+        }
+        out
+    }
+
+    #[test]
+    fn raw_and_synthetic_headers_agree() {
+        let (ip, udp, roce) = rxe_send_only();
+        let covered = &roce[..76];
+        let raw = compute_from_headers(&ip, &udp, covered).unwrap();
+        let ctx = IcrcContext::v4(
+            Ipv4Addr::new(10, 77, 0, 12),
+            Ipv4Addr::new(10, 77, 0, 11),
+            0x8f62,
+            0xc169,
+            4791,
+        );
+        assert_eq!(ctx.compute(covered), raw);
+        // Masked fields do not matter: another TTL, TOS and checksum give the same CRC.
+        let mut ip2 = ip;
+        ip2[1] = 0x02;
+        ip2[8] = 1;
+        ip2[10] = 0;
+        let mut udp2 = udp;
+        udp2[6] = 0x12;
+        let mut cov2 = [0u8; 76];
+        cov2.copy_from_slice(covered);
+        cov2[4] = 0x80; // FECN
+        assert_eq!(compute_from_headers(&ip2, &udp2, &cov2).unwrap(), raw);
+        // Covered fields do: the ID and a payload bit.
+        ip2[5] ^= 1;
+        assert_ne!(compute_from_headers(&ip2, &udp2, &cov2).unwrap(), raw);
+    }
+
+    #[test]
+    fn solve_finds_the_wire_ident() {
+        let (ip, udp, mut roce) = rxe_send_only();
+        let icrc = compute_from_headers(&ip, &udp, &roce[..76]).unwrap();
+        roce[76..].copy_from_slice(&icrc.to_le_bytes());
+        let ctx = IcrcContext::v4(
+            Ipv4Addr::new(10, 77, 0, 12),
+            Ipv4Addr::new(10, 77, 0, 11),
+            0,
+            0xc169,
+            4791,
+        );
+        assert!(!ctx.verify(&roce));
+        assert_eq!(ctx.solve_ipv4_ident(&roce), Some(0x8f62));
+        // A flipped payload bit is caught (this one has no matching ID).
+        roce[40] ^= 0x10;
+        let solved = ctx.solve_ipv4_ident(&roce);
+        assert_ne!(solved, Some(0x8f62));
+    }
+
+    #[test]
+    fn ipv6_masks_traffic_class_flow_label_and_hop_limit() {
+        let src: Ipv6Addr = "fd00::1".parse().unwrap();
+        let dst: Ipv6Addr = "fd00::2".parse().unwrap();
+        let ctx = IcrcContext::v6(src, dst, 0xc000, 4791);
+        let mut payload = [0u8; 32];
+        payload[0] = 0x04;
+        payload[7] = 0x11;
+        ctx.fill(&mut payload);
+        assert!(ctx.verify(&payload));
+        // The same packet as a raw header with TC, flow label and hop limit set.
+        let mut ip = [0u8; 40];
+        ip[0] = 0x6A;
+        ip[1] = 0xB1;
+        ip[2] = 0x23;
+        ip[3] = 0x45;
+        ip[4..6].copy_from_slice(&40u16.to_be_bytes());
+        ip[6] = 17;
+        ip[7] = 64;
+        ip[8..24].copy_from_slice(&src.octets());
+        ip[24..40].copy_from_slice(&dst.octets());
+        let udp = [0xc0, 0x00, 0x12, 0xb7, 0x00, 40, 0x12, 0x34];
+        let (covered, got) = split_icrc(&payload).unwrap();
+        assert_eq!(compute_from_headers(&ip, &udp, covered), Ok(got));
+        assert_eq!(ctx.solve_ipv4_ident(&payload), Some(0));
+    }
+
+    #[test]
+    fn bad_headers() {
+        let (ip, udp, roce) = rxe_send_only();
+        let mut opt = ip;
+        opt[0] = 0x46;
+        assert_eq!(
+            compute_from_headers(&opt, &udp, &roce),
+            Err(Error::BadIpHeader)
+        );
+        assert_eq!(
+            compute_from_headers(&ip[..19], &udp, &roce),
+            Err(Error::BadIpHeader)
+        );
+        assert_eq!(
+            compute_from_headers(&ip, &udp[..7], &roce),
+            Err(Error::Truncated)
+        );
+        let ctx = IcrcContext::v4(Ipv4Addr::LOCALHOST, Ipv4Addr::LOCALHOST, 0, 1, 2);
+        assert!(!ctx.verify(&[1, 2, 3]));
+        assert_eq!(ctx.solve_ipv4_ident(&[1, 2, 3]), None);
+        let mut short = [1u8, 2];
+        ctx.fill(&mut short);
+        assert_eq!(short, [1, 2]);
+    }
+
+    #[test]
+    fn polynomial_helpers() {
+        // x^8 · 1 is what one zero byte does to a register.
+        assert_eq!(x_pow_8n(0), 0x8000_0000);
+        let r = byte_register(0x5a);
+        assert_eq!(mul_mod_p(x_pow_8n(1), r), (r >> 8) ^ byte_register(r as u8));
+    }
+
+    proptest! {
+        #[test]
+        fn solve_recovers_any_ident(
+            ident in any::<u16>(),
+            body in proptest::collection::vec(any::<u8>(), 12..600),
+            sport in any::<u16>(),
+            a in any::<[u8; 4]>(),
+            b in any::<[u8; 4]>(),
+        ) {
+            let mut pkt = body.clone();
+            pkt.extend_from_slice(&[0; 4]);
+            let ctx = IcrcContext::v4(a.into(), b.into(), ident, sport, 4791);
+            ctx.fill(&mut pkt);
+            prop_assert!(ctx.verify(&pkt));
+            let unknown = IcrcContext::v4(a.into(), b.into(), 0, sport, 4791);
+            prop_assert_eq!(unknown.solve_ipv4_ident(&pkt), Some(ident));
+        }
+
+        #[test]
+        fn any_single_bit_flip_fails_full_verification(
+            body in proptest::collection::vec(any::<u8>(), 16..300),
+            bit in any::<proptest::sample::Index>(),
+        ) {
+            let ctx = IcrcContext::v4(Ipv4Addr::new(127, 0, 0, 1), Ipv4Addr::new(127, 0, 0, 2), 0, 4791, 4791);
+            let mut pkt = body.clone();
+            pkt.extend_from_slice(&[0; 4]);
+            ctx.fill(&mut pkt);
+            let i = bit.index(pkt.len() * 8);
+            // Byte 4 of the BTH is masked out of the ICRC by design.
+            prop_assume!(i / 8 != 4);
+            pkt[i / 8] ^= 1 << (i % 8);
+            prop_assert!(!ctx.verify(&pkt));
+        }
+    }
+}
