@@ -4,7 +4,7 @@
 use std::hint::black_box;
 use std::net::Ipv4Addr;
 
-use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use criterion::{Criterion, Throughput, criterion_main};
 use ferroce_wire::{BthRepr, ExtHeaders, IcrcContext, Opcode, PacketRepr, Psn, RethRepr};
 
 fn packet() -> (IcrcContext, Vec<u8>) {
@@ -56,5 +56,8 @@ fn bench(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench);
-criterion_main!(benches);
+mod group {
+    #![allow(missing_docs)]
+    criterion::criterion_group!(benches, super::bench);
+}
+criterion_main!(group::benches);

@@ -296,32 +296,47 @@ fn mask_ipv6(ip: &mut [u8; IPV6_HEADER_LEN]) {
 
 /// Multiplies two polynomials modulo the CRC-32 polynomial, in the reflected representation
 /// (bit 31 is x^0).
-fn mul_mod_p(a: u32, mut b: u32) -> u32 {
+const fn mul_mod_p(a: u32, mut b: u32) -> u32 {
     let mut p = 0;
-    for i in 0..32 {
+    let mut i = 0;
+    while i < 32 {
         if a & (0x8000_0000 >> i) != 0 {
             p ^= b;
         }
-        b = if b & 1 != 0 { (b >> 1) ^ POLY } else { b >> 1 };
+        b = mul_x(b);
+        i += 1;
     }
     p
 }
 
+/// `X8_POW2[k]` = x^(8·2^k) modulo the polynomial, for k < 64.
+const X8_POW2: [u32; 64] = {
+    let mut t = [0u32; 64];
+    t[0] = 0x0080_0000; // x^8
+    let mut k = 1;
+    while k < 64 {
+        t[k] = mul_mod_p(t[k - 1], t[k - 1]);
+        k += 1;
+    }
+    t
+};
+
 /// x^(8·n) modulo the CRC-32 polynomial: the effect on the CRC register of `n` more zero bytes.
 fn x_pow_8n(mut n: usize) -> u32 {
     let mut result = 0x8000_0000; // x^0
-    let mut square = 0x0080_0000; // x^8
+    let mut k = 0;
     while n != 0 {
         if n & 1 != 0 {
-            result = mul_mod_p(square, result);
+            result = mul_mod_p(X8_POW2[k], result);
         }
-        square = mul_mod_p(square, square);
         n >>= 1;
+        k += 1;
     }
     result
 }
 
 /// The CRC register after one byte `v` from a zero register.
+#[cfg(test)]
 fn byte_register(v: u8) -> u32 {
     let mut s = u32::from(v);
     for _ in 0..8 {
@@ -330,23 +345,25 @@ fn byte_register(v: u8) -> u32 {
     s
 }
 
+/// Multiplies a reflected polynomial by x modulo the CRC-32 polynomial.
+const fn mul_x(b: u32) -> u32 {
+    if b & 1 != 0 { (b >> 1) ^ POLY } else { b >> 1 }
+}
+
 /// Finds the big-endian 16-bit value at byte `offset` of a `msg_len`-byte message that changes
 /// the CRC by `target` relative to the message with zeros there, or `None` if none does.
 fn solve_u16_at(target: u32, offset: usize, msg_len: usize) -> Option<u16> {
-    // Column k is the CRC change made by setting bit k of the value (bit 0 = LSB of the low byte).
-    let after_high = x_pow_8n(msg_len - offset - 1);
-    let after_low = x_pow_8n(msg_len - offset - 2);
-    // Gaussian elimination over GF(2): basis[b] has highest set bit b; `.1` records which value
-    // bits combine into it.
+    // The CRC change made by setting one bit of the value is that bit's polynomial term times
+    // x^(8 · bytes after it). Reflected CRC feeds bit 0 of each byte first, so from the lowest
+    // degree up the value bits are 7, 6, ..., 0 (low byte) then 15, 14, ..., 8 (high byte), each
+    // one degree (a factor x) above the previous. Bit 7 alone in the last byte is x^32 mod P,
+    // i.e. POLY, times x^(8 · bytes after the value).
+    let mut column = mul_mod_p(x_pow_8n(msg_len - offset - 2), POLY);
     let mut basis = [(0u32, 0u16); 32];
-    for k in 0..16u32 {
-        let (byte_bit, after) = if k < 8 {
-            (k, after_low)
-        } else {
-            (k - 8, after_high)
-        };
-        let mut v = mul_mod_p(after, byte_register(1 << byte_bit));
-        let mut combo = 1u16 << k;
+    for k in [7u32, 6, 5, 4, 3, 2, 1, 0, 15, 14, 13, 12, 11, 10, 9, 8] {
+        // Gaussian elimination over GF(2): basis[b] has highest set bit b; `.1` records which
+        // value bits combine into it.
+        let (mut v, mut combo) = (column, 1u16 << k);
         while v != 0 {
             let top = 31 - v.leading_zeros() as usize;
             if basis[top].0 == 0 {
@@ -356,6 +373,7 @@ fn solve_u16_at(target: u32, offset: usize, msg_len: usize) -> Option<u16> {
             v ^= basis[top].0;
             combo ^= basis[top].1;
         }
+        column = mul_x(column);
     }
     let (mut t, mut value) = (target, 0u16);
     while t != 0 {
@@ -501,6 +519,8 @@ mod tests {
         assert_eq!(x_pow_8n(0), 0x8000_0000);
         let r = byte_register(0x5a);
         assert_eq!(mul_mod_p(x_pow_8n(1), r), (r >> 8) ^ byte_register(r as u8));
+        assert_eq!(byte_register(0x80), POLY);
+        assert_eq!(mul_x(byte_register(0x02)), byte_register(0x01));
     }
 
     proptest! {
