@@ -1,6 +1,13 @@
 //! The sans-IO RoCEv2 transport engine of ferroce.
 //!
-//! Not written yet: this crate is where the RC/UC/UD engine (QP state machine, requester,
-//! responder, completer, timers and the lossy-network simulator) will live. It exports nothing
-//! today, so nothing can mistake it for a working engine.
+//! This crate does what the transport of a RoCEv2 HCA does — RC, UC and UD queue pairs, the QP
+//! state machine, requester, responder and completer with their timers — with no sockets,
+//! threads, clock or randomness of its own. Kernel rxe is the behaviour matched on the wire;
+//! the IBTA spec where rxe is lax.
 #![forbid(unsafe_code)]
+
+pub mod state;
+pub mod verbs;
+
+pub use state::{ModifyLimits, ModifyQpError, Service};
+pub use verbs::*;

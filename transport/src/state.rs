@@ -1,0 +1,529 @@
+//! The QP state machine's rules: which transitions exist and which attributes each requires or
+//! allows, per QP type (the kernel's `qp_state_table` / `ib_modify_qp_is_ok`, IBTA §10.3.1),
+//! and the range checks on attribute values.
+
+use core::fmt;
+
+use crate::verbs::{Mtu, QpAttr, QpAttrMask, QpState, QpType};
+
+/// The service a QP's transitions are checked against: the QP type, with QP1 (GSI) apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Service {
+    /// Reliable connected.
+    Rc,
+    /// Unreliable connected.
+    Uc,
+    /// Unreliable datagram.
+    Ud,
+    /// The General Services QP, QP1 (UD with its own table column).
+    Gsi,
+}
+
+impl Service {
+    /// The service of a QP of type `t` and number `qpn`.
+    pub const fn of(t: QpType, qpn: u32) -> Service {
+        match t {
+            QpType::Rc => Service::Rc,
+            QpType::Uc => Service::Uc,
+            QpType::Ud if qpn == 1 => Service::Gsi,
+            QpType::Ud => Service::Ud,
+        }
+    }
+}
+
+/// Why a modify was refused (verbs returns EINVAL for all of them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ModifyQpError {
+    /// There is no such transition for this QP type.
+    InvalidTransition {
+        /// The current state.
+        from: QpState,
+        /// The requested state.
+        to: QpState,
+    },
+    /// Required attributes are missing from the mask.
+    MissingAttr(QpAttrMask),
+    /// The mask has attributes this transition does not accept.
+    AttrNotAllowed(QpAttrMask),
+    /// An attribute value is out of range.
+    InvalidAttr {
+        /// The attribute at fault.
+        attr: QpAttrMask,
+        /// Why.
+        reason: &'static str,
+    },
+}
+
+impl fmt::Display for ModifyQpError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ModifyQpError::InvalidTransition { from, to } => {
+                write!(f, "invalid QP state transition {from:?} -> {to:?}")
+            }
+            ModifyQpError::MissingAttr(m) => write!(f, "required attributes missing: {m:?}"),
+            ModifyQpError::AttrNotAllowed(m) => write!(f, "attributes not allowed here: {m:?}"),
+            ModifyQpError::InvalidAttr { attr, reason } => write!(f, "invalid {attr:?}: {reason}"),
+        }
+    }
+}
+
+impl std::error::Error for ModifyQpError {}
+
+type M = QpAttrMask;
+
+const fn m(bits: u32) -> M {
+    QpAttrMask(bits)
+}
+
+const PKEY: u32 = M::PKEY_INDEX.0;
+const PORT: u32 = M::PORT.0;
+const QKEY: u32 = M::QKEY.0;
+const ACCESS: u32 = M::ACCESS_FLAGS.0;
+const CUR: u32 = M::CUR_STATE.0;
+const ALT: u32 = M::ALT_PATH.0;
+const MIG: u32 = M::PATH_MIG_STATE.0;
+const RNR_T: u32 = M::MIN_RNR_TIMER.0;
+
+/// `(required, optional)` attributes of the transition `from → to` for `service`, or `None`
+/// if the transition does not exist.
+pub const fn transition(service: Service, from: QpState, to: QpState) -> Option<(M, M)> {
+    use QpState::*;
+    use Service::*;
+    let none = m(0);
+    Some(match (from, to) {
+        (Reset, Reset) => (none, none),
+        (Reset, Init) => match service {
+            Rc | Uc => (m(PKEY | PORT | ACCESS), none),
+            Ud => (m(PKEY | PORT | QKEY), none),
+            Gsi => (m(PKEY | QKEY), none),
+        },
+        (Init, Init) => match service {
+            Rc | Uc => (none, m(PKEY | PORT | ACCESS)),
+            Ud => (none, m(PKEY | PORT | QKEY)),
+            Gsi => (none, m(PKEY | QKEY)),
+        },
+        (Init, Rtr) => match service {
+            Rc => (
+                m(M::AV.0
+                    | M::PATH_MTU.0
+                    | M::DEST_QPN.0
+                    | M::RQ_PSN.0
+                    | M::MAX_DEST_RD_ATOMIC.0
+                    | RNR_T),
+                m(ALT | ACCESS | PKEY),
+            ),
+            Uc => (
+                m(M::AV.0 | M::PATH_MTU.0 | M::DEST_QPN.0 | M::RQ_PSN.0),
+                m(ALT | ACCESS | PKEY),
+            ),
+            Ud | Gsi => (none, m(PKEY | QKEY)),
+        },
+        (Rtr, Rts) => match service {
+            Rc => (
+                m(M::TIMEOUT.0
+                    | M::RETRY_CNT.0
+                    | M::RNR_RETRY.0
+                    | M::SQ_PSN.0
+                    | M::MAX_QP_RD_ATOMIC.0),
+                m(CUR | ALT | ACCESS | RNR_T | MIG),
+            ),
+            Uc => (M::SQ_PSN, m(CUR | ALT | ACCESS | MIG)),
+            Ud | Gsi => (M::SQ_PSN, m(CUR | QKEY)),
+        },
+        (Rts, Rts) | (Sqd, Rts) => match service {
+            Rc => (none, m(CUR | ACCESS | ALT | MIG | RNR_T)),
+            Uc => (none, m(CUR | ACCESS | ALT | MIG)),
+            Ud | Gsi => (none, m(CUR | QKEY)),
+        },
+        (Rts, Sqd) => (none, M::EN_SQD_ASYNC_NOTIFY),
+        (Sqd, Sqd) => match service {
+            Rc => (
+                none,
+                m(PORT
+                    | M::AV.0
+                    | M::TIMEOUT.0
+                    | M::RETRY_CNT.0
+                    | M::RNR_RETRY.0
+                    | M::MAX_QP_RD_ATOMIC.0
+                    | M::MAX_DEST_RD_ATOMIC.0
+                    | ALT
+                    | ACCESS
+                    | PKEY
+                    | RNR_T
+                    | MIG),
+            ),
+            Uc => (none, m(M::AV.0 | ALT | ACCESS | PKEY | MIG)),
+            Ud | Gsi => (none, m(PKEY | QKEY)),
+        },
+        (Sqe, Rts) => match service {
+            Rc => (none, none),
+            Uc => (none, m(CUR | ACCESS)),
+            Ud | Gsi => (none, m(CUR | QKEY)),
+        },
+        (Init | Rtr | Rts | Sqd | Sqe | Err, Reset) => (none, none),
+        (Init | Rtr | Rts | Sqd | Sqe | Err, Err) => (none, none),
+        _ => return None,
+    })
+}
+
+/// Device limits a modify is checked against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ModifyLimits {
+    /// The port's active MTU: `path_mtu` may not exceed it.
+    pub active_mtu: Mtu,
+    /// `max_qp_init_rd_atom`: the largest `max_rd_atomic`.
+    pub max_qp_init_rd_atom: u8,
+    /// `max_qp_rd_atom`: the largest `max_dest_rd_atomic`.
+    pub max_qp_rd_atom: u8,
+    /// Whether RESET → ERR is accepted (older kernels allowed it; mainline does not).
+    pub allow_reset_to_err: bool,
+}
+
+impl Default for ModifyLimits {
+    fn default() -> ModifyLimits {
+        ModifyLimits {
+            active_mtu: Mtu::Mtu4096,
+            max_qp_init_rd_atom: 128,
+            max_qp_rd_atom: 128,
+            allow_reset_to_err: false,
+        }
+    }
+}
+
+/// Checks a modify of a QP in state `cur` and returns the state it moves to.
+///
+/// # Errors
+/// The first rule the request breaks, as a [`ModifyQpError`].
+pub fn check_modify(
+    service: Service,
+    cur: QpState,
+    attr: &QpAttr,
+    mask: QpAttrMask,
+    limits: &ModifyLimits,
+) -> Result<QpState, ModifyQpError> {
+    let next = if mask.contains(M::STATE) {
+        attr.qp_state
+    } else {
+        cur
+    };
+    if mask.contains(M::CUR_STATE)
+        && !matches!(
+            cur,
+            QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
+        )
+    {
+        return Err(ModifyQpError::AttrNotAllowed(M::CUR_STATE));
+    }
+    let (req, opt) = if cur == QpState::Reset && next == QpState::Err && limits.allow_reset_to_err {
+        (m(0), m(0))
+    } else {
+        transition(service, cur, next).ok_or(ModifyQpError::InvalidTransition {
+            from: cur,
+            to: next,
+        })?
+    };
+    let missing = req.difference(mask);
+    if !missing.is_empty() {
+        return Err(ModifyQpError::MissingAttr(missing));
+    }
+    let extra = mask.difference(req | opt | M::STATE);
+    if !extra.is_empty() {
+        return Err(ModifyQpError::AttrNotAllowed(extra));
+    }
+    if mask.contains(M::CUR_STATE) && attr.cur_qp_state != cur {
+        return Err(ModifyQpError::InvalidAttr {
+            attr: M::CUR_STATE,
+            reason: "cur_qp_state is not the QP's current state",
+        });
+    }
+    if mask.contains(M::ALT_PATH) {
+        // The kernel bans alternate paths in RoCE mode (`_ib_modify_qp`).
+        return Err(ModifyQpError::InvalidAttr {
+            attr: M::ALT_PATH,
+            reason: "alternate paths are not supported on RoCE",
+        });
+    }
+    check_values(attr, mask, limits)?;
+    Ok(next)
+}
+
+fn check_values(
+    attr: &QpAttr,
+    mask: QpAttrMask,
+    limits: &ModifyLimits,
+) -> Result<(), ModifyQpError> {
+    let bad = |attr: M, reason: &'static str| Err(ModifyQpError::InvalidAttr { attr, reason });
+    if mask.contains(M::TIMEOUT) && attr.timeout > 31 {
+        return bad(M::TIMEOUT, "timeout must be at most 31");
+    }
+    if mask.contains(M::RETRY_CNT) && attr.retry_cnt > 7 {
+        return bad(M::RETRY_CNT, "retry_cnt must be at most 7");
+    }
+    if mask.contains(M::RNR_RETRY) && attr.rnr_retry > 7 {
+        return bad(M::RNR_RETRY, "rnr_retry must be at most 7");
+    }
+    if mask.contains(M::MIN_RNR_TIMER) && attr.min_rnr_timer > 31 {
+        return bad(M::MIN_RNR_TIMER, "min_rnr_timer must be at most 31");
+    }
+    if mask.contains(M::SQ_PSN) && attr.sq_psn > 0xFF_FFFF {
+        return bad(M::SQ_PSN, "sq_psn is a 24-bit value");
+    }
+    if mask.contains(M::RQ_PSN) && attr.rq_psn > 0xFF_FFFF {
+        return bad(M::RQ_PSN, "rq_psn is a 24-bit value");
+    }
+    if mask.contains(M::DEST_QPN) && attr.dest_qp_num > 0xFF_FFFF {
+        return bad(M::DEST_QPN, "dest_qp_num is a 24-bit value");
+    }
+    if mask.contains(M::PATH_MTU) && attr.path_mtu as u32 > limits.active_mtu as u32 {
+        return bad(M::PATH_MTU, "path_mtu exceeds the port's active MTU");
+    }
+    if mask.contains(M::MAX_QP_RD_ATOMIC) && attr.max_rd_atomic > limits.max_qp_init_rd_atom {
+        return bad(
+            M::MAX_QP_RD_ATOMIC,
+            "max_rd_atomic exceeds the device's max_qp_init_rd_atom",
+        );
+    }
+    if mask.contains(M::MAX_DEST_RD_ATOMIC) && attr.max_dest_rd_atomic > limits.max_qp_rd_atom {
+        return bad(
+            M::MAX_DEST_RD_ATOMIC,
+            "max_dest_rd_atomic exceeds the device's max_qp_rd_atom",
+        );
+    }
+    if mask.contains(M::PORT) && attr.port_num != 1 {
+        return bad(M::PORT, "the device has one port, number 1");
+    }
+    if mask.contains(M::PKEY_INDEX) && attr.pkey_index != 0 {
+        return bad(M::PKEY_INDEX, "the P_Key table has one entry, index 0");
+    }
+    if mask.contains(M::AV) && attr.ah_attr.is_none() {
+        return bad(M::AV, "ah_attr must name the peer");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::verbs::AhAttr;
+
+    const ALL_STATES: [QpState; 7] = [
+        QpState::Reset,
+        QpState::Init,
+        QpState::Rtr,
+        QpState::Rts,
+        QpState::Sqd,
+        QpState::Sqe,
+        QpState::Err,
+    ];
+
+    fn full_attr(to: QpState) -> QpAttr {
+        QpAttr {
+            qp_state: to,
+            path_mtu: Mtu::Mtu1024,
+            ah_attr: Some(AhAttr::new("127.0.0.1".parse().unwrap())),
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            min_rnr_timer: 12,
+            max_rd_atomic: 1,
+            max_dest_rd_atomic: 1,
+            ..QpAttr::default()
+        }
+    }
+
+    /// Every transition of every service: with exactly the required bits it succeeds; without
+    /// any one required bit it reports that bit; with a bit outside required ∪ optional it
+    /// reports that bit.
+    #[test]
+    fn every_transition_valid_missing_and_extra() {
+        let lim = ModifyLimits::default();
+        let mut valid = 0;
+        for service in [Service::Rc, Service::Uc, Service::Ud, Service::Gsi] {
+            for from in ALL_STATES {
+                for to in ALL_STATES {
+                    let attr = full_attr(to);
+                    let Some((req, opt)) = transition(service, from, to) else {
+                        assert_eq!(
+                            check_modify(service, from, &attr, M::STATE, &lim),
+                            Err(ModifyQpError::InvalidTransition { from, to }),
+                            "{service:?} {from:?}->{to:?}"
+                        );
+                        continue;
+                    };
+                    valid += 1;
+                    let base = req | M::STATE;
+                    assert_eq!(
+                        check_modify(service, from, &attr, base, &lim),
+                        Ok(to),
+                        "{service:?} {from:?}->{to:?}"
+                    );
+                    for bit in 0..26 {
+                        let b = QpAttrMask(1 << bit);
+                        if req.contains(b) && !b.is_empty() {
+                            assert_eq!(
+                                check_modify(service, from, &attr, base.difference(b), &lim),
+                                Err(ModifyQpError::MissingAttr(b)),
+                                "{service:?} {from:?}->{to:?} without {b:?}"
+                            );
+                        }
+                        let allowed = req | opt | M::STATE;
+                        if !allowed.contains(b) {
+                            assert_eq!(
+                                check_modify(service, from, &attr, base | b, &lim),
+                                Err(ModifyQpError::AttrNotAllowed(b)),
+                                "{service:?} {from:?}->{to:?} with {b:?}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        // Per service: 2 RESET rows + INIT(4) + RTR(3) + RTS(4) + SQD(4) + SQE(3) + ERR(2).
+        assert_eq!(valid, 4 * 22);
+    }
+
+    #[test]
+    fn rc_table_spot_checks() {
+        let (req, opt) = transition(Service::Rc, QpState::Init, QpState::Rtr).unwrap();
+        assert_eq!(req.0, 0x80 | 0x100 | 0x100000 | 0x1000 | 0x20000 | 0x8000);
+        assert_eq!(opt.0, 0x4000 | 0x8 | 0x10);
+        assert!(transition(Service::Rc, QpState::Rtr, QpState::Rtr).is_none());
+        assert!(transition(Service::Rc, QpState::Reset, QpState::Err).is_none());
+        assert!(transition(Service::Rc, QpState::Rts, QpState::Rtr).is_none());
+        let (req, _) = transition(Service::Ud, QpState::Reset, QpState::Init).unwrap();
+        assert_eq!(req, M::PKEY_INDEX | M::PORT | M::QKEY);
+        let (req, _) = transition(Service::Gsi, QpState::Reset, QpState::Init).unwrap();
+        assert_eq!(req, M::PKEY_INDEX | M::QKEY);
+    }
+
+    #[test]
+    fn reset_to_err_behind_a_flag() {
+        let attr = full_attr(QpState::Err);
+        let mut lim = ModifyLimits::default();
+        assert!(check_modify(Service::Rc, QpState::Reset, &attr, M::STATE, &lim).is_err());
+        lim.allow_reset_to_err = true;
+        assert_eq!(
+            check_modify(Service::Rc, QpState::Reset, &attr, M::STATE, &lim),
+            Ok(QpState::Err)
+        );
+    }
+
+    #[test]
+    fn cur_state_rules() {
+        let lim = ModifyLimits::default();
+        let mut attr = full_attr(QpState::Rts);
+        attr.cur_qp_state = QpState::Rts;
+        assert_eq!(
+            check_modify(
+                Service::Rc,
+                QpState::Rts,
+                &attr,
+                M::STATE | M::CUR_STATE,
+                &lim
+            ),
+            Ok(QpState::Rts)
+        );
+        attr.cur_qp_state = QpState::Rtr;
+        assert!(matches!(
+            check_modify(
+                Service::Rc,
+                QpState::Rts,
+                &attr,
+                M::STATE | M::CUR_STATE,
+                &lim
+            ),
+            Err(ModifyQpError::InvalidAttr {
+                attr: M::CUR_STATE,
+                ..
+            })
+        ));
+        let init = full_attr(QpState::Init);
+        assert_eq!(
+            check_modify(
+                Service::Rc,
+                QpState::Init,
+                &init,
+                M::STATE | M::CUR_STATE,
+                &lim
+            ),
+            Err(ModifyQpError::AttrNotAllowed(M::CUR_STATE))
+        );
+    }
+
+    #[test]
+    fn value_ranges() {
+        let lim = ModifyLimits {
+            active_mtu: Mtu::Mtu1024,
+            ..ModifyLimits::default()
+        };
+        let rts_mask =
+            M::STATE | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::SQ_PSN | M::MAX_QP_RD_ATOMIC;
+        type Breaker = fn(&mut QpAttr);
+        let cases: [(Breaker, M); 6] = [
+            (|a| a.timeout = 32, M::TIMEOUT),
+            (|a| a.retry_cnt = 8, M::RETRY_CNT),
+            (|a| a.rnr_retry = 8, M::RNR_RETRY),
+            (|a| a.sq_psn = 1 << 24, M::SQ_PSN),
+            (|a| a.max_rd_atomic = 129, M::MAX_QP_RD_ATOMIC),
+            (|a| a.min_rnr_timer = 32, M::MIN_RNR_TIMER),
+        ];
+        for (break_it, which) in cases {
+            let mut a = full_attr(QpState::Rts);
+            break_it(&mut a);
+            let mask = rts_mask
+                | if which == M::MIN_RNR_TIMER {
+                    which
+                } else {
+                    M::EMPTY
+                };
+            assert!(
+                matches!(check_modify(Service::Rc, QpState::Rtr, &a, mask, &lim), Err(ModifyQpError::InvalidAttr { attr, .. }) if attr == which),
+                "{which:?}"
+            );
+        }
+        let rtr_mask = M::STATE
+            | M::AV
+            | M::PATH_MTU
+            | M::DEST_QPN
+            | M::RQ_PSN
+            | M::MAX_DEST_RD_ATOMIC
+            | M::MIN_RNR_TIMER;
+        let mut a = full_attr(QpState::Rtr);
+        a.path_mtu = Mtu::Mtu2048;
+        assert!(matches!(
+            check_modify(Service::Rc, QpState::Init, &a, rtr_mask, &lim),
+            Err(ModifyQpError::InvalidAttr {
+                attr: M::PATH_MTU,
+                ..
+            })
+        ));
+        a.path_mtu = Mtu::Mtu1024;
+        a.ah_attr = None;
+        assert!(matches!(
+            check_modify(Service::Rc, QpState::Init, &a, rtr_mask, &lim),
+            Err(ModifyQpError::InvalidAttr { attr: M::AV, .. })
+        ));
+        let mut a = full_attr(QpState::Rtr);
+        a.dest_qp_num = 1 << 24;
+        assert!(check_modify(Service::Rc, QpState::Init, &a, rtr_mask, &lim).is_err());
+        let mut a = full_attr(QpState::Rtr);
+        assert!(
+            check_modify(Service::Rc, QpState::Init, &a, rtr_mask | M::ALT_PATH, &lim).is_err()
+        );
+        a.max_dest_rd_atomic = 200;
+        assert!(check_modify(Service::Rc, QpState::Init, &a, rtr_mask, &lim).is_err());
+        let mut init = full_attr(QpState::Init);
+        init.port_num = 2;
+        assert!(
+            check_modify(
+                Service::Rc,
+                QpState::Reset,
+                &init,
+                M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS,
+                &lim
+            )
+            .is_err()
+        );
+    }
+}

@@ -1,0 +1,662 @@
+//! The verbs vocabulary the engine speaks: names and C values from rdma-core's
+//! `<infiniband/verbs.h>` (`ibv_qp_state`, `ibv_qp_attr`, `ibv_send_wr`, `ibv_wc`, ...).
+//!
+//! The provider re-exports these types, so a Rust program uses the names an RDMA programmer
+//! already knows.
+
+use core::fmt;
+use std::net::IpAddr;
+
+macro_rules! c_enum {
+    (
+        $(#[$doc:meta])* $name:ident : $repr:ty {
+            $( $(#[$vdoc:meta])* $variant:ident = $value:literal ),* $(,)?
+        }
+    ) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        #[repr($repr)]
+        pub enum $name {
+            $( $(#[$vdoc])* $variant = $value, )*
+        }
+
+        impl $name {
+            /// Every value, in declaration order.
+            pub const ALL: &'static [$name] = &[ $( $name::$variant, )* ];
+
+            /// The value with this C number, if any.
+            pub const fn from_raw(v: $repr) -> Option<$name> {
+                match v {
+                    $( $value => Some($name::$variant), )*
+                    _ => None,
+                }
+            }
+        }
+    };
+}
+
+c_enum! {
+    /// `enum ibv_qp_type`.
+    QpType: u32 {
+        /// `IBV_QPT_RC`: reliable connected.
+        Rc = 2,
+        /// `IBV_QPT_UC`: unreliable connected.
+        Uc = 3,
+        /// `IBV_QPT_UD`: unreliable datagram.
+        Ud = 4,
+    }
+}
+
+c_enum! {
+    /// `enum ibv_qp_state`.
+    QpState: u32 {
+        /// `IBV_QPS_RESET`.
+        Reset = 0,
+        /// `IBV_QPS_INIT`.
+        Init = 1,
+        /// `IBV_QPS_RTR`: ready to receive.
+        Rtr = 2,
+        /// `IBV_QPS_RTS`: ready to send.
+        Rts = 3,
+        /// `IBV_QPS_SQD`: send queue drained.
+        Sqd = 4,
+        /// `IBV_QPS_SQE`: send queue error (UC/UD only).
+        Sqe = 5,
+        /// `IBV_QPS_ERR`.
+        Err = 6,
+    }
+}
+
+c_enum! {
+    /// `enum ibv_mtu`: the IB path MTU.
+    Mtu: u32 {
+        /// `IBV_MTU_256`.
+        Mtu256 = 1,
+        /// `IBV_MTU_512`.
+        Mtu512 = 2,
+        /// `IBV_MTU_1024`.
+        Mtu1024 = 3,
+        /// `IBV_MTU_2048`.
+        Mtu2048 = 4,
+        /// `IBV_MTU_4096`.
+        Mtu4096 = 5,
+    }
+}
+
+impl Mtu {
+    /// The MTU in bytes (payload bytes per packet).
+    pub const fn bytes(self) -> u32 {
+        128 << (self as u32)
+    }
+
+    /// The largest IB MTU whose packets fit in an IP MTU of `ip_mtu` bytes with RoCEv2's
+    /// overhead (rxe subtracts 80 bytes: IPv6 + UDP + BTH + extension headers + ICRC).
+    pub fn for_ip_mtu(ip_mtu: u32) -> Option<Mtu> {
+        let room = ip_mtu.checked_sub(80)?;
+        Mtu::ALL.iter().rev().copied().find(|m| m.bytes() <= room)
+    }
+}
+
+c_enum! {
+    /// `enum ibv_wr_opcode`.
+    WrOpcode: u32 {
+        /// `IBV_WR_RDMA_WRITE`.
+        RdmaWrite = 0,
+        /// `IBV_WR_RDMA_WRITE_WITH_IMM`.
+        RdmaWriteWithImm = 1,
+        /// `IBV_WR_SEND`.
+        Send = 2,
+        /// `IBV_WR_SEND_WITH_IMM`.
+        SendWithImm = 3,
+        /// `IBV_WR_RDMA_READ`.
+        RdmaRead = 4,
+        /// `IBV_WR_ATOMIC_CMP_AND_SWP`.
+        AtomicCmpAndSwp = 5,
+        /// `IBV_WR_ATOMIC_FETCH_AND_ADD`.
+        AtomicFetchAndAdd = 6,
+    }
+}
+
+impl WrOpcode {
+    /// READ or an atomic: uses a responder resource and counts against `max_rd_atomic`.
+    pub const fn is_read_or_atomic(self) -> bool {
+        matches!(
+            self,
+            WrOpcode::RdmaRead | WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd
+        )
+    }
+
+    /// An atomic operation.
+    pub const fn is_atomic(self) -> bool {
+        matches!(
+            self,
+            WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd
+        )
+    }
+
+    /// Whether a QP of type `t` can post this opcode (IBTA Table 120; UD: SEND only, UC: no
+    /// READ or atomics).
+    pub const fn allowed_on(self, t: QpType) -> bool {
+        match t {
+            QpType::Rc => true,
+            QpType::Uc => !self.is_read_or_atomic(),
+            QpType::Ud => matches!(self, WrOpcode::Send | WrOpcode::SendWithImm),
+        }
+    }
+}
+
+c_enum! {
+    /// `enum ibv_wc_status`; `Display` gives `ibv_wc_status_str`'s text.
+    WcStatus: u32 {
+        /// `IBV_WC_SUCCESS`.
+        Success = 0,
+        /// `IBV_WC_LOC_LEN_ERR`.
+        LocLenErr = 1,
+        /// `IBV_WC_LOC_QP_OP_ERR`.
+        LocQpOpErr = 2,
+        /// `IBV_WC_LOC_EEC_OP_ERR`.
+        LocEecOpErr = 3,
+        /// `IBV_WC_LOC_PROT_ERR`.
+        LocProtErr = 4,
+        /// `IBV_WC_WR_FLUSH_ERR`.
+        WrFlushErr = 5,
+        /// `IBV_WC_MW_BIND_ERR`.
+        MwBindErr = 6,
+        /// `IBV_WC_BAD_RESP_ERR`.
+        BadRespErr = 7,
+        /// `IBV_WC_LOC_ACCESS_ERR`.
+        LocAccessErr = 8,
+        /// `IBV_WC_REM_INV_REQ_ERR`.
+        RemInvReqErr = 9,
+        /// `IBV_WC_REM_ACCESS_ERR`.
+        RemAccessErr = 10,
+        /// `IBV_WC_REM_OP_ERR`.
+        RemOpErr = 11,
+        /// `IBV_WC_RETRY_EXC_ERR`.
+        RetryExcErr = 12,
+        /// `IBV_WC_RNR_RETRY_EXC_ERR`.
+        RnrRetryExcErr = 13,
+        /// `IBV_WC_LOC_RDD_VIOL_ERR`.
+        LocRddViolErr = 14,
+        /// `IBV_WC_REM_INV_RD_REQ_ERR`.
+        RemInvRdReqErr = 15,
+        /// `IBV_WC_REM_ABORT_ERR`.
+        RemAbortErr = 16,
+        /// `IBV_WC_INV_EECN_ERR`.
+        InvEecnErr = 17,
+        /// `IBV_WC_INV_EEC_STATE_ERR`.
+        InvEecStateErr = 18,
+        /// `IBV_WC_FATAL_ERR`.
+        FatalErr = 19,
+        /// `IBV_WC_RESP_TIMEOUT_ERR`.
+        RespTimeoutErr = 20,
+        /// `IBV_WC_GENERAL_ERR`.
+        GeneralErr = 21,
+    }
+}
+
+impl WcStatus {
+    /// The text `ibv_wc_status_str` gives.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            WcStatus::Success => "success",
+            WcStatus::LocLenErr => "local length error",
+            WcStatus::LocQpOpErr => "local QP operation error",
+            WcStatus::LocEecOpErr => "local EE context operation error",
+            WcStatus::LocProtErr => "local protection error",
+            WcStatus::WrFlushErr => "Work Request Flushed Error",
+            WcStatus::MwBindErr => "memory management operation error",
+            WcStatus::BadRespErr => "bad response error",
+            WcStatus::LocAccessErr => "local access error",
+            WcStatus::RemInvReqErr => "remote invalid request error",
+            WcStatus::RemAccessErr => "remote access error",
+            WcStatus::RemOpErr => "remote operation error",
+            WcStatus::RetryExcErr => "transport retry counter exceeded",
+            WcStatus::RnrRetryExcErr => "RNR retry counter exceeded",
+            WcStatus::LocRddViolErr => "local RDD violation error",
+            WcStatus::RemInvRdReqErr => "remote invalid RD request",
+            WcStatus::RemAbortErr => "operation aborted",
+            WcStatus::InvEecnErr => "invalid EE context number",
+            WcStatus::InvEecStateErr => "invalid EE context state",
+            WcStatus::FatalErr => "fatal error",
+            WcStatus::RespTimeoutErr => "response timeout error",
+            WcStatus::GeneralErr => "general error",
+        }
+    }
+}
+
+impl fmt::Display for WcStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+c_enum! {
+    /// `enum ibv_wc_opcode`.
+    WcOpcode: u32 {
+        /// `IBV_WC_SEND`.
+        Send = 0,
+        /// `IBV_WC_RDMA_WRITE`.
+        RdmaWrite = 1,
+        /// `IBV_WC_RDMA_READ`.
+        RdmaRead = 2,
+        /// `IBV_WC_COMP_SWAP`.
+        CompSwap = 3,
+        /// `IBV_WC_FETCH_ADD`.
+        FetchAdd = 4,
+        /// `IBV_WC_RECV`.
+        Recv = 128,
+        /// `IBV_WC_RECV_RDMA_WITH_IMM`.
+        RecvRdmaWithImm = 129,
+    }
+}
+
+impl From<WrOpcode> for WcOpcode {
+    fn from(op: WrOpcode) -> WcOpcode {
+        match op {
+            WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm => WcOpcode::RdmaWrite,
+            WrOpcode::Send | WrOpcode::SendWithImm => WcOpcode::Send,
+            WrOpcode::RdmaRead => WcOpcode::RdmaRead,
+            WrOpcode::AtomicCmpAndSwp => WcOpcode::CompSwap,
+            WrOpcode::AtomicFetchAndAdd => WcOpcode::FetchAdd,
+        }
+    }
+}
+
+macro_rules! c_flags {
+    (
+        $(#[$doc:meta])* $name:ident {
+            $( $(#[$vdoc:meta])* $flag:ident = $value:literal ),* $(,)?
+        }
+    ) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+        pub struct $name(pub u32);
+
+        impl $name {
+            $( $(#[$vdoc])* pub const $flag: $name = $name($value); )*
+            /// No flag.
+            pub const EMPTY: $name = $name(0);
+            const NAMES: &'static [(&'static str, u32)] = &[ $( (stringify!($flag), $value), )* ];
+
+            /// Whether every flag of `other` is set.
+            pub const fn contains(self, other: $name) -> bool {
+                self.0 & other.0 == other.0
+            }
+
+            /// Whether no flag is set.
+            pub const fn is_empty(self) -> bool {
+                self.0 == 0
+            }
+
+            /// The flags of `self` not in `other`.
+            pub const fn difference(self, other: $name) -> $name {
+                $name(self.0 & !other.0)
+            }
+        }
+
+        impl core::ops::BitOr for $name {
+            type Output = $name;
+            fn bitor(self, rhs: $name) -> $name {
+                $name(self.0 | rhs.0)
+            }
+        }
+
+        impl core::ops::BitOrAssign for $name {
+            fn bitor_assign(&mut self, rhs: $name) {
+                self.0 |= rhs.0;
+            }
+        }
+
+        impl core::ops::BitAnd for $name {
+            type Output = $name;
+            fn bitand(self, rhs: $name) -> $name {
+                $name(self.0 & rhs.0)
+            }
+        }
+
+        impl fmt::Debug for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                let mut first = true;
+                let mut rest = self.0;
+                f.write_str(concat!(stringify!($name), "("))?;
+                for (n, v) in Self::NAMES {
+                    if self.0 & v == *v && *v != 0 {
+                        if !first {
+                            f.write_str(" | ")?;
+                        }
+                        f.write_str(n)?;
+                        first = false;
+                        rest &= !v;
+                    }
+                }
+                if rest != 0 {
+                    if !first {
+                        f.write_str(" | ")?;
+                    }
+                    write!(f, "{rest:#x}")?;
+                }
+                f.write_str(")")
+            }
+        }
+    };
+}
+
+c_flags! {
+    /// `enum ibv_access_flags` (memory region and QP access rights).
+    AccessFlags {
+        /// `IBV_ACCESS_LOCAL_WRITE`.
+        LOCAL_WRITE = 1,
+        /// `IBV_ACCESS_REMOTE_WRITE`.
+        REMOTE_WRITE = 2,
+        /// `IBV_ACCESS_REMOTE_READ`.
+        REMOTE_READ = 4,
+        /// `IBV_ACCESS_REMOTE_ATOMIC`.
+        REMOTE_ATOMIC = 8,
+    }
+}
+
+c_flags! {
+    /// `enum ibv_send_flags`.
+    SendFlags {
+        /// `IBV_SEND_FENCE`: wait for earlier READs and atomics to complete.
+        FENCE = 1,
+        /// `IBV_SEND_SIGNALED`: generate a completion.
+        SIGNALED = 2,
+        /// `IBV_SEND_SOLICITED`: set SE in the last packet.
+        SOLICITED = 4,
+        /// `IBV_SEND_INLINE`: copy the data at post time.
+        INLINE = 8,
+    }
+}
+
+c_flags! {
+    /// `enum ibv_wc_flags`.
+    WcFlags {
+        /// `IBV_WC_GRH`: the first 40 bytes of the receive buffer hold a GRH.
+        GRH = 1,
+        /// `IBV_WC_WITH_IMM`: `imm_data` is valid.
+        WITH_IMM = 2,
+        /// `IBV_WC_IP_CSUM_OK`.
+        IP_CSUM_OK = 4,
+        /// `IBV_WC_WITH_INV`: `invalidated_rkey` is valid.
+        WITH_INV = 8,
+    }
+}
+
+c_flags! {
+    /// `enum ibv_qp_attr_mask`: which fields of a [`QpAttr`] a modify sets.
+    QpAttrMask {
+        /// `IBV_QP_STATE`.
+        STATE = 0x1,
+        /// `IBV_QP_CUR_STATE`.
+        CUR_STATE = 0x2,
+        /// `IBV_QP_EN_SQD_ASYNC_NOTIFY`.
+        EN_SQD_ASYNC_NOTIFY = 0x4,
+        /// `IBV_QP_ACCESS_FLAGS`.
+        ACCESS_FLAGS = 0x8,
+        /// `IBV_QP_PKEY_INDEX`.
+        PKEY_INDEX = 0x10,
+        /// `IBV_QP_PORT`.
+        PORT = 0x20,
+        /// `IBV_QP_QKEY`.
+        QKEY = 0x40,
+        /// `IBV_QP_AV`.
+        AV = 0x80,
+        /// `IBV_QP_PATH_MTU`.
+        PATH_MTU = 0x100,
+        /// `IBV_QP_TIMEOUT`.
+        TIMEOUT = 0x200,
+        /// `IBV_QP_RETRY_CNT`.
+        RETRY_CNT = 0x400,
+        /// `IBV_QP_RNR_RETRY`.
+        RNR_RETRY = 0x800,
+        /// `IBV_QP_RQ_PSN`.
+        RQ_PSN = 0x1000,
+        /// `IBV_QP_MAX_QP_RD_ATOMIC`.
+        MAX_QP_RD_ATOMIC = 0x2000,
+        /// `IBV_QP_ALT_PATH`.
+        ALT_PATH = 0x4000,
+        /// `IBV_QP_MIN_RNR_TIMER`.
+        MIN_RNR_TIMER = 0x8000,
+        /// `IBV_QP_SQ_PSN`.
+        SQ_PSN = 0x10000,
+        /// `IBV_QP_MAX_DEST_RD_ATOMIC`.
+        MAX_DEST_RD_ATOMIC = 0x20000,
+        /// `IBV_QP_PATH_MIG_STATE`.
+        PATH_MIG_STATE = 0x40000,
+        /// `IBV_QP_CAP`.
+        CAP = 0x80000,
+        /// `IBV_QP_DEST_QPN`.
+        DEST_QPN = 0x100000,
+        /// `IBV_QP_RATE_LIMIT`.
+        RATE_LIMIT = 0x2000000,
+    }
+}
+
+/// `struct ibv_sge`: a scatter/gather element in registered memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Sge {
+    /// Start address (in the memory region's address space).
+    pub addr: u64,
+    /// Length in bytes.
+    pub length: u32,
+    /// Local key of the memory region.
+    pub lkey: u32,
+}
+
+/// The RoCE part of `struct ibv_ah_attr`: where a QP's packets go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct AhAttr {
+    /// The peer's address (its GID, as an IP address; IPv4-mapped GIDs become IPv4).
+    pub dest: IpAddr,
+    /// `grh.hop_limit` (IP TTL / hop limit).
+    pub hop_limit: u8,
+    /// `grh.traffic_class` (IP TOS / traffic class).
+    pub traffic_class: u8,
+    /// `grh.flow_label` (IPv6 flow label).
+    pub flow_label: u32,
+    /// `grh.sgid_index`: the local GID used as source.
+    pub sgid_index: u8,
+}
+
+impl AhAttr {
+    /// An address vector to `dest` with rxe's defaults (hop limit 64, traffic class 0).
+    pub const fn new(dest: IpAddr) -> AhAttr {
+        AhAttr {
+            dest,
+            hop_limit: 64,
+            traffic_class: 0,
+            flow_label: 0,
+            sgid_index: 0,
+        }
+    }
+}
+
+/// `struct ibv_qp_cap`: queue sizes of a QP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct QpCap {
+    /// `max_send_wr`.
+    pub max_send_wr: u32,
+    /// `max_recv_wr`.
+    pub max_recv_wr: u32,
+    /// `max_send_sge`.
+    pub max_send_sge: u32,
+    /// `max_recv_sge`.
+    pub max_recv_sge: u32,
+    /// `max_inline_data`.
+    pub max_inline_data: u32,
+}
+
+/// `struct ibv_qp_attr`: the attributes `modify_qp` sets and `query_qp` returns. Which fields a
+/// modify uses is given by a [`QpAttrMask`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QpAttr {
+    /// `qp_state`: the state to move to.
+    pub qp_state: QpState,
+    /// `cur_qp_state`: the state the caller believes the QP is in.
+    pub cur_qp_state: QpState,
+    /// `path_mtu`.
+    pub path_mtu: Mtu,
+    /// `qkey` (UD).
+    pub qkey: u32,
+    /// `rq_psn`: the first PSN the responder expects.
+    pub rq_psn: u32,
+    /// `sq_psn`: the first PSN the requester sends.
+    pub sq_psn: u32,
+    /// `dest_qp_num`.
+    pub dest_qp_num: u32,
+    /// `qp_access_flags`: what remote peers may do through this QP.
+    pub qp_access_flags: AccessFlags,
+    /// `cap`.
+    pub cap: QpCap,
+    /// `ah_attr`: the primary path.
+    pub ah_attr: Option<AhAttr>,
+    /// `pkey_index`.
+    pub pkey_index: u16,
+    /// `en_sqd_async_notify`: raise `SqDrained` when SQD is reached.
+    pub en_sqd_async_notify: bool,
+    /// `sq_draining` (query only).
+    pub sq_draining: bool,
+    /// `max_rd_atomic`: READ/atomic operations this QP may have outstanding as requester.
+    pub max_rd_atomic: u8,
+    /// `max_dest_rd_atomic`: responder resources for incoming READ/atomic operations.
+    pub max_dest_rd_atomic: u8,
+    /// `min_rnr_timer`: the RNR timer index sent in this QP's RNR NAKs.
+    pub min_rnr_timer: u8,
+    /// `port_num`.
+    pub port_num: u8,
+    /// `timeout`: local ACK timeout, 4.096 µs · 2^timeout (0 = none).
+    pub timeout: u8,
+    /// `retry_cnt`: retries after a timeout or sequence NAK (IBTA: 7 means seven).
+    pub retry_cnt: u8,
+    /// `rnr_retry`: retries after an RNR NAK (7 means infinite).
+    pub rnr_retry: u8,
+}
+
+impl Default for QpAttr {
+    fn default() -> QpAttr {
+        QpAttr {
+            qp_state: QpState::Reset,
+            cur_qp_state: QpState::Reset,
+            path_mtu: Mtu::Mtu256,
+            qkey: 0,
+            rq_psn: 0,
+            sq_psn: 0,
+            dest_qp_num: 0,
+            qp_access_flags: AccessFlags::EMPTY,
+            cap: QpCap::default(),
+            ah_attr: None,
+            pkey_index: 0,
+            en_sqd_async_notify: false,
+            sq_draining: false,
+            max_rd_atomic: 0,
+            max_dest_rd_atomic: 0,
+            min_rnr_timer: 0,
+            port_num: 1,
+            timeout: 0,
+            retry_cnt: 0,
+            rnr_retry: 0,
+        }
+    }
+}
+
+/// What a send work request asks the remote side to touch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct RemoteAddr {
+    /// `remote_addr`.
+    pub remote_addr: u64,
+    /// `rkey`.
+    pub rkey: u32,
+}
+
+/// The UD part of a send work request (`wr.ud`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct UdDest {
+    /// Where to send.
+    pub ah: AhAttr,
+    /// `remote_qpn`.
+    pub remote_qpn: u32,
+    /// `remote_qkey`; a value with the high bit set means "use the QP's own Q_Key".
+    pub remote_qkey: u32,
+}
+
+/// `struct ibv_send_wr` (one work request; no linked list).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SendWr {
+    /// `wr_id`, returned in the completion.
+    pub wr_id: u64,
+    /// `opcode`.
+    pub opcode: WrOpcode,
+    /// `send_flags`.
+    pub send_flags: SendFlags,
+    /// `sg_list`.
+    pub sg_list: Vec<Sge>,
+    /// `imm_data` (host order here; big-endian on the wire).
+    pub imm_data: u32,
+    /// `wr.rdma` (WRITE, READ) or the target of an atomic (`wr.atomic.remote_addr`/`rkey`).
+    pub remote: RemoteAddr,
+    /// `wr.atomic.compare_add`: the compare value (CMP_SWAP) or the addend (FETCH_ADD).
+    pub compare_add: u64,
+    /// `wr.atomic.swap`.
+    pub swap: u64,
+    /// `wr.ud` (UD QPs only).
+    pub ud: Option<UdDest>,
+}
+
+impl SendWr {
+    /// A work request with no SGEs, no flags and zeroed operands.
+    pub fn new(wr_id: u64, opcode: WrOpcode) -> SendWr {
+        SendWr {
+            wr_id,
+            opcode,
+            send_flags: SendFlags::EMPTY,
+            sg_list: Vec::new(),
+            imm_data: 0,
+            remote: RemoteAddr::default(),
+            compare_add: 0,
+            swap: 0,
+            ud: None,
+        }
+    }
+
+    /// The message length: the sum of the SGE lengths.
+    pub fn length(&self) -> u64 {
+        self.sg_list.iter().map(|s| u64::from(s.length)).sum()
+    }
+}
+
+/// `struct ibv_recv_wr` (one work request).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RecvWr {
+    /// `wr_id`, returned in the completion.
+    pub wr_id: u64,
+    /// `sg_list`: where received data is scattered.
+    pub sg_list: Vec<Sge>,
+}
+
+/// `struct ibv_wc`: a work completion.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct WorkCompletion {
+    /// `wr_id` of the work request.
+    pub wr_id: u64,
+    /// `status`.
+    pub status: WcStatus,
+    /// `opcode` (only meaningful when `status` is `Success`).
+    pub opcode: WcOpcode,
+    /// `vendor_err`.
+    pub vendor_err: u32,
+    /// `byte_len`: bytes transferred (receives: including the 40-byte GRH area on UD).
+    pub byte_len: u32,
+    /// `imm_data` (host order), valid with `WcFlags::WITH_IMM`.
+    pub imm_data: u32,
+    /// `qp_num`: the local QP.
+    pub qp_num: u32,
+    /// `src_qp`: the remote QP (receives).
+    pub src_qp: u32,
+    /// `wc_flags`.
+    pub wc_flags: WcFlags,
+}
+
+/// The largest message verbs lets a QP carry (`max_msg_sz`, as rxe: 8 MiB).
+pub const MAX_MSG_SZ: u64 = 8 << 20;
