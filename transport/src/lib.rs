@@ -4,10 +4,27 @@
 //! state machine, requester, responder and completer with their timers — with no sockets,
 //! threads, clock or randomness of its own. Kernel rxe is the behaviour matched on the wire;
 //! the IBTA spec where rxe is lax.
+//!
+//! The [`Endpoint`] is the whole engine of one device; its docs give the order in which to
+//! call it. Registered memory is reached through the [`Memory`] trait.
 #![forbid(unsafe_code)]
 
+pub mod endpoint;
+pub mod memory;
+pub mod qp;
+#[cfg(any(test, fuzzing, feature = "sim"))]
+pub mod sim;
+pub mod srq;
 pub mod state;
+pub mod time;
 pub mod verbs;
 
+pub use endpoint::{
+    AsyncEvent, Completion, Counters, Endpoint, EndpointConfig, Transmit, VerbError, WcQueue,
+};
+pub use memory::{AtomicOp, MemError, Memory, VecMemory};
+pub use qp::{PostError, QpInitAttr};
+pub use srq::SrqAttr;
 pub use state::{ModifyLimits, ModifyQpError, Service};
+pub use time::Instant;
 pub use verbs::*;

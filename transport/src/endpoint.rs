@@ -1,0 +1,601 @@
+//! The endpoint: every QP and SRQ of one device (one local address), the demultiplexer for
+//! incoming datagrams, and the engine's outputs.
+//!
+//! # Calling the engine
+//!
+//! Inputs are `handle` (a received UDP payload), `handle_timeout` and the verbs commands
+//! (`create_qp`, `modify_qp`, `post_send`, `post_recv`, ...). After any input, drain the
+//! outputs in this order: `poll_transmit` until `None` (each call builds one datagram into the
+//! caller's buffer), then `poll_completion` and `poll_event`; finally arm a timer for
+//! `poll_timeout` and call `handle_timeout` when it expires. Every call takes `now` where time
+//! matters; the engine never reads a clock.
+
+use std::collections::{HashMap, VecDeque};
+use std::net::{IpAddr, SocketAddr};
+
+use ferroce_wire::{IcrcContext, Opcode, PacketRepr, Transport};
+
+use crate::memory::Memory;
+use crate::qp::{Ctx, PostError, Qp, QpInitAttr};
+use crate::srq::{Srq, SrqAttr};
+use crate::state::{ModifyLimits, ModifyQpError};
+use crate::time::Instant;
+use crate::verbs::{QpAttr, QpAttrMask, QpState, QpType, RecvWr, SendWr, WorkCompletion};
+
+/// Which queue of a QP a completion belongs to (and so which CQ it goes to).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum WcQueue {
+    /// The send queue.
+    Send,
+    /// The receive queue (or the SRQ the QP receives from).
+    Recv,
+}
+
+/// A work completion with the QP and queue it belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Completion {
+    /// The local QP.
+    pub qpn: u32,
+    /// Send or receive side.
+    pub queue: WcQueue,
+    /// The completion itself.
+    pub wc: WorkCompletion,
+}
+
+/// An asynchronous event (`enum ibv_event_type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AsyncEvent {
+    /// `IBV_EVENT_COMM_EST`: the first packet arrived while the QP was in RTR.
+    CommEst {
+        /// The QP.
+        qpn: u32,
+    },
+    /// `IBV_EVENT_SQ_DRAINED`: an SQD transition finished draining.
+    SqDrained {
+        /// The QP.
+        qpn: u32,
+    },
+    /// `IBV_EVENT_QP_LAST_WQE_REACHED`: a QP on an SRQ entered ERR.
+    QpLastWqeReached {
+        /// The QP.
+        qpn: u32,
+    },
+    /// `IBV_EVENT_SRQ_LIMIT_REACHED`.
+    SrqLimitReached {
+        /// The SRQ.
+        srqn: u32,
+    },
+}
+
+/// Per-device counters, named as rxe's `hw_counters` where rxe has them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Counters {
+    /// Packets built for transmission.
+    pub sent_pkts: u64,
+    /// Packets received and accepted for processing.
+    pub rcvd_pkts: u64,
+    /// Requests behind the expected PSN (duplicates).
+    pub duplicate_request: u64,
+    /// Requests ahead of the expected PSN.
+    pub out_of_seq_request: u64,
+    /// PSN sequence NAKs received (and READ response gaps seen).
+    pub rcvd_seq_err: u64,
+    /// RNR NAKs received.
+    pub rcvd_rnr_err: u64,
+    /// RNR NAKs sent.
+    pub send_rnr_err: u64,
+    /// QPs that ran out of `retry_cnt`.
+    pub retry_exceeded_err: u64,
+    /// QPs that ran out of `rnr_retry`.
+    pub retry_rnr_exceeded_err: u64,
+    /// Retries (go-back-N restarts) after a timeout, sequence NAK or implied NAK.
+    pub completer_retry_err: u64,
+    /// Implied NAKs (an ACK past an unanswered READ/atomic).
+    pub implied_naks: u64,
+    /// Packets dropped for a bad ICRC.
+    pub icrc_errors: u64,
+    /// IPv4 packets whose ICRC could only be verified modulo the unknown IP ID (16 bits).
+    pub icrc_partial: u64,
+    /// Packets that did not parse.
+    pub malformed: u64,
+    /// Packets for no QP, a QP of another type, or the wrong peer.
+    pub no_qp: u64,
+    /// UD packets with the wrong Q_Key.
+    pub qkey_violations: u64,
+    /// Responses for PSNs never sent (ghost ACKs).
+    pub ghost_responses: u64,
+    /// Duplicate responses.
+    pub duplicate_responses: u64,
+    /// Packets dropped for other reasons (QP not ready, no receive WQE on UC/UD, ...).
+    pub dropped: u64,
+}
+
+/// A datagram the engine built in the caller's buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Transmit {
+    /// Destination address and UDP port.
+    pub dst: SocketAddr,
+    /// Bytes of the UDP payload in the buffer.
+    pub len: usize,
+    /// IP TTL / hop limit.
+    pub hop_limit: u8,
+    /// IP TOS / traffic class.
+    pub traffic_class: u8,
+    /// The QP that sent it.
+    pub qpn: u32,
+}
+
+/// Errors of the endpoint's verbs commands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum VerbError {
+    /// No QP with this number.
+    NoSuchQp(u32),
+    /// No SRQ with this number.
+    NoSuchSrq(u32),
+    /// The SRQ still has QPs attached (EBUSY).
+    Busy,
+    /// The QP number is taken (QP1 created twice).
+    QpExists(u32),
+    /// `modify_qp` refused.
+    Modify(ModifyQpError),
+    /// A post refused.
+    Post(PostError),
+}
+
+impl core::fmt::Display for VerbError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            VerbError::NoSuchQp(n) => write!(f, "no QP {n:#x}"),
+            VerbError::NoSuchSrq(n) => write!(f, "no SRQ {n:#x}"),
+            VerbError::Busy => f.write_str("resource busy: QPs still attached"),
+            VerbError::QpExists(n) => write!(f, "QP {n:#x} exists already"),
+            VerbError::Modify(e) => e.fmt(f),
+            VerbError::Post(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for VerbError {}
+
+/// How an endpoint is set up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EndpointConfig {
+    /// The device's address: the source of every packet and the GID peers address.
+    pub local: IpAddr,
+    /// The UDP source port of sent packets (covered by the ICRC).
+    pub src_port: u16,
+    /// The UDP destination port of sent packets (4791; another only in tests).
+    pub dst_port: u16,
+    /// Device limits for `modify_qp`.
+    pub limits: ModifyLimits,
+    /// The first QPN handed out (rxe starts at 0x11).
+    pub first_qpn: u32,
+    /// Accept IPv4 packets whose ICRC is right for some IP Identification other than 0 (kernel
+    /// rxe peers, whose IDs a UDP socket cannot see). This checks only 16 bits of the ICRC, so
+    /// an endpoint whose peers are all ferroce (ID 0) turns it off.
+    pub solve_unknown_ident: bool,
+}
+
+impl EndpointConfig {
+    /// A configuration for `local` with rxe's defaults.
+    pub fn new(local: IpAddr) -> EndpointConfig {
+        EndpointConfig {
+            local,
+            src_port: ferroce_wire::ROCE_UDP_PORT,
+            dst_port: ferroce_wire::ROCE_UDP_PORT,
+            limits: ModifyLimits::default(),
+            first_qpn: 0x11,
+            solve_unknown_ident: true,
+        }
+    }
+}
+
+/// Every QP and SRQ of one device.
+#[derive(Debug)]
+pub struct Endpoint {
+    cfg: EndpointConfig,
+    qps: HashMap<u32, Qp>,
+    srqs: HashMap<u32, Srq>,
+    next_qpn: u32,
+    next_srqn: u32,
+    counters: Counters,
+    events: VecDeque<AsyncEvent>,
+    completions: VecDeque<Completion>,
+    active: VecDeque<u32>,
+}
+
+macro_rules! ctx {
+    ($self:ident, $mem:expr, $now:expr, $srq:expr) => {
+        Ctx {
+            mem: $mem,
+            now: $now,
+            counters: &mut $self.counters,
+            events: &mut $self.events,
+            completions: &mut $self.completions,
+            srq: $srq,
+        }
+    };
+}
+
+impl Endpoint {
+    /// An endpoint with no QPs.
+    pub fn new(cfg: EndpointConfig) -> Endpoint {
+        Endpoint {
+            next_qpn: cfg.first_qpn,
+            cfg,
+            qps: HashMap::new(),
+            srqs: HashMap::new(),
+            next_srqn: 1,
+            counters: Counters::default(),
+            events: VecDeque::new(),
+            completions: VecDeque::new(),
+            active: VecDeque::new(),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &EndpointConfig {
+        &self.cfg
+    }
+
+    /// The counters.
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    /// `ibv_create_qp`: a new QP in RESET; returns its number.
+    ///
+    /// # Errors
+    /// [`VerbError::NoSuchSrq`] if `init.srq` names no SRQ.
+    pub fn create_qp(&mut self, init: QpInitAttr) -> Result<u32, VerbError> {
+        if let Some(s) = init.srq {
+            if !self.srqs.contains_key(&s) {
+                return Err(VerbError::NoSuchSrq(s));
+            }
+        }
+        let mut qpn = self.next_qpn;
+        while self.qps.contains_key(&qpn) || qpn < 2 {
+            qpn = (qpn + 1) & 0xFF_FFFF;
+        }
+        self.next_qpn = (qpn + 1) & 0xFF_FFFF;
+        self.qps.insert(qpn, Qp::new(qpn, &init));
+        Ok(qpn)
+    }
+
+    /// Creates QP1, the General Services QP (UD, Q_Key 0x80010000 by convention).
+    ///
+    /// # Errors
+    /// [`VerbError::QpExists`] if QP1 exists.
+    pub fn create_gsi_qp(&mut self, mut init: QpInitAttr) -> Result<u32, VerbError> {
+        if self.qps.contains_key(&1) {
+            return Err(VerbError::QpExists(1));
+        }
+        init.qp_type = QpType::Ud;
+        self.qps.insert(1, Qp::new(1, &init));
+        Ok(1)
+    }
+
+    /// `ibv_destroy_qp`: the QP and everything queued on it go, without completions.
+    ///
+    /// # Errors
+    /// [`VerbError::NoSuchQp`].
+    pub fn destroy_qp(&mut self, qpn: u32) -> Result<(), VerbError> {
+        self.qps
+            .remove(&qpn)
+            .map(|_| ())
+            .ok_or(VerbError::NoSuchQp(qpn))
+    }
+
+    /// The QP numbers in use.
+    pub fn qpns(&self) -> impl Iterator<Item = u32> + '_ {
+        self.qps.keys().copied()
+    }
+
+    /// `ibv_create_srq`.
+    pub fn create_srq(&mut self, attr: SrqAttr) -> u32 {
+        let n = self.next_srqn;
+        self.next_srqn += 1;
+        self.srqs.insert(n, Srq::new(n, attr));
+        n
+    }
+
+    /// `ibv_modify_srq` with `IBV_SRQ_LIMIT`: arms the limit event.
+    ///
+    /// # Errors
+    /// [`VerbError::NoSuchSrq`].
+    pub fn arm_srq(&mut self, srqn: u32, limit: u32) -> Result<(), VerbError> {
+        self.srqs
+            .get_mut(&srqn)
+            .ok_or(VerbError::NoSuchSrq(srqn))?
+            .arm(limit);
+        Ok(())
+    }
+
+    /// `ibv_query_srq`.
+    pub fn query_srq(&self, srqn: u32) -> Option<SrqAttr> {
+        self.srqs.get(&srqn).map(Srq::query)
+    }
+
+    /// `ibv_destroy_srq`.
+    ///
+    /// # Errors
+    /// [`VerbError::Busy`] while a QP uses it; [`VerbError::NoSuchSrq`].
+    pub fn destroy_srq(&mut self, srqn: u32) -> Result<(), VerbError> {
+        if self.qps.values().any(|q| q.srq == Some(srqn)) {
+            return Err(VerbError::Busy);
+        }
+        self.srqs
+            .remove(&srqn)
+            .map(|_| ())
+            .ok_or(VerbError::NoSuchSrq(srqn))
+    }
+
+    /// `ibv_post_srq_recv` for one WR.
+    ///
+    /// # Errors
+    /// [`VerbError::NoSuchSrq`], or `Post(QueueFull | TooManySge)`.
+    pub fn post_srq_recv(&mut self, srqn: u32, wr: RecvWr) -> Result<(), VerbError> {
+        let s = self.srqs.get_mut(&srqn).ok_or(VerbError::NoSuchSrq(srqn))?;
+        if s.queue.len() >= s.attr.max_wr as usize {
+            return Err(VerbError::Post(PostError::QueueFull));
+        }
+        if wr.sg_list.len() > s.attr.max_sge as usize {
+            return Err(VerbError::Post(PostError::TooManySge));
+        }
+        s.queue.push_back(wr);
+        Ok(())
+    }
+
+    /// `ibv_modify_qp`.
+    ///
+    /// # Errors
+    /// [`VerbError::NoSuchQp`] or [`VerbError::Modify`].
+    pub fn modify_qp<M: Memory + ?Sized>(
+        &mut self,
+        qpn: u32,
+        attr: &QpAttr,
+        mask: QpAttrMask,
+        mem: &M,
+        now: Instant,
+    ) -> Result<(), VerbError> {
+        let qp = self.qps.get_mut(&qpn).ok_or(VerbError::NoSuchQp(qpn))?;
+        let limits = self.cfg.limits;
+        let mut ctx = ctx!(self, mem, now, None);
+        let from = qp.state();
+        qp.modify(attr, mask, &limits, &mut ctx)
+            .map_err(VerbError::Modify)?;
+        log::debug!(
+            "qp {qpn:#x}: {from:?} -> {:?} dest_qp {:#x} sq_psn {:#x} rq_psn {:#x} mtu {} timeout {} retry_cnt {} rnr_retry {}",
+            qp.state(),
+            qp.attr.dest_qp_num,
+            qp.attr.sq_psn,
+            qp.attr.rq_psn,
+            qp.attr.path_mtu.bytes(),
+            qp.attr.timeout,
+            qp.attr.retry_cnt,
+            qp.attr.rnr_retry
+        );
+        self.schedule(qpn);
+        Ok(())
+    }
+
+    /// `ibv_query_qp`.
+    pub fn query_qp(&self, qpn: u32) -> Option<QpAttr> {
+        self.qps.get(&qpn).map(Qp::query)
+    }
+
+    /// `ibv_post_send` for one WR.
+    ///
+    /// # Errors
+    /// [`VerbError::NoSuchQp`] or [`VerbError::Post`].
+    pub fn post_send<M: Memory + ?Sized>(
+        &mut self,
+        qpn: u32,
+        wr: SendWr,
+        mem: &M,
+        now: Instant,
+    ) -> Result<(), VerbError> {
+        let qp = self.qps.get_mut(&qpn).ok_or(VerbError::NoSuchQp(qpn))?;
+        let mut ctx = ctx!(self, mem, now, None);
+        qp.post_send(wr, &mut ctx).map_err(VerbError::Post)?;
+        self.schedule(qpn);
+        Ok(())
+    }
+
+    /// `ibv_post_recv` for one WR.
+    ///
+    /// # Errors
+    /// [`VerbError::NoSuchQp`] or [`VerbError::Post`].
+    pub fn post_recv<M: Memory + ?Sized>(
+        &mut self,
+        qpn: u32,
+        wr: RecvWr,
+        mem: &M,
+        now: Instant,
+    ) -> Result<(), VerbError> {
+        let qp = self.qps.get_mut(&qpn).ok_or(VerbError::NoSuchQp(qpn))?;
+        let mut ctx = ctx!(self, mem, now, None);
+        qp.post_recv(wr, &mut ctx).map_err(VerbError::Post)
+    }
+
+    fn schedule(&mut self, qpn: u32) {
+        if let Some(qp) = self.qps.get_mut(&qpn) {
+            if !qp.scheduled {
+                qp.scheduled = true;
+                self.active.push_back(qpn);
+            }
+        }
+    }
+
+    /// Handles one received UDP payload from `src`, sent to our address `dst`. Bad packets are
+    /// dropped and counted; nothing a peer sends is an error here.
+    pub fn handle<M: Memory + ?Sized>(
+        &mut self,
+        now: Instant,
+        src: SocketAddr,
+        dst: IpAddr,
+        datagram: &[u8],
+        mem: &M,
+    ) {
+        if !self.icrc_ok(src, dst, datagram) {
+            self.counters.icrc_errors += 1;
+            return;
+        }
+        let Ok(pkt) = PacketRepr::parse(datagram) else {
+            self.counters.malformed += 1;
+            return;
+        };
+        // P_Key: only the default partition exists (low 15 bits all ones; rxe checks the same).
+        if pkt.bth.pkey & 0x7FFF != 0x7FFF {
+            self.counters.dropped += 1;
+            return;
+        }
+        let qpn = pkt.bth.dest_qp;
+        let Some(qp) = self.qps.get_mut(&qpn) else {
+            self.counters.no_qp += 1;
+            return;
+        };
+        let transport_ok = matches!(
+            (pkt.bth.opcode.transport(), qp.qp_type),
+            (Transport::Rc, QpType::Rc) | (Transport::Uc, QpType::Uc) | (Transport::Ud, QpType::Ud)
+        );
+        // Connected QPs only talk to their peer.
+        let peer_ok = qp.qp_type == QpType::Ud || qp.peer() == Some(src.ip());
+        if !transport_ok || !peer_ok {
+            self.counters.no_qp += 1;
+            return;
+        }
+        self.counters.rcvd_pkts += 1;
+        let srq = match qp.srq {
+            Some(s) => self.srqs.get_mut(&s),
+            None => None,
+        };
+        let mut ctx = ctx!(self, mem, now, srq);
+        if pkt.bth.opcode.is_request() {
+            qp.handle_request(&mut ctx, &pkt, src.ip(), dst);
+        } else if pkt.bth.opcode != Opcode::CNP {
+            qp.handle_response(&mut ctx, &pkt);
+        }
+        self.schedule(qpn);
+    }
+
+    /// Checks the ICRC of a datagram received through a UDP socket: fully when the sender used
+    /// IP ID 0 (ferroce) or IPv6; modulo the unknown ID otherwise (kernel rxe), counted.
+    fn icrc_ok(&mut self, src: SocketAddr, dst: IpAddr, datagram: &[u8]) -> bool {
+        let ctx = match (src.ip(), dst) {
+            (IpAddr::V4(s), IpAddr::V4(d)) => {
+                IcrcContext::v4(s, d, 0, src.port(), self.cfg.dst_port)
+            }
+            (IpAddr::V6(s), IpAddr::V6(d)) => IcrcContext::v6(s, d, src.port(), self.cfg.dst_port),
+            _ => return false,
+        };
+        if ctx.verify(datagram) {
+            return true;
+        }
+        if self.cfg.solve_unknown_ident
+            && matches!(src.ip(), IpAddr::V4(_))
+            && ctx.solve_ipv4_ident(datagram).is_some()
+        {
+            self.counters.icrc_partial += 1;
+            return true;
+        }
+        false
+    }
+
+    /// Builds the next datagram to send into `buf` (at least 4096 + 100 bytes), with its ICRC.
+    #[must_use]
+    pub fn poll_transmit<M: Memory + ?Sized>(
+        &mut self,
+        now: Instant,
+        buf: &mut [u8],
+        mem: &M,
+    ) -> Option<Transmit> {
+        while let Some(qpn) = self.active.pop_front() {
+            let Some(qp) = self.qps.get_mut(&qpn) else {
+                continue;
+            };
+            let mut ctx = ctx!(self, mem, now, None);
+            let tx = qp
+                .poll_response(&mut ctx, buf)
+                .or_else(|| qp.poll_request(&mut ctx, buf));
+            match tx {
+                Some(tx) => {
+                    // More may follow: back to the end of the rotation.
+                    self.active.push_back(qpn);
+                    let dst = SocketAddr::new(tx.dest, self.cfg.dst_port);
+                    let icrc = match (self.cfg.local, tx.dest) {
+                        (IpAddr::V4(s), IpAddr::V4(d)) => {
+                            IcrcContext::v4(s, d, 0, self.cfg.src_port, self.cfg.dst_port)
+                        }
+                        (IpAddr::V6(s), IpAddr::V6(d)) => {
+                            IcrcContext::v6(s, d, self.cfg.src_port, self.cfg.dst_port)
+                        }
+                        _ => {
+                            self.counters.dropped += 1;
+                            continue;
+                        }
+                    };
+                    icrc.fill(&mut buf[..tx.len]);
+                    return Some(Transmit {
+                        dst,
+                        len: tx.len,
+                        hop_limit: tx.hop_limit,
+                        traffic_class: tx.traffic_class,
+                        qpn,
+                    });
+                }
+                None => qp.scheduled = false,
+            }
+        }
+        None
+    }
+
+    /// The earliest timer deadline, if any.
+    #[must_use]
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.qps.values().filter_map(Qp::poll_timeout).min()
+    }
+
+    /// Runs every timer that expired at `now`.
+    pub fn handle_timeout<M: Memory + ?Sized>(&mut self, now: Instant, mem: &M) {
+        let due: Vec<u32> = self
+            .qps
+            .values()
+            .filter(|q| q.poll_timeout().is_some_and(|t| t <= now))
+            .map(Qp::qpn)
+            .collect();
+        for qpn in due {
+            if let Some(qp) = self.qps.get_mut(&qpn) {
+                let mut ctx = ctx!(self, mem, now, None);
+                qp.handle_timeout(&mut ctx);
+                qp.retire_done(&mut ctx);
+            }
+            self.schedule(qpn);
+        }
+    }
+
+    /// The next work completion.
+    #[must_use]
+    pub fn poll_completion(&mut self) -> Option<Completion> {
+        self.completions.pop_front()
+    }
+
+    /// The next asynchronous event.
+    #[must_use]
+    pub fn poll_event(&mut self) -> Option<AsyncEvent> {
+        self.events.pop_front()
+    }
+
+    /// The state of a QP.
+    pub fn qp_state(&self, qpn: u32) -> Option<QpState> {
+        self.qps.get(&qpn).map(Qp::state)
+    }
+
+    /// Whether any QP has something to send right now.
+    pub fn has_transmit(&self) -> bool {
+        self.active
+            .iter()
+            .any(|q| self.qps.get(q).is_some_and(Qp::has_work))
+    }
+}

@@ -1,0 +1,458 @@
+//! How the engine reaches registered memory: the [`Memory`] trait the caller implements (the
+//! provider over its memory regions, tests and the simulator over [`VecMemory`]).
+//!
+//! Every access names the protection domain of the QP making it; a key from another PD is an
+//! invalid key, as on an HCA.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+
+use crate::verbs::{AccessFlags, Sge};
+
+/// Why a memory access was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MemError {
+    /// No memory region has this key in this protection domain.
+    InvalidKey,
+    /// The range is not inside the region.
+    OutOfBounds,
+    /// The region does not grant the access.
+    AccessDenied,
+    /// An atomic on an address that is not 8-byte aligned.
+    Misaligned,
+}
+
+/// An atomic operation on 8 bytes of remote memory (IBTA §9.4.5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AtomicOp {
+    /// Compare and swap: if the value equals `compare`, write `swap`.
+    CompareSwap {
+        /// Compare operand.
+        compare: u64,
+        /// Swap operand.
+        swap: u64,
+    },
+    /// Fetch and add `add` (wrapping).
+    FetchAdd {
+        /// Addend.
+        add: u64,
+    },
+}
+
+impl AtomicOp {
+    /// The value to store given the original one.
+    pub const fn apply(self, orig: u64) -> u64 {
+        match self {
+            AtomicOp::CompareSwap { compare, swap } => {
+                if orig == compare {
+                    swap
+                } else {
+                    orig
+                }
+            }
+            AtomicOp::FetchAdd { add } => orig.wrapping_add(add),
+        }
+    }
+}
+
+/// Registered memory as the engine sees it. Local accesses use an lkey, remote ones an rkey;
+/// the implementation checks the key's PD, the bounds and the region's access flags.
+/// Methods take `&self`: memory is shared with the application, as an HCA's is.
+pub trait Memory {
+    /// Reads local memory for a send (no access flag needed).
+    ///
+    /// # Errors
+    /// [`MemError`] if the lkey, bounds or PD do not fit.
+    fn read_local(&self, pd: u32, lkey: u32, addr: u64, buf: &mut [u8]) -> Result<(), MemError>;
+
+    /// Writes local memory for a receive or a READ/atomic result (needs `LOCAL_WRITE`).
+    ///
+    /// # Errors
+    /// [`MemError`] if the lkey, bounds, PD or access flags do not fit.
+    fn write_local(&self, pd: u32, lkey: u32, addr: u64, data: &[u8]) -> Result<(), MemError>;
+
+    /// Checks that `rkey` grants `access` on `len` bytes at `addr`.
+    ///
+    /// # Errors
+    /// [`MemError`] if it does not.
+    fn check_remote(
+        &self,
+        pd: u32,
+        rkey: u32,
+        addr: u64,
+        len: u64,
+        access: AccessFlags,
+    ) -> Result<(), MemError>;
+
+    /// Reads memory for an incoming RDMA READ (needs `REMOTE_READ`).
+    ///
+    /// # Errors
+    /// [`MemError`] if the rkey, bounds, PD or access flags do not fit.
+    fn read_remote(&self, pd: u32, rkey: u32, addr: u64, buf: &mut [u8]) -> Result<(), MemError>;
+
+    /// Writes memory for an incoming RDMA WRITE (needs `REMOTE_WRITE`).
+    ///
+    /// # Errors
+    /// [`MemError`] if the rkey, bounds, PD or access flags do not fit.
+    fn write_remote(&self, pd: u32, rkey: u32, addr: u64, data: &[u8]) -> Result<(), MemError>;
+
+    /// Executes an atomic on 8 aligned bytes (needs `REMOTE_ATOMIC`) and returns the original
+    /// value. Atomics through one `Memory` are atomic with respect to each other.
+    ///
+    /// # Errors
+    /// [`MemError`] if the rkey, bounds, alignment, PD or access flags do not fit.
+    fn atomic(&self, pd: u32, rkey: u32, addr: u64, op: AtomicOp) -> Result<u64, MemError>;
+}
+
+/// Copies bytes `[offset, offset + out.len())` of the message an SGE list describes.
+///
+/// # Errors
+/// [`MemError`] from the memory, or `OutOfBounds` if the SGEs are too short.
+pub fn gather<M: Memory + ?Sized>(
+    mem: &M,
+    pd: u32,
+    sges: &[Sge],
+    mut offset: u64,
+    mut out: &mut [u8],
+) -> Result<(), MemError> {
+    for s in sges {
+        if out.is_empty() {
+            return Ok(());
+        }
+        let len = u64::from(s.length);
+        if offset >= len {
+            offset -= len;
+            continue;
+        }
+        let n = (len - offset).min(out.len() as u64) as usize;
+        let (head, rest) = out.split_at_mut(n);
+        mem.read_local(pd, s.lkey, s.addr + offset, head)?;
+        out = rest;
+        offset = 0;
+    }
+    if out.is_empty() {
+        Ok(())
+    } else {
+        Err(MemError::OutOfBounds)
+    }
+}
+
+/// Why a scatter failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ScatterError {
+    /// The data does not fit in the SGEs (a local length error).
+    TooLong,
+    /// The memory refused the write (a local protection error).
+    Memory(MemError),
+}
+
+/// Writes `data` at byte `offset` of the message an SGE list describes.
+///
+/// # Errors
+/// [`ScatterError::TooLong`] if the SGEs are too short, or the memory's error.
+pub fn scatter<M: Memory + ?Sized>(
+    mem: &M,
+    pd: u32,
+    sges: &[Sge],
+    mut offset: u64,
+    mut data: &[u8],
+) -> Result<(), ScatterError> {
+    for s in sges {
+        if data.is_empty() {
+            return Ok(());
+        }
+        let len = u64::from(s.length);
+        if offset >= len {
+            offset -= len;
+            continue;
+        }
+        let n = (len - offset).min(data.len() as u64) as usize;
+        mem.write_local(pd, s.lkey, s.addr + offset, &data[..n])
+            .map_err(ScatterError::Memory)?;
+        data = &data[n..];
+        offset = 0;
+    }
+    if data.is_empty() {
+        Ok(())
+    } else {
+        Err(ScatterError::TooLong)
+    }
+}
+
+/// A memory region of [`VecMemory`].
+#[derive(Debug, Clone)]
+struct Region {
+    pd: u32,
+    addr: u64,
+    access: AccessFlags,
+    bytes: Vec<u8>,
+}
+
+/// A simple in-process [`Memory`]: regions backed by `Vec<u8>`, for tests and the simulator.
+#[derive(Debug, Default)]
+pub struct VecMemory {
+    regions: RefCell<HashMap<u32, Region>>,
+    next_key: RefCell<u32>,
+}
+
+/// What [`VecMemory::register`] returns: the keys and address of a new region.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct VecMr {
+    /// The region's start address.
+    pub addr: u64,
+    /// Its length.
+    pub length: u64,
+    /// Local key.
+    pub lkey: u32,
+    /// Remote key (equal to the lkey here).
+    pub rkey: u32,
+}
+
+impl VecMr {
+    /// An SGE covering `len` bytes at `offset` into the region.
+    pub fn sge(&self, offset: u64, len: u32) -> Sge {
+        Sge {
+            addr: self.addr + offset,
+            length: len,
+            lkey: self.lkey,
+        }
+    }
+}
+
+impl VecMemory {
+    /// An empty memory.
+    pub fn new() -> VecMemory {
+        VecMemory::default()
+    }
+
+    /// Registers `bytes` in protection domain `pd` with the given access flags. Each region
+    /// gets its own address range (regions start 4 GiB apart).
+    pub fn register(&self, pd: u32, bytes: Vec<u8>, access: AccessFlags) -> VecMr {
+        let mut next = self.next_key.borrow_mut();
+        *next += 1;
+        let key = *next * 0x100 + 0x42;
+        let addr = u64::from(*next) << 32;
+        let length = bytes.len() as u64;
+        self.regions.borrow_mut().insert(
+            key,
+            Region {
+                pd,
+                addr,
+                access,
+                bytes,
+            },
+        );
+        VecMr {
+            addr,
+            length,
+            lkey: key,
+            rkey: key,
+        }
+    }
+
+    /// Removes a region: its keys become invalid at once.
+    pub fn deregister(&self, key: u32) -> bool {
+        self.regions.borrow_mut().remove(&key).is_some()
+    }
+
+    /// A copy of a region's bytes.
+    pub fn bytes(&self, key: u32) -> Option<Vec<u8>> {
+        self.regions.borrow().get(&key).map(|r| r.bytes.clone())
+    }
+
+    /// Overwrites part of a region (as the application would).
+    pub fn fill(&self, key: u32, offset: usize, data: &[u8]) {
+        if let Some(r) = self.regions.borrow_mut().get_mut(&key) {
+            r.bytes[offset..offset + data.len()].copy_from_slice(data);
+        }
+    }
+
+    fn with_range<T>(
+        &self,
+        pd: u32,
+        key: u32,
+        addr: u64,
+        len: usize,
+        need: AccessFlags,
+        f: impl FnOnce(&mut [u8]) -> T,
+    ) -> Result<T, MemError> {
+        let mut regions = self.regions.borrow_mut();
+        let r = regions
+            .get_mut(&key)
+            .filter(|r| r.pd == pd)
+            .ok_or(MemError::InvalidKey)?;
+        if !r.access.contains(need) {
+            return Err(MemError::AccessDenied);
+        }
+        let start = addr.checked_sub(r.addr).ok_or(MemError::OutOfBounds)?;
+        let end = start.checked_add(len as u64).ok_or(MemError::OutOfBounds)?;
+        if end > r.bytes.len() as u64 {
+            return Err(MemError::OutOfBounds);
+        }
+        Ok(f(&mut r.bytes[start as usize..end as usize]))
+    }
+}
+
+impl Memory for VecMemory {
+    fn read_local(&self, pd: u32, lkey: u32, addr: u64, buf: &mut [u8]) -> Result<(), MemError> {
+        self.with_range(pd, lkey, addr, buf.len(), AccessFlags::EMPTY, |m| {
+            buf.copy_from_slice(m)
+        })
+    }
+
+    fn write_local(&self, pd: u32, lkey: u32, addr: u64, data: &[u8]) -> Result<(), MemError> {
+        self.with_range(pd, lkey, addr, data.len(), AccessFlags::LOCAL_WRITE, |m| {
+            m.copy_from_slice(data)
+        })
+    }
+
+    fn check_remote(
+        &self,
+        pd: u32,
+        rkey: u32,
+        addr: u64,
+        len: u64,
+        access: AccessFlags,
+    ) -> Result<(), MemError> {
+        let len = usize::try_from(len).map_err(|_| MemError::OutOfBounds)?;
+        self.with_range(pd, rkey, addr, len, access, |_| ())
+    }
+
+    fn read_remote(&self, pd: u32, rkey: u32, addr: u64, buf: &mut [u8]) -> Result<(), MemError> {
+        self.with_range(pd, rkey, addr, buf.len(), AccessFlags::REMOTE_READ, |m| {
+            buf.copy_from_slice(m)
+        })
+    }
+
+    fn write_remote(&self, pd: u32, rkey: u32, addr: u64, data: &[u8]) -> Result<(), MemError> {
+        self.with_range(pd, rkey, addr, data.len(), AccessFlags::REMOTE_WRITE, |m| {
+            m.copy_from_slice(data)
+        })
+    }
+
+    fn atomic(&self, pd: u32, rkey: u32, addr: u64, op: AtomicOp) -> Result<u64, MemError> {
+        if addr % 8 != 0 {
+            return Err(MemError::Misaligned);
+        }
+        self.with_range(pd, rkey, addr, 8, AccessFlags::REMOTE_ATOMIC, |m| {
+            let mut a = [0u8; 8];
+            a.copy_from_slice(m);
+            // Atomics operate on host-order 64-bit words, as on the HCA's host.
+            let orig = u64::from_ne_bytes(a);
+            m.copy_from_slice(&op.apply(orig).to_ne_bytes());
+            orig
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_pd_bounds_and_access() {
+        let m = VecMemory::new();
+        let a = m.register(
+            1,
+            vec![0; 64],
+            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ,
+        );
+        let mut buf = [0u8; 8];
+        assert_eq!(m.read_local(1, a.lkey, a.addr, &mut buf), Ok(()));
+        assert_eq!(
+            m.read_local(2, a.lkey, a.addr, &mut buf),
+            Err(MemError::InvalidKey)
+        );
+        assert_eq!(
+            m.read_local(1, a.lkey + 1, a.addr, &mut buf),
+            Err(MemError::InvalidKey)
+        );
+        assert_eq!(
+            m.read_local(1, a.lkey, a.addr + 60, &mut buf),
+            Err(MemError::OutOfBounds)
+        );
+        assert_eq!(
+            m.read_local(1, a.lkey, a.addr - 1, &mut buf),
+            Err(MemError::OutOfBounds)
+        );
+        assert_eq!(
+            m.write_remote(1, a.rkey, a.addr, &buf),
+            Err(MemError::AccessDenied)
+        );
+        assert_eq!(m.write_local(1, a.lkey, a.addr + 8, &[7; 8]), Ok(()));
+        assert_eq!(m.read_remote(1, a.rkey, a.addr + 8, &mut buf), Ok(()));
+        assert_eq!(buf, [7; 8]);
+        assert!(m.deregister(a.lkey));
+        assert_eq!(
+            m.read_local(1, a.lkey, a.addr, &mut buf),
+            Err(MemError::InvalidKey)
+        );
+    }
+
+    #[test]
+    fn atomics() {
+        let m = VecMemory::new();
+        let a = m.register(1, vec![0; 16], AccessFlags::REMOTE_ATOMIC);
+        assert_eq!(
+            m.atomic(1, a.rkey, a.addr, AtomicOp::FetchAdd { add: 5 }),
+            Ok(0)
+        );
+        assert_eq!(
+            m.atomic(
+                1,
+                a.rkey,
+                a.addr,
+                AtomicOp::CompareSwap {
+                    compare: 4,
+                    swap: 9
+                }
+            ),
+            Ok(5)
+        );
+        assert_eq!(
+            m.atomic(
+                1,
+                a.rkey,
+                a.addr,
+                AtomicOp::CompareSwap {
+                    compare: 5,
+                    swap: 9
+                }
+            ),
+            Ok(5)
+        );
+        assert_eq!(
+            m.atomic(1, a.rkey, a.addr, AtomicOp::FetchAdd { add: 0 }),
+            Ok(9)
+        );
+        assert_eq!(
+            m.atomic(1, a.rkey, a.addr + 4, AtomicOp::FetchAdd { add: 0 }),
+            Err(MemError::Misaligned)
+        );
+        assert_eq!(
+            m.atomic(1, a.rkey, a.addr + 16, AtomicOp::FetchAdd { add: 0 }),
+            Err(MemError::OutOfBounds)
+        );
+    }
+
+    #[test]
+    fn gather_and_scatter_across_sges() {
+        let m = VecMemory::new();
+        let a = m.register(1, (0..32).collect(), AccessFlags::LOCAL_WRITE);
+        let sges = [a.sge(0, 4), a.sge(10, 6), a.sge(20, 10)];
+        let mut out = [0u8; 8];
+        gather(&m, 1, &sges, 2, &mut out).unwrap();
+        assert_eq!(out, [2, 3, 10, 11, 12, 13, 14, 15]);
+        assert_eq!(
+            gather(&m, 1, &sges, 15, &mut out),
+            Err(MemError::OutOfBounds)
+        );
+        scatter(&m, 1, &sges, 3, &[0xAA, 0xBB, 0xCC]).unwrap();
+        let b = m.bytes(a.lkey).unwrap();
+        assert_eq!((b[3], b[10], b[11]), (0xAA, 0xBB, 0xCC));
+        assert_eq!(
+            scatter(&m, 1, &sges, 19, &[1, 2, 3]),
+            Err(ScatterError::TooLong)
+        );
+    }
+}

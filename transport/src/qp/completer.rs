@@ -1,0 +1,286 @@
+//! The completer: what an RC requester does with what comes back — coalesced ACKs retire every
+//! WQE they cover, READ responses and atomic ACKs deliver data, NAKs and timeouts send the
+//! requester back to the oldest unacknowledged PSN (go-back-N) or end the QP with the matching
+//! completion status.
+
+use ferroce_wire::{AckType, NakCode, Opcode, PacketRepr, Psn, timer};
+
+use super::{Ctx, Qp};
+use crate::memory::{self, Memory, ScatterError};
+use crate::verbs::{QpState, WcStatus, WrOpcode};
+
+impl Qp {
+    /// Handles an ACK, NAK, READ response or ATOMIC ACK addressed to this QP.
+    pub(crate) fn handle_response<M: Memory + ?Sized>(
+        &mut self,
+        ctx: &mut Ctx<'_, M>,
+        pkt: &PacketRepr<'_>,
+    ) {
+        if !matches!(self.state, QpState::Rts | QpState::Sqd) {
+            return;
+        }
+        let psn = pkt.bth.psn;
+        // A response for a PSN never sent is a ghost; one older than the oldest outstanding
+        // PSN is stale. Both are ignored.
+        if !psn.is_before(self.next_psn) {
+            ctx.counters.ghost_responses += 1;
+            return;
+        }
+        let op = pkt.bth.opcode;
+        match op {
+            Opcode::RC_ACKNOWLEDGE => {
+                let Some(aeth) = pkt.ext.aeth else { return };
+                match aeth.ack_type() {
+                    AckType::Ack(_) => self.on_ack(ctx, psn),
+                    AckType::RnrNak { timer } => self.on_rnr_nak(ctx, psn, timer),
+                    AckType::Nak(code) => self.on_nak(ctx, psn, code),
+                    AckType::Reserved(_) => ctx.counters.malformed += 1,
+                }
+            }
+            Opcode::RC_ATOMIC_ACKNOWLEDGE => {
+                if let Some(orig) = pkt.ext.atomic_ack_eth {
+                    self.on_atomic_ack(ctx, psn, orig.orig);
+                }
+            }
+            _ => self.on_read_response(ctx, pkt),
+        }
+        self.retire_done(ctx);
+    }
+
+    /// Marks done every SEND/WRITE WQE whose last PSN is at or before `psn` (everything an
+    /// ACK or implied ACK covers), stopping at a READ/atomic that has not been answered.
+    /// Returns whether that stop is an implied NAK (the peer acknowledged past a READ/atomic
+    /// whose response never came).
+    fn ack_through<M: Memory + ?Sized>(&mut self, ctx: &mut Ctx<'_, M>, psn: Psn) -> bool {
+        let mut progress = false;
+        let mut implied_nak = false;
+        for w in self.sq.iter_mut() {
+            if !w.started || w.status.is_some() {
+                if w.status.is_some() {
+                    continue;
+                }
+                break;
+            }
+            if psn.is_before(w.first_psn) {
+                break;
+            }
+            if w.wr.opcode.is_read_or_atomic() {
+                implied_nak = true;
+                break;
+            }
+            if w.last_psn.is_before(psn) || w.last_psn == psn {
+                w.status = Some(WcStatus::Success);
+                self.comp_psn = w.last_psn + 1;
+                progress = true;
+            } else {
+                // Part of a long message is acknowledged.
+                if self.comp_psn.is_before(psn + 1) {
+                    self.comp_psn = psn + 1;
+                    progress = true;
+                }
+                break;
+            }
+        }
+        if progress {
+            self.on_progress(ctx);
+        }
+        implied_nak
+    }
+
+    fn on_progress<M: Memory + ?Sized>(&mut self, ctx: &mut Ctx<'_, M>) {
+        self.retry_left = self.attr.retry_cnt;
+        self.rnr_left = self.attr.rnr_retry;
+        self.read_gap_rewound = false;
+        if self.comp_psn == self.next_psn
+            && self.sq.iter().all(|w| !w.started || w.status.is_some())
+        {
+            self.retrans_at = None;
+        } else {
+            self.arm_retrans(ctx.now);
+        }
+    }
+
+    fn on_ack<M: Memory + ?Sized>(&mut self, ctx: &mut Ctx<'_, M>, psn: Psn) {
+        if psn.is_before(self.comp_psn.wrapping_sub(1)) {
+            return; // stale
+        }
+        if self.ack_through(ctx, psn) {
+            ctx.counters.implied_naks += 1;
+            self.retry(ctx);
+        }
+    }
+
+    fn on_nak<M: Memory + ?Sized>(&mut self, ctx: &mut Ctx<'_, M>, psn: Psn, code: NakCode) {
+        if psn.is_before(self.comp_psn) {
+            return; // stale
+        }
+        // Everything before the NAKed PSN was received.
+        let implied = if psn == self.comp_psn {
+            false
+        } else {
+            self.ack_through(ctx, psn.wrapping_sub(1))
+        };
+        match code {
+            NakCode::PsnSeqError => {
+                ctx.counters.rcvd_seq_err += 1;
+                if self.rnr_wait_until.is_some() {
+                    return; // already going back to this PSN after the RNR wait
+                }
+                let _ = implied;
+                self.retry(ctx);
+            }
+            _ => {
+                let status = match code {
+                    NakCode::InvalidRequest => WcStatus::RemInvReqErr,
+                    NakCode::RemoteAccessError => WcStatus::RemAccessErr,
+                    NakCode::RemoteOperationalError => WcStatus::RemOpErr,
+                    NakCode::InvalidRdRequest => WcStatus::RemInvRdReqErr,
+                    _ => WcStatus::BadRespErr,
+                };
+                let idx = self.sq.iter().position(|w| w.status.is_none()).unwrap_or(0);
+                self.fail(ctx, idx, status);
+            }
+        }
+    }
+
+    fn on_rnr_nak<M: Memory + ?Sized>(&mut self, ctx: &mut Ctx<'_, M>, psn: Psn, timer_index: u8) {
+        if psn.is_before(self.comp_psn) {
+            return;
+        }
+        ctx.counters.rcvd_rnr_err += 1;
+        if psn != self.comp_psn {
+            self.ack_through(ctx, psn.wrapping_sub(1));
+        }
+        if self.rnr_left == 0 {
+            ctx.counters.retry_rnr_exceeded_err += 1;
+            let idx = self.sq.iter().position(|w| w.status.is_none()).unwrap_or(0);
+            self.fail(ctx, idx, WcStatus::RnrRetryExcErr);
+            return;
+        }
+        if self.attr.rnr_retry != 7 {
+            self.rnr_left -= 1;
+        }
+        self.retrans_at = None;
+        self.rnr_wait_until = Some(ctx.now + timer::rnr_timer(timer_index));
+        self.rewind();
+    }
+
+    /// A lost packet, lost ACK or implied NAK: go back to `comp_psn`, or give up.
+    pub(crate) fn retry<M: Memory + ?Sized>(&mut self, ctx: &mut Ctx<'_, M>) {
+        if self.retry_left == 0 {
+            ctx.counters.retry_exceeded_err += 1;
+            let idx = self.sq.iter().position(|w| w.status.is_none()).unwrap_or(0);
+            self.fail(ctx, idx, WcStatus::RetryExcErr);
+            return;
+        }
+        self.retry_left -= 1;
+        ctx.counters.completer_retry_err += 1;
+        self.rewind();
+        self.arm_retrans(ctx.now);
+    }
+
+    /// The local ACK timeout or the RNR wait expired.
+    pub(crate) fn handle_timeout<M: Memory + ?Sized>(&mut self, ctx: &mut Ctx<'_, M>) {
+        let now = ctx.now;
+        if self.rnr_wait_until.is_some_and(|t| t <= now) {
+            self.rnr_wait_until = None;
+            self.arm_retrans(now);
+        }
+        if self.retrans_at.is_some_and(|t| t <= now) {
+            self.retrans_at = None;
+            let outstanding = self.sq.iter().any(|w| w.started && w.status.is_none());
+            if outstanding && matches!(self.state, QpState::Rts | QpState::Sqd) {
+                self.retry(ctx);
+            }
+        }
+    }
+
+    fn on_atomic_ack<M: Memory + ?Sized>(&mut self, ctx: &mut Ctx<'_, M>, psn: Psn, orig: u64) {
+        if psn.is_before(self.comp_psn) {
+            return; // duplicate
+        }
+        self.ack_through(ctx, psn.wrapping_sub(1));
+        let Some(idx) = self.sq.iter().position(|w| w.status.is_none()) else {
+            return;
+        };
+        let w = &self.sq[idx];
+        if !w.started || !w.wr.opcode.is_atomic() || w.first_psn != psn {
+            ctx.counters.ghost_responses += 1;
+            return;
+        }
+        // The original value lands in local memory in host order, as verbs returns it.
+        let res = memory::scatter(ctx.mem, self.pd, &w.wr.sg_list, 0, &orig.to_ne_bytes());
+        match res {
+            Ok(()) => {
+                self.sq[idx].status = Some(WcStatus::Success);
+                self.comp_psn = psn + 1;
+                self.on_progress(ctx);
+            }
+            Err(_) => self.fail(ctx, idx, WcStatus::LocProtErr),
+        }
+    }
+
+    fn on_read_response<M: Memory + ?Sized>(&mut self, ctx: &mut Ctx<'_, M>, pkt: &PacketRepr<'_>) {
+        let psn = pkt.bth.psn;
+        if psn.is_before(self.comp_psn) {
+            ctx.counters.duplicate_responses += 1;
+            return;
+        }
+        // A response implies every earlier request was received.
+        if psn != self.comp_psn {
+            self.ack_through(ctx, psn.wrapping_sub(1));
+        }
+        let Some(idx) = self.sq.iter().position(|w| w.status.is_none()) else {
+            return;
+        };
+        let mtu = self.mtu();
+        let w = &self.sq[idx];
+        if !w.started
+            || w.wr.opcode != WrOpcode::RdmaRead
+            || !psn.is_within(w.first_psn, w.last_psn)
+        {
+            ctx.counters.ghost_responses += 1;
+            return;
+        }
+        if psn != self.comp_psn {
+            // A response was lost: reissue the READ for the rest, once per gap.
+            if !self.read_gap_rewound {
+                self.read_gap_rewound = true;
+                ctx.counters.rcvd_seq_err += 1;
+                self.retry(ctx);
+            }
+            return;
+        }
+        let expect = (w.len - w.read_done).min(mtu);
+        let last = w.read_done + expect == w.len;
+        let op = pkt.bth.opcode;
+        let pos_ok = match op {
+            Opcode::RC_RDMA_READ_RESPONSE_ONLY | Opcode::RC_RDMA_READ_RESPONSE_LAST => last,
+            Opcode::RC_RDMA_READ_RESPONSE_FIRST | Opcode::RC_RDMA_READ_RESPONSE_MIDDLE => !last,
+            _ => false,
+        };
+        if !pos_ok || pkt.payload.len() != expect as usize {
+            self.fail(ctx, idx, WcStatus::BadRespErr);
+            return;
+        }
+        let res = memory::scatter(
+            ctx.mem,
+            self.pd,
+            &w.wr.sg_list,
+            u64::from(w.read_done),
+            pkt.payload,
+        );
+        match res {
+            Ok(()) => {}
+            Err(ScatterError::TooLong) => return self.fail(ctx, idx, WcStatus::LocLenErr),
+            Err(ScatterError::Memory(_)) => return self.fail(ctx, idx, WcStatus::LocProtErr),
+        }
+        let w = &mut self.sq[idx];
+        w.read_done += expect;
+        self.comp_psn = psn + 1;
+        if last {
+            w.status = Some(WcStatus::Success);
+        }
+        self.on_progress(ctx);
+    }
+}

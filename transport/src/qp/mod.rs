@@ -1,0 +1,574 @@
+//! One queue pair: its state machine, its queues, and the three engines that work them —
+//! requester (builds request packets), completer (retires send WQEs on ACKs, responses, NAKs
+//! and timeouts) and responder (executes incoming requests and answers them).
+
+mod completer;
+mod requester;
+mod responder;
+
+use std::collections::VecDeque;
+use std::net::IpAddr;
+
+use ferroce_wire::Psn;
+
+use crate::endpoint::{AsyncEvent, Completion, Counters, WcQueue};
+use crate::memory::Memory;
+use crate::srq::Srq;
+use crate::state::{self, ModifyLimits, ModifyQpError, Service};
+use crate::time::Instant;
+use crate::verbs::{
+    MAX_MSG_SZ, QpAttr, QpAttrMask, QpCap, QpState, QpType, RecvWr, SendFlags, SendWr, WcFlags,
+    WcOpcode, WcStatus, WorkCompletion,
+};
+
+pub(crate) use requester::Tx;
+pub use responder::GRH_LEN;
+use responder::Responder;
+
+/// The most PSNs a requester sends past the oldest unacknowledged one (rxe's
+/// `RXE_MAX_UNACKED_PSNS`).
+pub const MAX_UNACKED_PSNS: i32 = 128;
+
+/// A requester sets AckReq at least this often inside a long message (rxe: every 64 packets).
+pub const MAX_PKTS_PER_ACK: u32 = 64;
+
+/// How a QP is created (`struct ibv_qp_init_attr`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QpInitAttr {
+    /// `qp_type`.
+    pub qp_type: QpType,
+    /// The protection domain (the provider's handle; keys must belong to it).
+    pub pd: u32,
+    /// `cap`.
+    pub cap: QpCap,
+    /// `srq`: the shared receive queue this QP receives from, if any.
+    pub srq: Option<u32>,
+    /// `sq_sig_all`: every send WR generates a completion.
+    pub sq_sig_all: bool,
+}
+
+/// Why a work request was refused at post time (verbs returns an errno and fills `bad_wr`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum PostError {
+    /// The QP is in a state that does not take this kind of work request (RESET, INIT, RTR for
+    /// sends; RESET for receives).
+    InvalidState(QpState),
+    /// The queue already holds its `max_send_wr`/`max_recv_wr` work requests (ENOMEM).
+    QueueFull,
+    /// More SGEs than `max_send_sge`/`max_recv_sge`.
+    TooManySge,
+    /// INLINE data longer than `max_inline_data`.
+    InlineTooLong,
+    /// The message is longer than `max_msg_sz` (or, on UD, than the path MTU).
+    MessageTooLong,
+    /// The opcode is not valid on this QP type.
+    InvalidOpcode,
+    /// A UD send without a destination, or a UD destination on a connected QP.
+    InvalidDestination,
+    /// An atomic whose SGEs do not describe exactly 8 bytes.
+    InvalidAtomicLength,
+    /// The QP receives from an SRQ; post receives there.
+    UsesSrq,
+    /// An INLINE send whose data could not be read from memory.
+    InlineGatherFailed,
+}
+
+impl core::fmt::Display for PostError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let s = match self {
+            PostError::InvalidState(s) => {
+                return write!(f, "QP state {s:?} does not accept this work request");
+            }
+            PostError::QueueFull => "queue full",
+            PostError::TooManySge => "too many scatter/gather elements",
+            PostError::InlineTooLong => "inline data longer than max_inline_data",
+            PostError::MessageTooLong => "message too long",
+            PostError::InvalidOpcode => "opcode not valid on this QP type",
+            PostError::InvalidDestination => "missing or unexpected UD destination",
+            PostError::InvalidAtomicLength => {
+                "atomic operations need exactly 8 bytes of local memory"
+            }
+            PostError::UsesSrq => "this QP receives from an SRQ",
+            PostError::InlineGatherFailed => "inline data could not be read",
+        };
+        f.write_str(s)
+    }
+}
+
+impl std::error::Error for PostError {}
+
+/// A posted send work request and its progress.
+#[derive(Debug, Clone)]
+pub(crate) struct SendWqe {
+    pub(crate) wr: SendWr,
+    /// The data, copied at post time for INLINE sends.
+    pub(crate) inline: Option<Vec<u8>>,
+    pub(crate) len: u32,
+    pub(crate) signaled: bool,
+    /// PSNs assigned when the WQE is first sent; they never change on retransmission.
+    pub(crate) first_psn: Psn,
+    pub(crate) last_psn: Psn,
+    pub(crate) started: bool,
+    /// READ: bytes of response data placed so far.
+    pub(crate) read_done: u32,
+    /// Set when the WQE is finished; it retires (and completes) once it reaches the head.
+    pub(crate) status: Option<WcStatus>,
+}
+
+impl SendWqe {
+    /// Packets (and PSNs) the message takes at path MTU `mtu`.
+    pub(crate) fn npkts(&self, mtu: u32) -> u32 {
+        if self.wr.opcode.is_atomic() {
+            1
+        } else {
+            self.len.div_ceil(mtu).max(1)
+        }
+    }
+}
+
+/// One queue pair.
+#[derive(Debug)]
+pub struct Qp {
+    pub(crate) qpn: u32,
+    pub(crate) qp_type: QpType,
+    pub(crate) service: Service,
+    pub(crate) pd: u32,
+    pub(crate) srq: Option<u32>,
+    pub(crate) sq_sig_all: bool,
+    pub(crate) cap: QpCap,
+    pub(crate) state: QpState,
+    pub(crate) attr: QpAttr,
+    pub(crate) sq: VecDeque<SendWqe>,
+    pub(crate) rq: VecDeque<RecvWr>,
+    // Requester.
+    pub(crate) req_idx: usize,
+    pub(crate) req_off: u32,
+    pub(crate) next_psn: Psn,
+    pub(crate) rd_atomic_inflight: u32,
+    pub(crate) noack_pkts: u32,
+    pub(crate) draining: bool,
+    // Completer.
+    pub(crate) comp_psn: Psn,
+    pub(crate) retry_left: u8,
+    pub(crate) rnr_left: u8,
+    pub(crate) retrans_at: Option<Instant>,
+    pub(crate) rnr_wait_until: Option<Instant>,
+    pub(crate) read_gap_rewound: bool,
+    // Responder.
+    pub(crate) resp: Responder,
+    /// Whether the endpoint has this QP in its transmit rotation.
+    pub(crate) scheduled: bool,
+}
+
+/// What the QP needs from its endpoint while it works.
+pub(crate) struct Ctx<'a, M: Memory + ?Sized> {
+    pub(crate) mem: &'a M,
+    pub(crate) now: Instant,
+    pub(crate) counters: &'a mut Counters,
+    pub(crate) events: &'a mut VecDeque<AsyncEvent>,
+    pub(crate) completions: &'a mut VecDeque<Completion>,
+    pub(crate) srq: Option<&'a mut Srq>,
+}
+
+impl Qp {
+    pub(crate) fn new(qpn: u32, init: &QpInitAttr) -> Qp {
+        Qp {
+            qpn,
+            qp_type: init.qp_type,
+            service: Service::of(init.qp_type, qpn),
+            pd: init.pd,
+            srq: init.srq,
+            sq_sig_all: init.sq_sig_all,
+            cap: init.cap,
+            state: QpState::Reset,
+            attr: QpAttr {
+                cap: init.cap,
+                ..QpAttr::default()
+            },
+            sq: VecDeque::new(),
+            rq: VecDeque::new(),
+            req_idx: 0,
+            req_off: 0,
+            next_psn: Psn::new(0),
+            rd_atomic_inflight: 0,
+            noack_pkts: 0,
+            draining: false,
+            comp_psn: Psn::new(0),
+            retry_left: 0,
+            rnr_left: 0,
+            retrans_at: None,
+            rnr_wait_until: None,
+            read_gap_rewound: false,
+            resp: Responder::default(),
+            scheduled: false,
+        }
+    }
+
+    /// The QP number.
+    pub fn qpn(&self) -> u32 {
+        self.qpn
+    }
+
+    /// The current state.
+    pub fn state(&self) -> QpState {
+        self.state
+    }
+
+    /// `query_qp`: the current attributes.
+    pub fn query(&self) -> QpAttr {
+        QpAttr {
+            qp_state: self.state,
+            cur_qp_state: self.state,
+            sq_draining: self.draining,
+            cap: self.cap,
+            ..self.attr
+        }
+    }
+
+    /// The path MTU in bytes.
+    pub(crate) fn mtu(&self) -> u32 {
+        self.attr.path_mtu.bytes()
+    }
+
+    /// The peer of a connected QP.
+    pub(crate) fn peer(&self) -> Option<IpAddr> {
+        self.attr.ah_attr.map(|a| a.dest)
+    }
+
+    pub(crate) fn modify<M: Memory + ?Sized>(
+        &mut self,
+        attr: &QpAttr,
+        mask: QpAttrMask,
+        limits: &ModifyLimits,
+        ctx: &mut Ctx<'_, M>,
+    ) -> Result<(), ModifyQpError> {
+        let next = state::check_modify(self.service, self.state, attr, mask, limits)?;
+        if self.state == QpState::Sqd
+            && self.draining
+            && next != QpState::Err
+            && next != QpState::Reset
+        {
+            return Err(ModifyQpError::InvalidAttr {
+                attr: QpAttrMask::STATE,
+                reason: "the send queue is still draining",
+            });
+        }
+        let from = self.state;
+        self.apply_attrs(attr, mask);
+        match next {
+            QpState::Reset => self.reset(),
+            QpState::Rtr if from == QpState::Init => {
+                self.resp = Responder::new(Psn::new(self.attr.rq_psn));
+            }
+            QpState::Rts if from == QpState::Rtr => {
+                self.next_psn = Psn::new(self.attr.sq_psn);
+                self.comp_psn = self.next_psn;
+                self.retry_left = self.attr.retry_cnt;
+                self.rnr_left = self.attr.rnr_retry;
+            }
+            QpState::Sqd if from == QpState::Rts => {
+                self.draining = true;
+            }
+            QpState::Err if from != QpState::Err => {
+                self.state = QpState::Err;
+                self.flush(ctx, None);
+            }
+            _ => {}
+        }
+        self.state = next;
+        if next == QpState::Sqd {
+            self.check_drained(ctx);
+        }
+        Ok(())
+    }
+
+    fn apply_attrs(&mut self, attr: &QpAttr, mask: QpAttrMask) {
+        let a = &mut self.attr;
+        let set = |bit: QpAttrMask| mask.contains(bit);
+        if set(QpAttrMask::PATH_MTU) {
+            a.path_mtu = attr.path_mtu;
+        }
+        if set(QpAttrMask::QKEY) {
+            a.qkey = attr.qkey;
+        }
+        if set(QpAttrMask::RQ_PSN) {
+            a.rq_psn = attr.rq_psn;
+        }
+        if set(QpAttrMask::SQ_PSN) {
+            a.sq_psn = attr.sq_psn;
+        }
+        if set(QpAttrMask::DEST_QPN) {
+            a.dest_qp_num = attr.dest_qp_num;
+        }
+        if set(QpAttrMask::ACCESS_FLAGS) {
+            a.qp_access_flags = attr.qp_access_flags;
+        }
+        if set(QpAttrMask::AV) {
+            a.ah_attr = attr.ah_attr;
+        }
+        if set(QpAttrMask::PKEY_INDEX) {
+            a.pkey_index = attr.pkey_index;
+        }
+        if set(QpAttrMask::EN_SQD_ASYNC_NOTIFY) {
+            a.en_sqd_async_notify = attr.en_sqd_async_notify;
+        }
+        if set(QpAttrMask::MAX_QP_RD_ATOMIC) {
+            a.max_rd_atomic = attr.max_rd_atomic;
+        }
+        if set(QpAttrMask::MAX_DEST_RD_ATOMIC) {
+            a.max_dest_rd_atomic = attr.max_dest_rd_atomic;
+        }
+        if set(QpAttrMask::MIN_RNR_TIMER) {
+            a.min_rnr_timer = attr.min_rnr_timer;
+        }
+        if set(QpAttrMask::PORT) {
+            a.port_num = attr.port_num;
+        }
+        if set(QpAttrMask::TIMEOUT) {
+            a.timeout = attr.timeout;
+        }
+        if set(QpAttrMask::RETRY_CNT) {
+            a.retry_cnt = attr.retry_cnt;
+            self.retry_left = attr.retry_cnt;
+        }
+        if set(QpAttrMask::RNR_RETRY) {
+            a.rnr_retry = attr.rnr_retry;
+            self.rnr_left = attr.rnr_retry;
+        }
+    }
+
+    /// RESET: every queue emptied without completions, every counter and PSN back to zero.
+    fn reset(&mut self) {
+        let keep = (
+            self.qpn,
+            self.qp_type,
+            self.pd,
+            self.srq,
+            self.sq_sig_all,
+            self.cap,
+            self.attr,
+        );
+        let init = QpInitAttr {
+            qp_type: keep.1,
+            pd: keep.2,
+            cap: keep.5,
+            srq: keep.3,
+            sq_sig_all: keep.4,
+        };
+        *self = Qp::new(keep.0, &init);
+        self.attr = QpAttr {
+            qp_state: QpState::Reset,
+            ..keep.6
+        };
+    }
+
+    /// Validates and queues a send work request (`ibv_post_send` for one WR).
+    pub(crate) fn post_send<M: Memory + ?Sized>(
+        &mut self,
+        wr: SendWr,
+        ctx: &mut Ctx<'_, M>,
+    ) -> Result<(), PostError> {
+        match self.state {
+            QpState::Reset | QpState::Init | QpState::Rtr => {
+                return Err(PostError::InvalidState(self.state));
+            }
+            _ => {}
+        }
+        if self.sq.len() >= self.cap.max_send_wr as usize {
+            return Err(PostError::QueueFull);
+        }
+        if wr.sg_list.len() > self.cap.max_send_sge as usize {
+            return Err(PostError::TooManySge);
+        }
+        if !wr.opcode.allowed_on(self.qp_type) {
+            return Err(PostError::InvalidOpcode);
+        }
+        if (self.qp_type == QpType::Ud) != wr.ud.is_some() {
+            return Err(PostError::InvalidDestination);
+        }
+        let len = wr.length();
+        if len > MAX_MSG_SZ || (self.qp_type == QpType::Ud && len > u64::from(self.mtu())) {
+            return Err(PostError::MessageTooLong);
+        }
+        if wr.opcode.is_atomic() && len != 8 {
+            return Err(PostError::InvalidAtomicLength);
+        }
+        let inline_req =
+            wr.send_flags.contains(SendFlags::INLINE) && !wr.opcode.is_read_or_atomic();
+        let inline = if inline_req {
+            if len > u64::from(self.cap.max_inline_data) {
+                return Err(PostError::InlineTooLong);
+            }
+            let mut data = vec![0u8; len as usize];
+            crate::memory::gather(ctx.mem, self.pd, &wr.sg_list, 0, &mut data)
+                .map_err(|_| PostError::InlineGatherFailed)?;
+            Some(data)
+        } else {
+            None
+        };
+        let signaled = self.sq_sig_all || wr.send_flags.contains(SendFlags::SIGNALED);
+        self.sq.push_back(SendWqe {
+            wr,
+            inline,
+            len: len as u32,
+            signaled,
+            first_psn: Psn::new(0),
+            last_psn: Psn::new(0),
+            started: false,
+            read_done: 0,
+            status: None,
+        });
+        if matches!(self.state, QpState::Err | QpState::Sqe) {
+            self.flush(ctx, None);
+        }
+        Ok(())
+    }
+
+    /// Validates and queues a receive work request (`ibv_post_recv` for one WR).
+    pub(crate) fn post_recv<M: Memory + ?Sized>(
+        &mut self,
+        wr: RecvWr,
+        ctx: &mut Ctx<'_, M>,
+    ) -> Result<(), PostError> {
+        if self.srq.is_some() {
+            return Err(PostError::UsesSrq);
+        }
+        if self.state == QpState::Reset {
+            return Err(PostError::InvalidState(self.state));
+        }
+        if self.rq.len() >= self.cap.max_recv_wr as usize {
+            return Err(PostError::QueueFull);
+        }
+        if wr.sg_list.len() > self.cap.max_recv_sge as usize {
+            return Err(PostError::TooManySge);
+        }
+        self.rq.push_back(wr);
+        if self.state == QpState::Err {
+            self.flush(ctx, None);
+        }
+        Ok(())
+    }
+
+    /// Completes every outstanding WR with `WrFlushErr`, in order; the send WQE at `failed`
+    /// (if any) completes with its own error status instead.
+    pub(crate) fn flush<M: Memory + ?Sized>(
+        &mut self,
+        ctx: &mut Ctx<'_, M>,
+        failed: Option<(usize, WcStatus)>,
+    ) {
+        for (i, w) in self.sq.drain(..).enumerate() {
+            let status = match failed {
+                Some((f, s)) if f == i => s,
+                _ => w
+                    .status
+                    .filter(|s| *s != WcStatus::Success)
+                    .unwrap_or(WcStatus::WrFlushErr),
+            };
+            ctx.completions.push_back(Completion {
+                qpn: self.qpn,
+                queue: WcQueue::Send,
+                wc: wc(self.qpn, w.wr.wr_id, status, w.wr.opcode.into(), 0),
+            });
+        }
+        self.req_idx = 0;
+        self.req_off = 0;
+        self.rd_atomic_inflight = 0;
+        self.retrans_at = None;
+        self.rnr_wait_until = None;
+        if let Some(w) = self.resp.take_in_progress_recv() {
+            self.complete_recv_flush(ctx, w.wr_id);
+        }
+        while let Some(w) = self.rq.pop_front() {
+            self.complete_recv_flush(ctx, w.wr_id);
+        }
+        if self.srq.is_some() {
+            ctx.events
+                .push_back(AsyncEvent::QpLastWqeReached { qpn: self.qpn });
+        }
+    }
+
+    fn complete_recv_flush<M: Memory + ?Sized>(&self, ctx: &mut Ctx<'_, M>, wr_id: u64) {
+        ctx.completions.push_back(Completion {
+            qpn: self.qpn,
+            queue: WcQueue::Recv,
+            wc: wc(self.qpn, wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, 0),
+        });
+    }
+
+    /// Moves the QP to ERR because of a transport error: the send WQE at `idx` completes with
+    /// `status`, everything else is flushed.
+    pub(crate) fn fail<M: Memory + ?Sized>(
+        &mut self,
+        ctx: &mut Ctx<'_, M>,
+        idx: usize,
+        status: WcStatus,
+    ) {
+        self.state = QpState::Err;
+        self.attr.qp_state = QpState::Err;
+        self.flush(ctx, Some((idx, status)));
+    }
+
+    /// Retires finished WQEs at the head of the send queue, in order, completing the signaled
+    /// (and every failed) one.
+    pub(crate) fn retire_done<M: Memory + ?Sized>(&mut self, ctx: &mut Ctx<'_, M>) {
+        while let Some(status) = self.sq.front().and_then(|w| w.status) {
+            let Some(w) = self.sq.pop_front() else { break };
+            self.req_idx = self.req_idx.saturating_sub(1);
+            if w.wr.opcode.is_read_or_atomic() {
+                self.rd_atomic_inflight = self.rd_atomic_inflight.saturating_sub(1);
+            }
+            if w.signaled || status != WcStatus::Success {
+                ctx.completions.push_back(Completion {
+                    qpn: self.qpn,
+                    queue: WcQueue::Send,
+                    wc: wc(self.qpn, w.wr.wr_id, status, w.wr.opcode.into(), w.len),
+                });
+            }
+        }
+        self.check_drained(ctx);
+    }
+
+    /// In SQD, raises `SqDrained` once nothing sent is unacknowledged.
+    pub(crate) fn check_drained<M: Memory + ?Sized>(&mut self, ctx: &mut Ctx<'_, M>) {
+        if self.draining && self.sq.front().is_none_or(|w| !w.started) {
+            self.draining = false;
+            ctx.events
+                .push_back(AsyncEvent::SqDrained { qpn: self.qpn });
+        }
+    }
+
+    /// The earliest deadline of this QP's timers.
+    pub(crate) fn poll_timeout(&self) -> Option<Instant> {
+        match (self.retrans_at, self.rnr_wait_until) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Whether the requester may have a packet to send or the responder a response.
+    pub(crate) fn has_work(&self) -> bool {
+        self.resp.has_output() || (self.req_idx < self.sq.len() && self.rnr_wait_until.is_none())
+    }
+}
+
+/// A work completion with the fields every completion shares.
+pub(crate) fn wc(
+    qpn: u32,
+    wr_id: u64,
+    status: WcStatus,
+    opcode: WcOpcode,
+    byte_len: u32,
+) -> WorkCompletion {
+    WorkCompletion {
+        wr_id,
+        status,
+        opcode,
+        vendor_err: 0,
+        byte_len,
+        imm_data: 0,
+        qp_num: qpn,
+        src_qp: 0,
+        wc_flags: WcFlags::EMPTY,
+    }
+}

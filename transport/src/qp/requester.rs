@@ -1,0 +1,327 @@
+//! The requester: turns send WQEs into request packets — segmentation to the path MTU,
+//! first/middle/last/only opcodes, PSN assignment, AckReq, the unacknowledged-PSN window,
+//! `max_rd_atomic`, FENCE — built straight into the caller's buffer.
+
+use std::net::IpAddr;
+
+use ferroce_wire::{
+    AtomicEthRepr, BthRepr, DethRepr, ExtHeaders, ImmDtRepr, Opcode, PacketRepr, RethRepr,
+};
+
+use super::{Ctx, MAX_PKTS_PER_ACK, MAX_UNACKED_PSNS, Qp};
+use crate::memory::{self, Memory};
+use crate::verbs::{QpState, QpType, SendFlags, WcStatus, WrOpcode};
+
+/// Zeros standing in for payload while headers are emitted; the payload is then copied in place.
+static ZEROS: [u8; 4096] = [0; 4096];
+
+/// A packet a QP has built into the caller's buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Tx {
+    /// Bytes of the UDP payload written (ICRC included, still zero).
+    pub(crate) len: usize,
+    /// Destination IP.
+    pub(crate) dest: IpAddr,
+    /// IP TTL / hop limit.
+    pub(crate) hop_limit: u8,
+    /// IP TOS / traffic class.
+    pub(crate) traffic_class: u8,
+}
+
+impl Qp {
+    /// Builds the next request packet into `buf`, if the requester may send one now.
+    pub(crate) fn poll_request<M: Memory + ?Sized>(
+        &mut self,
+        ctx: &mut Ctx<'_, M>,
+        buf: &mut [u8],
+    ) -> Option<Tx> {
+        if !matches!(self.state, QpState::Rts | QpState::Sqd) || self.rnr_wait_until.is_some() {
+            return None;
+        }
+        let idx = self.req_idx;
+        let mtu = self.mtu();
+        let w = self.sq.get(idx)?;
+        let fresh = !w.started;
+        if fresh {
+            if self.state == QpState::Sqd || self.draining {
+                return None;
+            }
+            if w.wr.send_flags.contains(SendFlags::FENCE)
+                && self
+                    .sq
+                    .iter()
+                    .take(idx)
+                    .any(|p| p.wr.opcode.is_read_or_atomic())
+            {
+                return None;
+            }
+            if self.qp_type == QpType::Rc
+                && self.comp_psn.distance_to(self.next_psn) >= MAX_UNACKED_PSNS
+            {
+                return None;
+            }
+        }
+        if w.wr.opcode.is_read_or_atomic() {
+            if self.rd_atomic_inflight >= u32::from(self.attr.max_rd_atomic) {
+                if self.attr.max_rd_atomic == 0 {
+                    // No READ/atomic may ever be outstanding: a local QP operation error.
+                    self.fail(ctx, idx, WcStatus::LocQpOpErr);
+                }
+                return None;
+            }
+        } else if self.qp_type == QpType::Rc
+            && self.comp_psn.distance_to(self.next_psn) >= MAX_UNACKED_PSNS
+        {
+            return None;
+        }
+        if fresh {
+            let npkts = w.npkts(mtu);
+            let first = self.next_psn;
+            let w = &mut self.sq[idx];
+            w.first_psn = first;
+            w.last_psn = first + (npkts - 1);
+            w.started = true;
+            self.req_off = 0;
+        }
+        let result = match self.sq[idx].wr.opcode {
+            WrOpcode::RdmaRead => self.build_read(buf),
+            WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd => self.build_atomic(buf),
+            _ => self.build_send_or_write(ctx, buf),
+        };
+        match result {
+            Ok(tx) => {
+                ctx.counters.sent_pkts += 1;
+                if self.qp_type == QpType::Rc && self.retrans_at.is_none() {
+                    self.arm_retrans(ctx.now);
+                }
+                Some(tx)
+            }
+            Err(status) => {
+                self.fail(ctx, idx, status);
+                None
+            }
+        }
+    }
+
+    /// (Re)arms the local ACK timeout from `now`.
+    pub(crate) fn arm_retrans(&mut self, now: crate::time::Instant) {
+        self.retrans_at =
+            ferroce_wire::timer::local_ack_timeout(self.attr.timeout).map(|d| now + d);
+    }
+
+    fn dest(&self, idx: usize) -> (IpAddr, u8, u8) {
+        let ah = match &self.sq[idx].wr.ud {
+            Some(ud) => Some(ud.ah),
+            None => self.attr.ah_attr,
+        };
+        match ah {
+            Some(a) => (a.dest, a.hop_limit, a.traffic_class),
+            None => (IpAddr::from([0, 0, 0, 0]), 64, 0),
+        }
+    }
+
+    fn emit(&self, idx: usize, repr: PacketRepr<'_>, buf: &mut [u8]) -> Tx {
+        let len = repr.buffer_len();
+        repr.emit_header(&mut buf[..len]);
+        let (dest, hop_limit, traffic_class) = self.dest(idx);
+        Tx {
+            len,
+            dest,
+            hop_limit,
+            traffic_class,
+        }
+    }
+
+    fn build_send_or_write<M: Memory + ?Sized>(
+        &mut self,
+        ctx: &mut Ctx<'_, M>,
+        buf: &mut [u8],
+    ) -> Result<Tx, WcStatus> {
+        let idx = self.req_idx;
+        let mtu = self.mtu();
+        let w = &self.sq[idx];
+        let off = self.req_off;
+        let plen = (w.len - off).min(mtu);
+        let first = off == 0;
+        let last = off + plen == w.len;
+        let psn = w.first_psn + off / mtu;
+        let imm = matches!(
+            w.wr.opcode,
+            WrOpcode::SendWithImm | WrOpcode::RdmaWriteWithImm
+        );
+        let write = matches!(
+            w.wr.opcode,
+            WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm
+        );
+        let opcode = request_opcode(self.qp_type, write, first, last, imm);
+        let mut ext = ExtHeaders::default();
+        if write && first {
+            ext.reth = Some(RethRepr {
+                va: w.wr.remote.remote_addr,
+                rkey: w.wr.remote.rkey,
+                dma_len: w.len,
+            });
+        }
+        if imm && last {
+            ext.immdt = Some(ImmDtRepr { imm: w.wr.imm_data });
+        }
+        let mut dest_qp = self.attr.dest_qp_num;
+        if let Some(ud) = &w.wr.ud {
+            dest_qp = ud.remote_qpn;
+            // A Q_Key with the high bit set means "use the QP's own" (IBTA 10.2.5).
+            let qkey = if ud.remote_qkey & 0x8000_0000 != 0 && self.qpn != 1 {
+                self.attr.qkey
+            } else {
+                ud.remote_qkey
+            };
+            ext.deth = Some(DethRepr {
+                qkey,
+                src_qp: self.qpn,
+            });
+        }
+        self.noack_pkts += 1;
+        let ack_req = match self.qp_type {
+            QpType::Rc => last || self.noack_pkts >= MAX_PKTS_PER_ACK,
+            QpType::Uc => false,
+            QpType::Ud => true,
+        };
+        if ack_req {
+            self.noack_pkts = 0;
+        }
+        let mut bth = BthRepr::new(opcode, dest_qp, psn).with_ack_req(ack_req);
+        bth.se = last && w.wr.send_flags.contains(SendFlags::SOLICITED);
+        let repr = PacketRepr {
+            bth,
+            ext,
+            payload: &ZEROS[..plen as usize],
+        }
+        .with_pad();
+        let tx = self.emit(idx, repr, buf);
+        let hl = repr.header_len();
+        let payload = &mut buf[hl..hl + plen as usize];
+        match &w.inline {
+            Some(data) => payload.copy_from_slice(&data[off as usize..(off + plen) as usize]),
+            None => memory::gather(ctx.mem, self.pd, &w.wr.sg_list, u64::from(off), payload)
+                .map_err(|_| WcStatus::LocProtErr)?,
+        }
+        self.next_psn = psn + 1;
+        if last {
+            self.req_idx += 1;
+            self.req_off = 0;
+            if self.qp_type != QpType::Rc {
+                // UC and UD complete as soon as the message is on the wire.
+                self.sq[idx].status = Some(WcStatus::Success);
+                self.retire_done(ctx);
+            }
+        } else {
+            self.req_off = off + plen;
+        }
+        Ok(tx)
+    }
+
+    fn build_read(&mut self, buf: &mut [u8]) -> Result<Tx, WcStatus> {
+        let idx = self.req_idx;
+        let mtu = self.mtu();
+        let w = &self.sq[idx];
+        let done = w.read_done;
+        let psn = w.first_psn + done / mtu;
+        let repr = PacketRepr {
+            bth: BthRepr::new(Opcode::RC_RDMA_READ_REQUEST, self.attr.dest_qp_num, psn)
+                .with_ack_req(true),
+            ext: ExtHeaders {
+                reth: Some(RethRepr {
+                    va: w.wr.remote.remote_addr + u64::from(done),
+                    rkey: w.wr.remote.rkey,
+                    dma_len: w.len - done,
+                }),
+                ..Default::default()
+            },
+            payload: &[],
+        };
+        let tx = self.emit(idx, repr, buf);
+        self.next_psn = w.last_psn + 1;
+        self.rd_atomic_inflight += 1;
+        self.req_idx += 1;
+        self.req_off = 0;
+        Ok(tx)
+    }
+
+    fn build_atomic(&mut self, buf: &mut [u8]) -> Result<Tx, WcStatus> {
+        let idx = self.req_idx;
+        let w = &self.sq[idx];
+        let (opcode, swap_add, compare) = match w.wr.opcode {
+            WrOpcode::AtomicCmpAndSwp => (Opcode::RC_COMPARE_SWAP, w.wr.swap, w.wr.compare_add),
+            _ => (Opcode::RC_FETCH_ADD, w.wr.compare_add, 0),
+        };
+        let repr = PacketRepr {
+            bth: BthRepr::new(opcode, self.attr.dest_qp_num, w.first_psn).with_ack_req(true),
+            ext: ExtHeaders {
+                atomic_eth: Some(AtomicEthRepr {
+                    va: w.wr.remote.remote_addr,
+                    rkey: w.wr.remote.rkey,
+                    swap_add,
+                    compare,
+                }),
+                ..Default::default()
+            },
+            payload: &[],
+        };
+        let tx = self.emit(idx, repr, buf);
+        self.next_psn = w.first_psn + 1;
+        self.rd_atomic_inflight += 1;
+        self.req_idx += 1;
+        self.req_off = 0;
+        Ok(tx)
+    }
+
+    /// Go-back-N: the requester resends from the oldest unacknowledged PSN (`comp_psn`), which
+    /// lies in the head WQE; a partly answered READ is reissued for the rest.
+    pub(crate) fn rewind(&mut self) {
+        let mtu = self.mtu();
+        self.req_idx = 0;
+        self.req_off = 0;
+        self.rd_atomic_inflight = 0;
+        self.noack_pkts = 0;
+        self.read_gap_rewound = false;
+        if let Some(w) = self.sq.front() {
+            if w.started {
+                if !w.wr.opcode.is_read_or_atomic() {
+                    let pkts = w.first_psn.distance_to(self.comp_psn).max(0) as u32;
+                    self.req_off = (pkts * mtu).min(w.len);
+                }
+                self.next_psn = self.comp_psn;
+                return;
+            }
+        }
+        self.next_psn = self.comp_psn;
+    }
+}
+
+/// The opcode of a SEND or WRITE packet.
+fn request_opcode(t: QpType, write: bool, first: bool, last: bool, imm: bool) -> Opcode {
+    let rc = match (write, first, last, imm) {
+        (false, true, true, false) => Opcode::RC_SEND_ONLY,
+        (false, true, true, true) => Opcode::RC_SEND_ONLY_WITH_IMMEDIATE,
+        (false, true, false, _) => Opcode::RC_SEND_FIRST,
+        (false, false, false, _) => Opcode::RC_SEND_MIDDLE,
+        (false, false, true, false) => Opcode::RC_SEND_LAST,
+        (false, false, true, true) => Opcode::RC_SEND_LAST_WITH_IMMEDIATE,
+        (true, true, true, false) => Opcode::RC_RDMA_WRITE_ONLY,
+        (true, true, true, true) => Opcode::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE,
+        (true, true, false, _) => Opcode::RC_RDMA_WRITE_FIRST,
+        (true, false, false, _) => Opcode::RC_RDMA_WRITE_MIDDLE,
+        (true, false, true, false) => Opcode::RC_RDMA_WRITE_LAST,
+        (true, false, true, true) => Opcode::RC_RDMA_WRITE_LAST_WITH_IMMEDIATE,
+    };
+    match t {
+        QpType::Rc => rc,
+        QpType::Uc => Opcode(rc.0 | 0x20),
+        QpType::Ud => {
+            if imm {
+                Opcode::UD_SEND_ONLY_WITH_IMMEDIATE
+            } else {
+                Opcode::UD_SEND_ONLY
+            }
+        }
+    }
+}

@@ -1,0 +1,62 @@
+//! Shared receive queues (`ibv_srq`): one pool of receive WQEs for several QPs, with the
+//! limit event (`IBV_EVENT_SRQ_LIMIT_REACHED`) armed by `modify_srq`.
+
+use std::collections::VecDeque;
+
+use crate::endpoint::AsyncEvent;
+use crate::verbs::RecvWr;
+
+/// `struct ibv_srq_attr`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SrqAttr {
+    /// `max_wr`.
+    pub max_wr: u32,
+    /// `max_sge`.
+    pub max_sge: u32,
+    /// `srq_limit`: when armed, fewer WQEs than this raises the limit event once.
+    pub srq_limit: u32,
+}
+
+/// A shared receive queue.
+#[derive(Debug)]
+pub struct Srq {
+    pub(crate) srqn: u32,
+    pub(crate) attr: SrqAttr,
+    pub(crate) queue: VecDeque<RecvWr>,
+    armed: bool,
+}
+
+impl Srq {
+    pub(crate) fn new(srqn: u32, attr: SrqAttr) -> Srq {
+        Srq {
+            srqn,
+            attr: SrqAttr {
+                srq_limit: 0,
+                ..attr
+            },
+            queue: VecDeque::new(),
+            armed: false,
+        }
+    }
+
+    /// `ibv_query_srq`.
+    pub fn query(&self) -> SrqAttr {
+        self.attr
+    }
+
+    /// Arms the limit event at `limit` WQEs (`ibv_modify_srq` with `IBV_SRQ_LIMIT`).
+    pub(crate) fn arm(&mut self, limit: u32) {
+        self.attr.srq_limit = limit;
+        self.armed = limit > 0;
+    }
+
+    /// Takes the oldest WQE, raising the limit event if the queue falls below the limit.
+    pub(crate) fn pop(&mut self, events: &mut VecDeque<AsyncEvent>) -> Option<RecvWr> {
+        let w = self.queue.pop_front();
+        if self.armed && (self.queue.len() as u32) < self.attr.srq_limit {
+            self.armed = false;
+            events.push_back(AsyncEvent::SrqLimitReached { srqn: self.srqn });
+        }
+        w
+    }
+}
