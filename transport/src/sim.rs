@@ -22,7 +22,11 @@ pub struct Rng(u64);
 impl Rng {
     /// A generator from a seed (any value, zero included).
     pub fn new(seed: u64) -> Rng {
-        Rng(seed ^ 0x9E37_79B9_7F4A_7C15 | 1)
+        // splitmix64 spreads consecutive seeds; xorshift needs a non-zero state.
+        let mut z = seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        Rng((z ^ (z >> 31)).max(1))
     }
 
     /// The next 64 random bits.
@@ -51,7 +55,7 @@ impl Rng {
 pub struct LinkConfig {
     /// One-way delay.
     pub latency: Duration,
-    /// Extra random delay, 0..jitter (reorders packets when larger than their spacing).
+    /// Extra random delay, 0..jitter; a link stays FIFO (jitter never reorders).
     pub jitter: Duration,
     /// Probability a packet is lost.
     pub loss: f64,
@@ -124,6 +128,8 @@ pub struct Network {
     /// Virtual time.
     pub now: Instant,
     links: Vec<Vec<LinkConfig>>,
+    /// The latest in-order delivery time scheduled on each link.
+    fifo: Vec<Vec<Instant>>,
     wire: BinaryHeap<Reverse<InFlight>>,
     rng: Rng,
     seq: u64,
@@ -133,6 +139,9 @@ pub struct Network {
     pub packets: u64,
     /// Scripted drops, applied before the random faults.
     pub drop_filter: Option<DropFilter>,
+    /// Print every packet sent, lost and delivered to stderr (for replaying a failing seed;
+    /// `ROCE_SIM_TRACE=1` turns it on).
+    pub trace: bool,
     buf: Vec<u8>,
 }
 
@@ -170,12 +179,14 @@ impl Network {
             nodes,
             now: Instant::ZERO,
             links: vec![vec![link; n]; n],
+            fifo: vec![vec![Instant::ZERO; n]; n],
             wire: BinaryHeap::new(),
             rng: Rng::new(seed),
             seq: 0,
             steps: 0,
             packets: 0,
             drop_filter: None,
+            trace: std::env::var_os("ROCE_SIM_TRACE").is_some(),
             buf: vec![0u8; 8192],
         }
     }
@@ -230,6 +241,9 @@ impl Network {
                 }
                 let link = self.links[i][to];
                 if self.rng.chance(link.loss) {
+                    if self.trace {
+                        trace(self.now, i, to, "LOST", &bytes);
+                    }
                     continue;
                 }
                 let copies = if self.rng.chance(link.dup) { 2 } else { 1 };
@@ -244,14 +258,19 @@ impl Network {
                         delay +=
                             Duration::from_nanos(self.rng.below(link.jitter.as_nanos() as u64));
                     }
+                    let mut at = (self.now + delay).max(self.fifo[i][to]);
                     if self.rng.chance(link.reorder) {
-                        delay += Duration::from_nanos(
-                            self.rng.below(4 * link.latency.as_nanos() as u64 + 1),
-                        );
+                        // Held back: later packets overtake this one.
+                        at = at
+                            + Duration::from_nanos(
+                                1 + self.rng.below(4 * link.latency.as_nanos() as u64 + 1),
+                            );
+                    } else {
+                        self.fifo[i][to] = at;
                     }
                     self.seq += 1;
                     self.wire.push(Reverse(InFlight {
-                        at: self.now + delay,
+                        at,
                         seq: self.seq,
                         to,
                         from,
@@ -289,10 +308,18 @@ impl Network {
             let Some(Reverse(p)) = self.wire.pop() else {
                 break;
             };
-            let node = &mut self.nodes[p.to];
-            if node.down {
+            if self.nodes[p.to].down {
                 continue;
             }
+            if self.trace {
+                let from = self
+                    .nodes
+                    .iter()
+                    .position(|n| n.addr == p.from.ip())
+                    .unwrap_or(usize::MAX);
+                trace(self.now, from, p.to, "recv", &p.bytes);
+            }
+            let node = &mut self.nodes[p.to];
             let dst = node.addr;
             node.endpoint
                 .handle(self.now, p.from, dst, &p.bytes, &node.mem);
@@ -327,6 +354,13 @@ impl Network {
             }
         }
         done(self)
+    }
+}
+
+fn trace(now: Instant, from: usize, to: usize, what: &str, bytes: &[u8]) {
+    match PacketRepr::parse(bytes) {
+        Ok(p) => eprintln!("{now:?} {from}->{to} {what} {p}"),
+        Err(e) => eprintln!("{now:?} {from}->{to} {what} unparsable ({e})"),
     }
 }
 

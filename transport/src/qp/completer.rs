@@ -104,9 +104,12 @@ impl Qp {
         if psn.is_before(self.comp_psn.wrapping_sub(1)) {
             return; // stale
         }
-        if self.ack_through(ctx, psn) {
+        // An ACK past an unanswered READ/atomic is an implied NAK; after one go-back-N, more
+        // of them (re-ACKs of the resent requests) are no news until progress is made.
+        if self.ack_through(ctx, psn) && !self.read_gap_rewound {
             ctx.counters.implied_naks += 1;
             self.retry(ctx);
+            self.read_gap_rewound = true;
         }
     }
 
@@ -123,10 +126,12 @@ impl Qp {
         match code {
             NakCode::PsnSeqError => {
                 ctx.counters.rcvd_seq_err += 1;
-                if self.rnr_wait_until.is_some() {
-                    return; // already going back to this PSN after the RNR wait
+                // A responder NAKs a given expected PSN once; the same NAK again is a duplicate
+                // (or overtaken), and during an RNR wait we go back to this PSN anyway.
+                if self.rnr_wait_until.is_some() || (self.last_seq_nak == Some(psn) && !implied) {
+                    return;
                 }
-                let _ = implied;
+                self.last_seq_nak = Some(psn);
                 self.retry(ctx);
             }
             _ => {
@@ -244,10 +249,12 @@ impl Qp {
         }
         if psn != self.comp_psn {
             // A response was lost: reissue the READ for the rest, once per gap.
+            // Until the reissued READ's first response arrives (progress clears the flag),
+            // gaps in older response streams are no news.
             if !self.read_gap_rewound {
-                self.read_gap_rewound = true;
                 ctx.counters.rcvd_seq_err += 1;
                 self.retry(ctx);
+                self.read_gap_rewound = true;
             }
             return;
         }

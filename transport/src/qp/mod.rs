@@ -154,7 +154,11 @@ pub struct Qp {
     pub(crate) rnr_left: u8,
     pub(crate) retrans_at: Option<Instant>,
     pub(crate) rnr_wait_until: Option<Instant>,
+    /// A go-back-N for a READ response gap or an implied NAK happened and nothing has been
+    /// acknowledged since: further such signals are echoes of the same loss.
     pub(crate) read_gap_rewound: bool,
+    /// The PSN of the last sequence NAK acted on.
+    pub(crate) last_seq_nak: Option<Psn>,
     // Responder.
     pub(crate) resp: Responder,
     /// Whether the endpoint has this QP in its transmit rotation.
@@ -200,6 +204,7 @@ impl Qp {
             retrans_at: None,
             rnr_wait_until: None,
             read_gap_rewound: false,
+            last_seq_nak: None,
             resp: Responder::default(),
             scheduled: false,
         }
@@ -514,6 +519,11 @@ impl Qp {
     pub(crate) fn retire_done<M: Memory + ?Sized>(&mut self, ctx: &mut Ctx<'_, M>) {
         while let Some(status) = self.sq.front().and_then(|w| w.status) {
             let Some(w) = self.sq.pop_front() else { break };
+            if self.req_idx == 0 {
+                // The requester was about to resend this WQE (after a rewind) when the ACK
+                // covering it arrived: resume the next one where the peer's ACKs leave it.
+                self.req_off = self.sq.front().map_or(0, |n| self.resume_offset(n));
+            }
             self.req_idx = self.req_idx.saturating_sub(1);
             if w.wr.opcode.is_read_or_atomic() {
                 self.rd_atomic_inflight = self.rd_atomic_inflight.saturating_sub(1);
@@ -527,6 +537,15 @@ impl Qp {
             }
         }
         self.check_drained(ctx);
+    }
+
+    /// Where go-back-N resumes inside a started SEND/WRITE WQE: the bytes before `comp_psn`.
+    pub(crate) fn resume_offset(&self, w: &SendWqe) -> u32 {
+        if !w.started || w.wr.opcode.is_read_or_atomic() {
+            return 0;
+        }
+        let pkts = w.first_psn.distance_to(self.comp_psn).max(0) as u32;
+        pkts.saturating_mul(self.mtu()).min(w.len)
     }
 
     /// In SQD, raises `SqDrained` once nothing sent is unacknowledged.

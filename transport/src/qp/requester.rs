@@ -277,22 +277,11 @@ impl Qp {
     /// Go-back-N: the requester resends from the oldest unacknowledged PSN (`comp_psn`), which
     /// lies in the head WQE; a partly answered READ is reissued for the rest.
     pub(crate) fn rewind(&mut self) {
-        let mtu = self.mtu();
         self.req_idx = 0;
         self.req_off = 0;
         self.rd_atomic_inflight = 0;
         self.noack_pkts = 0;
-        self.read_gap_rewound = false;
-        if let Some(w) = self.sq.front() {
-            if w.started {
-                if !w.wr.opcode.is_read_or_atomic() {
-                    let pkts = w.first_psn.distance_to(self.comp_psn).max(0) as u32;
-                    self.req_off = (pkts * mtu).min(w.len);
-                }
-                self.next_psn = self.comp_psn;
-                return;
-            }
-        }
+        self.req_off = self.sq.front().map_or(0, |w| self.resume_offset(w));
         self.next_psn = self.comp_psn;
     }
 }
