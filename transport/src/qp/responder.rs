@@ -37,10 +37,12 @@ struct InWrite {
     total: u32,
 }
 
-/// A responder resource: what it takes to answer a duplicate READ or atomic.
+/// A responder resource: what it takes to answer a duplicate atomic (the saved original
+/// value; an atomic must never run twice). READs hold a slot too, as on an HCA, so that
+/// `max_dest_rd_atomic` bounds READs and atomics together.
 #[derive(Debug, Clone, Copy)]
 enum Resource {
-    Read { first: Psn, last: Psn, rkey: u32 },
+    Read,
     Atomic { psn: Psn, orig: u64 },
 }
 
@@ -485,14 +487,8 @@ impl Qp {
         let psn = pkt.bth.psn;
         let npkts = reth.dma_len.div_ceil(self.mtu()).max(1);
         let last = psn + (npkts - 1);
-        self.resp.add_resource(
-            Resource::Read {
-                first: psn,
-                last,
-                rkey: reth.rkey,
-            },
-            self.attr.max_dest_rd_atomic,
-        );
+        self.resp
+            .add_resource(Resource::Read, self.attr.max_dest_rd_atomic);
         self.resp.bump_msn();
         let msn = self.resp.msn;
         self.resp.push(Response::Read {
@@ -553,10 +549,12 @@ impl Qp {
                 self.resp.ack(prev);
             }
             Some(Operation::ReadRequest) => {
+                // A duplicate READ is executed again (C9-109): it reads memory and changes
+                // nothing. Its responses must end before the expected PSN, or they would
+                // overlap newer requests.
                 let Some(reth) = pkt.ext.reth else { return };
-                let found = self.resp.resources.iter().any(|r| {
-                    matches!(r, Resource::Read { first, last, rkey } if psn.is_within(*first, *last) && *rkey == reth.rkey)
-                });
+                let npkts = reth.dma_len.div_ceil(self.mtu()).max(1);
+                let fits = (psn + (npkts - 1)).is_before(self.resp.psn);
                 let ok = reth.dma_len == 0
                     || ctx
                         .mem
@@ -568,7 +566,7 @@ impl Qp {
                             AccessFlags::REMOTE_READ,
                         )
                         .is_ok();
-                if found && ok {
+                if fits && ok {
                     self.resp.push(Response::Read {
                         psn,
                         va: reth.va,

@@ -1,6 +1,7 @@
 //! Shared set-up for the engine's scenario and property tests.
 #![allow(dead_code, unreachable_pub, missing_docs, clippy::unwrap_used)]
 
+pub mod script;
 pub mod workload;
 
 use std::time::Duration;

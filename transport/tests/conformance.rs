@@ -1,0 +1,541 @@
+//! Conformance scenarios: each fault of IBTA §9.7 and what kernel rxe does about it, scripted
+//! exactly with the simulator (every test is deterministic; no sleeping).
+
+mod common;
+
+use std::time::Duration;
+
+use common::script::{Script, inject};
+use common::*;
+use ferroce_transport::sim::LinkConfig;
+use ferroce_transport::{QpState, SendWr, WcStatus, WrOpcode};
+use ferroce_wire::{
+    AckType, AethRepr, BthRepr, Credits, ExtHeaders, NakCode, Opcode, PacketRepr, Psn, timer,
+};
+
+const STEPS: u64 = 100_000;
+
+fn is_data(s: &common::script::Seen) -> bool {
+    s.from == 0 && s.opcode.is_request()
+}
+
+/// A lost first packet: the responder NAKs the gap once (PSN sequence error carrying the PSN it
+/// expects) and the requester goes back to it at once, without waiting for a timeout.
+#[test]
+fn lost_first_packet_seq_nak_then_go_back_n() {
+    let mut p = pair(1, lossless(), Opts::default());
+    let sc = Script::install(&mut p.net);
+    let first = Psn::new(p.opts.psn_a);
+    sc.borrow_mut()
+        .drop(1, move |s| is_data(s) && s.psn == first);
+    p.post_recv(1, 9, 0, 8192);
+    p.post_send(0, p.wr(1, WrOpcode::Send, 0, 4000, 0));
+    assert!(p.run_until_send_wcs(1, STEPS));
+    assert_eq!(statuses(&p.send_wcs(0)), vec![WcStatus::Success]);
+    let s = sc.borrow();
+    let naks: Vec<_> = s
+        .log
+        .iter()
+        .filter(|x| x.ack == Some(AckType::Nak(NakCode::PsnSeqError)))
+        .collect();
+    assert_eq!(naks.len(), 1, "one NAK for the gap");
+    assert_eq!(naks[0].psn, first, "the NAK carries the expected PSN");
+    assert!(
+        p.net.now.as_nanos() < timer::local_ack_timeout(p.opts.timeout).unwrap().as_nanos() as u64
+    );
+    assert_eq!(
+        p.counters(1).out_of_seq_request,
+        3,
+        "packets 2, 3 and 4 were out of sequence"
+    );
+    assert_eq!(p.bytes(1)[..4000], p.bytes(0)[..4000]);
+}
+
+/// A lost last packet: nothing follows it, so only the local ACK timeout recovers.
+#[test]
+fn lost_last_packet_recovers_by_timeout() {
+    let mut p = pair(2, lossless(), Opts::default());
+    let sc = Script::install(&mut p.net);
+    let last = Psn::new(p.opts.psn_a) + 3;
+    sc.borrow_mut()
+        .drop(1, move |s| is_data(s) && s.psn == last);
+    p.post_send(0, p.wr(1, WrOpcode::RdmaWrite, 0, 4000, 0));
+    assert!(p.run_until_send_wcs(1, STEPS));
+    assert_eq!(statuses(&p.send_wcs(0)), vec![WcStatus::Success]);
+    assert!(
+        p.net.now.as_nanos() >= timer::local_ack_timeout(p.opts.timeout).unwrap().as_nanos() as u64
+    );
+    assert_eq!(p.counters(0).completer_retry_err, 1);
+    assert_eq!(p.bytes(1)[..4000], p.bytes(0)[..4000]);
+}
+
+/// A lost ACK: the requester times out and resends; the responder sees a duplicate, does not
+/// deliver it again, and ACKs again.
+#[test]
+fn lost_ack_timeout_then_duplicate_is_reacked() {
+    let mut p = pair(3, lossless(), Opts::default());
+    let sc = Script::install(&mut p.net);
+    sc.borrow_mut()
+        .drop(1, |s| s.from == 1 && s.opcode == Opcode::RC_ACKNOWLEDGE);
+    p.post_recv(1, 9, 0, 100);
+    p.post_recv(1, 10, 100, 100);
+    p.post_send(0, p.wr(1, WrOpcode::Send, 0, 100, 0));
+    assert!(p.run_until_send_wcs(1, STEPS));
+    p.net.drive(STEPS);
+    assert_eq!(statuses(&p.send_wcs(0)), vec![WcStatus::Success]);
+    assert_eq!(p.recv_wcs(1).len(), 1, "delivered once");
+    assert_eq!(p.counters(1).duplicate_request, 1);
+    assert_eq!(sc.borrow().count(|s| s.opcode == Opcode::RC_ACKNOWLEDGE), 2);
+}
+
+/// ACKs for PSNs never sent (ghosts) and for long-acknowledged PSNs (stale) change nothing.
+#[test]
+fn ghost_and_stale_acks_are_ignored() {
+    let mut p = pair(4, lossless(), Opts::default());
+    p.post_send(0, p.wr(1, WrOpcode::RdmaWrite, 0, 10, 0));
+    p.post_send(0, p.wr(2, WrOpcode::RdmaWrite, 0, 3000, 0));
+    // Put the first packets on the wire but deliver nothing yet.
+    let mut buf = vec![0u8; 8192];
+    let n = &mut p.net.nodes[0];
+    let _first = n
+        .endpoint
+        .poll_transmit(p.net.now, &mut buf, &n.mem)
+        .unwrap();
+    let ack = |psn: Psn| PacketRepr {
+        bth: BthRepr::new(Opcode::RC_ACKNOWLEDGE, p.qa, psn),
+        ext: ExtHeaders {
+            aeth: Some(AethRepr {
+                syndrome: 0x1F,
+                msn: 1,
+            }),
+            ..Default::default()
+        },
+        payload: &[],
+    };
+    let ghost = ack(Psn::new(p.opts.psn_a) + 50);
+    let stale = ack(Psn::new(p.opts.psn_a).wrapping_sub(10));
+    inject(&mut p.net, 1, 0, ghost);
+    inject(&mut p.net, 1, 0, stale);
+    assert!(p.send_wcs(0).is_empty());
+    assert_eq!(p.counters(0).ghost_responses, 1);
+    // The real exchange still completes both, in order.
+    p.net.drive(STEPS);
+    let w = p.send_wcs(0);
+    assert_eq!((w[0].wr_id, w[1].wr_id), (1, 2));
+    assert_eq!(statuses(&w), vec![WcStatus::Success; 2]);
+}
+
+/// Every request duplicated on the wire: SENDs delivered once, atomics executed once,
+/// READ/WRITE data exact, every WR completed once.
+#[test]
+fn duplicated_requests_of_each_kind() {
+    let link = LinkConfig {
+        dup: 1.0,
+        ..LinkConfig::default()
+    };
+    let mut p = pair(5, link, Opts::default());
+    p.post_recv(1, 50, 0, 2000);
+    p.post_send(0, p.wr(1, WrOpcode::Send, 0, 2000, 0));
+    p.post_send(0, p.wr(2, WrOpcode::RdmaWrite, 2000, 3000, 2000));
+    let mut fa = p.wr(3, WrOpcode::AtomicFetchAndAdd, 8000, 8, 9000);
+    fa.compare_add = 1;
+    p.post_send(0, fa);
+    p.post_send(0, p.wr(4, WrOpcode::RdmaRead, 10000, 3000, 2000));
+    assert!(p.run_until_send_wcs(4, STEPS));
+    p.net.drive(STEPS);
+    assert_eq!(statuses(&p.send_wcs(0)), vec![WcStatus::Success; 4]);
+    assert_eq!(p.recv_wcs(1).len(), 1);
+    let (a, b) = (p.bytes(0), p.bytes(1));
+    assert_eq!(
+        u64::from_ne_bytes(b[9000..9008].try_into().unwrap()),
+        1,
+        "FETCH_ADD ran once"
+    );
+    assert_eq!(b[2000..5000], a[2000..5000]);
+    assert_eq!(a[10000..13000], a[2000..5000]);
+    assert!(p.counters(1).duplicate_request >= 4);
+}
+
+/// An ACK for a later SEND arriving while a READ's response is missing is an implied NAK:
+/// the READ is issued again.
+#[test]
+fn implied_nak_reissues_the_read() {
+    let mut p = pair(6, lossless(), Opts::default());
+    let sc = Script::install(&mut p.net);
+    sc.borrow_mut().drop(1, |s| {
+        s.from == 1 && s.opcode == Opcode::RC_RDMA_READ_RESPONSE_ONLY
+    });
+    p.post_recv(1, 9, 0, 100);
+    p.post_send(0, p.wr(1, WrOpcode::RdmaRead, 0, 500, 1000));
+    p.post_send(0, p.wr(2, WrOpcode::Send, 600, 100, 0));
+    assert!(p.run_until_send_wcs(2, STEPS));
+    assert_eq!(statuses(&p.send_wcs(0)), vec![WcStatus::Success; 2]);
+    assert_eq!(p.counters(0).implied_naks, 1);
+    assert_eq!(
+        sc.borrow()
+            .count(|s| s.opcode == Opcode::RC_RDMA_READ_REQUEST),
+        2
+    );
+    assert!(
+        p.net.now.as_nanos() < timer::local_ack_timeout(p.opts.timeout).unwrap().as_nanos() as u64
+    );
+    assert_eq!(p.bytes(0)[..500], p.bytes(1)[1000..1500]);
+}
+
+/// RNR: with no receive posted the responder sends RNR NAKs carrying its min_rnr_timer; the
+/// requester waits that long each time and gives up after rnr_retry retries (0..6).
+#[test]
+fn rnr_retry_0_to_6_gives_up_with_rnr_retry_exc_err() {
+    for rnr_retry in 0..7u8 {
+        let opts = Opts {
+            rnr_retry,
+            min_rnr_timer: 14,
+            ..Opts::default()
+        };
+        let mut p = pair(7, lossless(), opts);
+        let sc = Script::install(&mut p.net);
+        p.post_send(0, p.wr(1, WrOpcode::Send, 0, 10, 0));
+        p.post_send(0, p.wr(2, WrOpcode::Send, 0, 10, 0));
+        assert!(p.run_until_send_wcs(2, STEPS), "rnr_retry {rnr_retry}");
+        assert_eq!(
+            statuses(&p.send_wcs(0)),
+            vec![WcStatus::RnrRetryExcErr, WcStatus::WrFlushErr]
+        );
+        let naks = sc
+            .borrow()
+            .count(|s| matches!(s.ack, Some(AckType::RnrNak { timer: 14 })));
+        assert_eq!(naks, usize::from(rnr_retry) + 1, "rnr_retry {rnr_retry}");
+        // Each retry waited the encoded RNR time (1.28 ms for index 14).
+        assert!(
+            p.net.now.as_nanos() >= u64::from(rnr_retry) * timer::rnr_timer(14).as_nanos() as u64
+        );
+        assert_eq!(p.state(0), QpState::Err);
+        assert_eq!(p.counters(0).retry_rnr_exceeded_err, 1);
+    }
+}
+
+/// rnr_retry 7 never gives up: once a receive is posted, the SEND completes.
+#[test]
+fn rnr_retry_7_waits_for_a_receive() {
+    let opts = Opts {
+        rnr_retry: 7,
+        min_rnr_timer: 1,
+        ..Opts::default()
+    };
+    let mut p = pair(8, lossless(), opts);
+    let sc = Script::install(&mut p.net);
+    p.post_send(0, p.wr(1, WrOpcode::Send, 0, 10, 0));
+    p.net.drive_until(STEPS, |net| {
+        net.nodes[0].endpoint.counters().rcvd_rnr_err >= 200
+    });
+    assert!(p.send_wcs(0).is_empty());
+    p.post_recv(1, 9, 0, 100);
+    assert!(p.run_until_send_wcs(1, STEPS));
+    assert_eq!(statuses(&p.send_wcs(0)), vec![WcStatus::Success]);
+    assert_eq!(p.recv_wcs(1)[0].byte_len, 10);
+    assert!(
+        sc.borrow()
+            .count(|s| matches!(s.ack, Some(AckType::RnrNak { .. })))
+            >= 200
+    );
+}
+
+/// A vanished peer: retry_cnt retries after as many timeouts, then RetryExcErr for the WR in
+/// flight and WrFlushErr for the rest; the QP is in ERR.
+#[test]
+fn retry_exhaustion_then_flush() {
+    let opts = Opts {
+        retry_cnt: 3,
+        ..Opts::default()
+    };
+    let mut p = pair(9, lossless(), opts);
+    p.net.nodes[1].down = true;
+    p.post_send(0, p.wr(1, WrOpcode::RdmaWrite, 0, 100, 0));
+    p.post_send(0, p.wr(2, WrOpcode::RdmaWrite, 0, 100, 0));
+    p.post_send(0, p.wr(3, WrOpcode::RdmaRead, 0, 100, 0));
+    assert!(p.run_until_send_wcs(3, STEPS));
+    let w = p.send_wcs(0);
+    assert_eq!(
+        statuses(&w),
+        vec![
+            WcStatus::RetryExcErr,
+            WcStatus::WrFlushErr,
+            WcStatus::WrFlushErr
+        ]
+    );
+    assert_eq!(w.iter().map(|c| c.wr_id).collect::<Vec<_>>(), vec![1, 2, 3]);
+    assert_eq!(p.state(0), QpState::Err);
+    assert_eq!(p.counters(0).completer_retry_err, 3);
+    assert_eq!(p.counters(0).retry_exceeded_err, 1);
+    // 1 + 3 timeouts of 4.096 µs · 2^10 each.
+    let t = timer::local_ack_timeout(p.opts.timeout).unwrap();
+    assert!(p.net.now.as_nanos() >= 4 * t.as_nanos() as u64);
+    // Posting to a QP in ERR completes at once with a flush.
+    p.post_send(0, p.wr(4, WrOpcode::Send, 0, 1, 0));
+    p.net.drive(10);
+    assert_eq!(p.send_wcs(0).last().unwrap().status, WcStatus::WrFlushErr);
+}
+
+fn bad_remote(wr: impl FnOnce(&Pair) -> SendWr, expect: WcStatus, nak: NakCode) {
+    let mut p = pair(10, lossless(), Opts::default());
+    let sc = Script::install(&mut p.net);
+    p.post_recv(1, 77, 0, 100);
+    let w = wr(&p);
+    p.post_send(0, w);
+    p.post_send(0, p.wr(2, WrOpcode::RdmaWrite, 0, 10, 0));
+    assert!(p.run_until_send_wcs(2, STEPS));
+    p.net.drive(STEPS);
+    assert_eq!(statuses(&p.send_wcs(0)), vec![expect, WcStatus::WrFlushErr]);
+    assert_eq!(sc.borrow().count(|s| s.ack == Some(AckType::Nak(nak))), 1);
+    assert_eq!(p.state(0), QpState::Err);
+    assert_eq!(
+        p.state(1),
+        QpState::Err,
+        "the responder's QP goes to ERR too"
+    );
+    // The responder's posted receive is flushed.
+    assert_eq!(statuses(&p.recv_wcs(1)), vec![WcStatus::WrFlushErr]);
+}
+
+#[test]
+fn rkey_violation_write_is_rem_access_err() {
+    bad_remote(
+        |p| {
+            let mut w = p.wr(1, WrOpcode::RdmaWrite, 0, 100, 0);
+            w.remote.rkey ^= 0x100;
+            w
+        },
+        WcStatus::RemAccessErr,
+        NakCode::RemoteAccessError,
+    );
+}
+
+#[test]
+fn rkey_violation_read_is_rem_access_err() {
+    bad_remote(
+        |p| {
+            let mut w = p.wr(1, WrOpcode::RdmaRead, 0, 100, 0);
+            w.remote.rkey = 0xdead;
+            w
+        },
+        WcStatus::RemAccessErr,
+        NakCode::RemoteAccessError,
+    );
+}
+
+#[test]
+fn bounds_violation_is_rem_access_err() {
+    bad_remote(
+        |p| p.wr(1, WrOpcode::RdmaWrite, 0, 100, p.mrb.length - 50),
+        WcStatus::RemAccessErr,
+        NakCode::RemoteAccessError,
+    );
+}
+
+#[test]
+fn misaligned_atomic_is_rem_inv_req_err() {
+    bad_remote(
+        |p| p.wr(1, WrOpcode::AtomicFetchAndAdd, 0, 8, 4),
+        WcStatus::RemInvReqErr,
+        NakCode::InvalidRequest,
+    );
+}
+
+/// A QP that grants no remote write answers a WRITE with NAK invalid request (as rxe does).
+#[test]
+fn write_to_qp_without_remote_write_is_rem_inv_req_err() {
+    let mut opts = Opts::default();
+    opts.access =
+        ferroce_transport::AccessFlags::LOCAL_WRITE | ferroce_transport::AccessFlags::REMOTE_READ;
+    let mut p = pair(11, lossless(), opts);
+    p.post_send(0, p.wr(1, WrOpcode::RdmaWrite, 0, 100, 0));
+    assert!(p.run_until_send_wcs(1, STEPS));
+    assert_eq!(statuses(&p.send_wcs(0)), vec![WcStatus::RemInvReqErr]);
+}
+
+/// A receive buffer too small for the SEND: the receive completes with LocLenErr and the
+/// requester gets RemInvReqErr.
+#[test]
+fn send_longer_than_receive_buffer() {
+    let mut p = pair(12, lossless(), Opts::default());
+    p.post_recv(1, 9, 0, 50);
+    p.post_send(0, p.wr(1, WrOpcode::Send, 0, 100, 0));
+    assert!(p.run_until_send_wcs(1, STEPS));
+    p.net.drive(STEPS);
+    assert_eq!(statuses(&p.send_wcs(0)), vec![WcStatus::RemInvReqErr]);
+    assert_eq!(statuses(&p.recv_wcs(1)), vec![WcStatus::LocLenErr]);
+}
+
+/// A bad local key is a local protection error on the requester; nothing reaches the peer.
+#[test]
+fn bad_lkey_is_loc_prot_err() {
+    let mut p = pair(13, lossless(), Opts::default());
+    let sc = Script::install(&mut p.net);
+    let mut w = p.wr(1, WrOpcode::Send, 0, 100, 0);
+    w.sg_list[0].lkey = 0x9999;
+    p.post_send(0, w);
+    p.post_send(0, p.wr(2, WrOpcode::Send, 0, 100, 0));
+    assert!(p.run_until_send_wcs(2, STEPS));
+    assert_eq!(
+        statuses(&p.send_wcs(0)),
+        vec![WcStatus::LocProtErr, WcStatus::WrFlushErr]
+    );
+    assert_eq!(sc.borrow().count(|s| s.from == 0), 0);
+}
+
+/// An opcode out of sequence (a WRITE MIDDLE with no WRITE FIRST) is NAKed as an invalid
+/// request and the responder's QP goes to ERR.
+#[test]
+fn unexpected_opcode_is_nak_invalid_request() {
+    let mut p = pair(14, lossless(), Opts::default());
+    let sc = Script::install(&mut p.net);
+    let payload = [0u8; 1024];
+    let bad = PacketRepr {
+        bth: BthRepr::new(Opcode::RC_RDMA_WRITE_MIDDLE, p.qb, Psn::new(p.opts.psn_a)),
+        ext: ExtHeaders::default(),
+        payload: &payload,
+    };
+    inject(&mut p.net, 0, 1, bad);
+    p.net.drive(10);
+    assert_eq!(p.state(1), QpState::Err);
+    let log = &sc.borrow().log;
+    assert_eq!(log.len(), 1);
+    assert_eq!(log[0].ack, Some(AckType::Nak(NakCode::InvalidRequest)));
+    assert_eq!(log[0].psn, Psn::new(p.opts.psn_a));
+}
+
+/// A WRITE that loses a middle packet resumes at that packet (a MIDDLE, no RETH), not at the
+/// start of the message.
+#[test]
+fn partial_write_resumes_mid_message() {
+    let mut p = pair(15, lossless(), Opts::default());
+    let sc = Script::install(&mut p.net);
+    let lost = Psn::new(p.opts.psn_a) + 4;
+    sc.borrow_mut()
+        .drop(1, move |s| is_data(s) && s.psn == lost);
+    p.post_send(0, p.wr(1, WrOpcode::RdmaWrite, 0, 8 * 1024, 0));
+    assert!(p.run_until_send_wcs(1, STEPS));
+    assert_eq!(statuses(&p.send_wcs(0)), vec![WcStatus::Success]);
+    let s = sc.borrow();
+    let data: Vec<_> = s.log.iter().filter(|x| is_data(x)).collect();
+    assert_eq!(data.len(), 8 + 4, "packets 4..7 sent twice");
+    assert_eq!(data[8].psn, lost);
+    assert_eq!(data[8].opcode, Opcode::RC_RDMA_WRITE_MIDDLE);
+    drop(s);
+    assert_eq!(p.bytes(1)[..8192], p.bytes(0)[..8192]);
+}
+
+/// A READ that loses a response is reissued for the rest only: the new request's RETH starts
+/// where the data stopped.
+#[test]
+fn partial_read_reissued_for_the_rest() {
+    let mut p = pair(16, lossless(), Opts::default());
+    let sc = Script::install(&mut p.net);
+    let lost = Psn::new(p.opts.psn_a) + 3;
+    sc.borrow_mut()
+        .drop(1, move |s| s.from == 1 && s.psn == lost);
+    p.post_send(0, p.wr(1, WrOpcode::RdmaRead, 0, 8 * 1024, 100));
+    assert!(p.run_until_send_wcs(1, STEPS));
+    assert_eq!(statuses(&p.send_wcs(0)), vec![WcStatus::Success]);
+    let s = sc.borrow();
+    let reqs: Vec<_> = s
+        .log
+        .iter()
+        .filter(|x| x.opcode == Opcode::RC_RDMA_READ_REQUEST)
+        .collect();
+    assert_eq!(reqs.len(), 2);
+    let r2 = reqs[1].reth.unwrap();
+    assert_eq!(reqs[1].psn, lost);
+    assert_eq!(r2.dma_len, 8192 - 3 * 1024);
+    assert_eq!(r2.va, p.mrb.addr + 100 + 3 * 1024);
+    drop(s);
+    assert_eq!(p.bytes(0)[..8192], p.bytes(1)[100..8292]);
+}
+
+/// PSNs wrap from 2^24 − 1 to 0 in the middle of messages, with losses around the wrap.
+#[test]
+fn psn_wrap_around() {
+    let opts = Opts {
+        psn_a: 0xFF_FFFD,
+        psn_b: 0xFF_FFFE,
+        mtu: ferroce_transport::Mtu::Mtu256,
+        ..Opts::default()
+    };
+    let mut p = pair(17, lossless(), opts);
+    let sc = Script::install(&mut p.net);
+    sc.borrow_mut()
+        .drop(1, |s| s.from == 0 && s.psn == Psn::new(0));
+    sc.borrow_mut().drop(1, |s| {
+        s.from == 1 && s.psn == Psn::new(3) && s.opcode.is_request() == false
+    });
+    p.post_recv(1, 1, 0, 4096);
+    p.post_send(0, p.wr(1, WrOpcode::Send, 0, 2000, 0));
+    p.post_send(0, p.wr(2, WrOpcode::RdmaRead, 4096, 2000, 5000));
+    p.post_send(0, p.wr(3, WrOpcode::RdmaWrite, 8192, 2000, 8192));
+    assert!(p.run_until_send_wcs(3, STEPS));
+    assert_eq!(statuses(&p.send_wcs(0)), vec![WcStatus::Success; 3]);
+    let (a, b) = (p.bytes(0), p.bytes(1));
+    assert_eq!(b[..2000], a[..2000]);
+    assert_eq!(a[4096..6096], b[5000..7000]);
+    assert_eq!(b[8192..10192], a[8192..10192]);
+    assert!(
+        sc.borrow().count(|s| s.psn == Psn::MAX) > 0
+            && sc.borrow().count(|s| s.psn == Psn::new(5)) > 0
+    );
+}
+
+/// Responder resources: a duplicate atomic is answered from the saved original value, never
+/// executed twice; when the requester overruns the responder's resources (max_rd_atomic >
+/// the peer's max_dest_rd_atomic) the saved value is gone, the duplicate is dropped, and the
+/// requester ends with RetryExcErr — and the atomic still ran exactly once.
+#[test]
+fn responder_resources_replay_and_exhaustion() {
+    for (max_dest, expect) in [(4u8, WcStatus::Success), (1u8, WcStatus::RetryExcErr)] {
+        let opts = Opts {
+            max_rd_atomic: 4,
+            max_dest_rd_atomic: max_dest,
+            retry_cnt: 2,
+            ..Opts::default()
+        };
+        let mut p = pair(18, lossless(), opts);
+        let sc = Script::install(&mut p.net);
+        // The first ATOMIC ACK is lost.
+        sc.borrow_mut()
+            .drop(1, |s| s.opcode == Opcode::RC_ATOMIC_ACKNOWLEDGE);
+        for i in 0..2u64 {
+            let mut w = p.wr(i, WrOpcode::AtomicFetchAndAdd, 8 * i, 8, 1000 + 8 * i);
+            w.compare_add = 10;
+            p.post_send(0, w);
+        }
+        assert!(p.run_until_send_wcs(2, STEPS));
+        let w = p.send_wcs(0);
+        assert_eq!(w[0].status, expect, "max_dest_rd_atomic {max_dest}");
+        let b = p.bytes(1);
+        assert_eq!(
+            u64::from_ne_bytes(b[1000..1008].try_into().unwrap()),
+            10,
+            "executed once"
+        );
+        if expect == WcStatus::Success {
+            assert_eq!(w[1].status, WcStatus::Success);
+            assert_eq!(u64::from_ne_bytes(p.bytes(0)[0..8].try_into().unwrap()), 0);
+        }
+    }
+}
+
+/// The time an RNR NAK asks for is the peer's min_rnr_timer, decoded by the table.
+#[test]
+fn rnr_wait_follows_the_peers_timer() {
+    let opts = Opts {
+        rnr_retry: 1,
+        min_rnr_timer: 20,
+        ..Opts::default()
+    }; // 10.24 ms
+    let mut p = pair(19, lossless(), opts);
+    p.post_send(0, p.wr(1, WrOpcode::Send, 0, 10, 0));
+    assert!(p.run_until_send_wcs(1, STEPS));
+    let t = p.net.now.as_nanos();
+    assert!(t >= 10_240_000 && t < 11_000_000, "{t}");
+    let _ = Credits::UNLIMITED;
+    let _ = Duration::ZERO;
+}
