@@ -259,7 +259,8 @@ impl Endpoint {
             qpn = (qpn + 1) & 0xFF_FFFF;
         }
         self.next_qpn = (qpn + 1) & 0xFF_FFFF;
-        self.qps.insert(qpn, Qp::new(qpn, &init));
+        self.qps
+            .insert(qpn, Qp::new(qpn, &init, self.cfg.limits.active_mtu));
         Ok(qpn)
     }
 
@@ -272,7 +273,8 @@ impl Endpoint {
             return Err(VerbError::QpExists(1));
         }
         init.qp_type = QpType::Ud;
-        self.qps.insert(1, Qp::new(1, &init));
+        self.qps
+            .insert(1, Qp::new(1, &init, self.cfg.limits.active_mtu));
         Ok(1)
     }
 

@@ -17,8 +17,8 @@ use crate::srq::Srq;
 use crate::state::{self, ModifyLimits, ModifyQpError, Service};
 use crate::time::Instant;
 use crate::verbs::{
-    MAX_MSG_SZ, QpAttr, QpAttrMask, QpCap, QpState, QpType, RecvWr, SendFlags, SendWr, WcFlags,
-    WcOpcode, WcStatus, WorkCompletion,
+    MAX_MSG_SZ, Mtu, QpAttr, QpAttrMask, QpCap, QpState, QpType, RecvWr, SendFlags, SendWr,
+    WcFlags, WcOpcode, WcStatus, WorkCompletion,
 };
 
 pub(crate) use requester::Tx;
@@ -137,6 +137,8 @@ pub struct Qp {
     pub(crate) srq: Option<u32>,
     pub(crate) sq_sig_all: bool,
     pub(crate) cap: QpCap,
+    /// The port's active MTU: the packet size of UD QPs (rxe's `get_mtu`).
+    pub(crate) port_mtu: Mtu,
     pub(crate) state: QpState,
     pub(crate) attr: QpAttr,
     pub(crate) sq: VecDeque<SendWqe>,
@@ -176,8 +178,9 @@ pub(crate) struct Ctx<'a, M: Memory + ?Sized> {
 }
 
 impl Qp {
-    pub(crate) fn new(qpn: u32, init: &QpInitAttr) -> Qp {
+    pub(crate) fn new(qpn: u32, init: &QpInitAttr, port_mtu: Mtu) -> Qp {
         Qp {
+            port_mtu,
             qpn,
             qp_type: init.qp_type,
             service: Service::of(init.qp_type, qpn),
@@ -231,9 +234,12 @@ impl Qp {
         }
     }
 
-    /// The path MTU in bytes.
+    /// The packet payload size in bytes: the path MTU of a connected QP, the port MTU on UD.
     pub(crate) fn mtu(&self) -> u32 {
-        self.attr.path_mtu.bytes()
+        match self.qp_type {
+            QpType::Ud => self.port_mtu.bytes(),
+            _ => self.attr.path_mtu.bytes(),
+        }
     }
 
     /// The peer of a connected QP.
@@ -361,7 +367,7 @@ impl Qp {
             srq: keep.3,
             sq_sig_all: keep.4,
         };
-        *self = Qp::new(keep.0, &init);
+        *self = Qp::new(keep.0, &init, self.port_mtu);
         self.attr = QpAttr {
             qp_state: QpState::Reset,
             ..keep.6
