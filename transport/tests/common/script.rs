@@ -4,7 +4,7 @@ use std::cell::RefCell;
 use std::net::{IpAddr, SocketAddr};
 use std::rc::Rc;
 
-use ferroce_transport::sim::Network;
+use ferroce_transport::sim::{Fate, Network};
 use ferroce_wire::{AckType, IcrcContext, Opcode, PacketRepr, Psn, RethRepr};
 
 /// One packet seen on the wire.
@@ -35,7 +35,7 @@ impl Script {
     pub fn install(net: &mut Network) -> Rc<RefCell<Script>> {
         let s = Rc::new(RefCell::new(Script::default()));
         let s2 = s.clone();
-        net.drop_filter = Some(Box::new(move |from, to, p: &PacketRepr<'_>| {
+        net.fate = Some(Box::new(move |from, to, p: &PacketRepr<'_>| {
             let mut seen = Seen {
                 from,
                 to,
@@ -58,7 +58,7 @@ impl Script {
             }
             seen.dropped = drop;
             sc.log.push(seen);
-            drop
+            if drop { Fate::Drop } else { Fate::Deliver }
         }));
         s
     }

@@ -15,6 +15,9 @@ use crate::endpoint::{AsyncEvent, Completion, Endpoint, EndpointConfig, WcQueue}
 use crate::memory::VecMemory;
 use crate::time::Instant;
 
+pub mod pair;
+pub mod workload;
+
 /// xorshift64*: small, fast and good enough for fault injection.
 #[derive(Debug, Clone)]
 pub struct Rng(u64);
@@ -118,8 +121,23 @@ struct InFlight {
     bytes: Vec<u8>,
 }
 
-/// Decides whether to drop a specific packet: `(from node, to node, packet) -> drop?`.
-pub type DropFilter = Box<dyn FnMut(usize, usize, &PacketRepr<'_>) -> bool>;
+/// What happens to one packet, decided by a script before the link's random faults.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fate {
+    /// Goes on to the link (which may still lose, duplicate or corrupt it).
+    Deliver,
+    /// Lost.
+    Drop,
+    /// Delivered twice.
+    Duplicate,
+    /// One bit flipped (the index is taken modulo the packet's bits).
+    Corrupt(u32),
+    /// Held back this much longer (later packets overtake it).
+    Delay(Duration),
+}
+
+/// Decides the fate of each packet: `(from node, to node, packet) -> Fate`.
+pub type FateFilter = Box<dyn FnMut(usize, usize, &PacketRepr<'_>) -> Fate>;
 
 /// A network of nodes, all links alike unless set per direction.
 pub struct Network {
@@ -137,8 +155,8 @@ pub struct Network {
     pub steps: u64,
     /// Packets put on the wire.
     pub packets: u64,
-    /// Scripted drops, applied before the random faults.
-    pub drop_filter: Option<DropFilter>,
+    /// Scripted fates, applied before the random faults.
+    pub fate: Option<FateFilter>,
     /// Print every packet sent, lost and delivered to stderr (for replaying a failing seed;
     /// `ROCE_SIM_TRACE=1` turns it on).
     pub trace: bool,
@@ -185,7 +203,7 @@ impl Network {
             seq: 0,
             steps: 0,
             packets: 0,
-            drop_filter: None,
+            fate: None,
             trace: std::env::var_os("ROCE_SIM_TRACE").is_some(),
             buf: vec![0u8; 8192],
         }
@@ -232,12 +250,17 @@ impl Network {
                     continue;
                 };
                 let bytes = self.buf[..tx.len].to_vec();
-                if let Some(f) = self.drop_filter.as_mut() {
+                let mut fate = Fate::Deliver;
+                if let Some(f) = self.fate.as_mut() {
                     if let Ok(p) = PacketRepr::parse(&bytes) {
-                        if f(i, to, &p) {
-                            continue;
-                        }
+                        fate = f(i, to, &p);
                     }
+                }
+                if fate == Fate::Drop {
+                    if self.trace {
+                        trace(self.now, i, to, "DROPPED", &bytes);
+                    }
+                    continue;
                 }
                 let link = self.links[i][to];
                 if self.rng.chance(link.loss) {
@@ -246,9 +269,17 @@ impl Network {
                     }
                     continue;
                 }
-                let copies = if self.rng.chance(link.dup) { 2 } else { 1 };
+                let copies = if self.rng.chance(link.dup) || fate == Fate::Duplicate {
+                    2
+                } else {
+                    1
+                };
                 for _ in 0..copies {
                     let mut b = bytes.clone();
+                    if let Fate::Corrupt(bit) = fate {
+                        let bit = bit as usize % (b.len() * 8);
+                        b[bit / 8] ^= 1 << (bit % 8);
+                    }
                     if self.rng.chance(link.corrupt) && !b.is_empty() {
                         let bit = self.rng.below(b.len() as u64 * 8);
                         b[(bit / 8) as usize] ^= 1 << (bit % 8);
@@ -259,7 +290,9 @@ impl Network {
                             Duration::from_nanos(self.rng.below(link.jitter.as_nanos() as u64));
                     }
                     let mut at = (self.now + delay).max(self.fifo[i][to]);
-                    if self.rng.chance(link.reorder) {
+                    if let Fate::Delay(d) = fate {
+                        at = at + d;
+                    } else if self.rng.chance(link.reorder) {
                         // Held back: later packets overtake this one.
                         at = at
                             + Duration::from_nanos(
