@@ -1,16 +1,70 @@
 //! ferroce: a user-space RDMA verbs provider speaking RoCEv2 over plain UDP sockets.
 //!
-//! Today this crate holds the packet tooling the `ferroce` binary is built on:
+//! The API follows libibverbs: open a [`Device`] (a local IP address) to get a [`Context`],
+//! allocate a [`ProtectionDomain`], register [`MemoryRegion`]s, create
+//! [`CompletionQueue`]s and [`QueuePair`]s, walk the QPs through INIT → RTR → RTS with
+//! [`QueuePair::modify`], post work requests and poll completions. Handles are `Send + Sync`,
+//! carry no lifetimes, and keep their parents alive; the explicit `destroy`/`dealloc` calls
+//! refuse with [`Error::Busy`] while children live, as verbs returns EBUSY.
 //!
-//! * [`pcap`]: reading and writing classic pcap files;
-//! * [`frame`]: Ethernet / IPv4 / IPv6 / UDP framing around RoCEv2 payloads (via `pnet_packet`);
-//! * [`decode`]: the per-packet decoding behind `ferroce pcap`.
+//! # Memory regions and the network
 //!
-//! The verbs API (devices, PDs, MRs, CQs, QPs) and its UDP runtime come with the provider
-//! issue; the wire format lives in [`ferroce_wire`].
+//! A registered region is shared with the network the way an HCA shares DMA memory. ferroce's
+//! runtime thread copies bytes into the region when a peer's RDMA WRITE, SEND or READ response
+//! arrives and out of it when a SEND/WRITE goes out or a peer's READ is answered — at any time,
+//! concurrently with the program, for as long as the region is registered and a QP may touch it.
+//! So:
+//!
+//! * Safe code never gets a Rust reference (`&[u8]`/`&mut [u8]`) into region memory. It reads
+//!   and writes through [`MemoryRegion::read`], [`MemoryRegion::write`] and
+//!   [`MemoryRegion::atomic_load`], which copy (atomics use 64-bit atomic instructions, so they
+//!   are atomic with respect to remote atomics).
+//! * What those copies see while the network also writes the same bytes is unspecified, as on
+//!   real hardware: synchronise through completions (a receive completion, the completion of
+//!   your own READ, an application-level message) before trusting the bytes.
+//! * Work requests name memory by address and lkey, as in verbs. Keys are checked on every use
+//!   against the live table; a deregistered region's keys fail at once (`LocProtErr` locally,
+//!   `RemAccessErr` remotely), and its memory is freed only when the last handle is dropped —
+//!   never while the runtime is copying.
+//! * [`ProtectionDomain::reg_mr_raw`] registers caller memory and is `unsafe`: the caller
+//!   promises the memory stays valid and accepts that the runtime writes it concurrently.
+//!
+//! # Example
+//!
+//! ```no_run
+//! use ferroce::{Device, QpInitAttr};
+//! use ferroce::transport::{AccessFlags, QpCap, QpType};
+//!
+//! let ctx = Device::find("127.0.0.1")?.open()?;
+//! let pd = ctx.alloc_pd();
+//! let mr = pd.reg_mr(4096, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)?;
+//! let cq = ctx.create_cq(64, None)?;
+//! let cap = QpCap { max_send_wr: 16, max_recv_wr: 16, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 64 };
+//! let qp = pd.create_qp(&QpInitAttr { qp_type: QpType::Rc, send_cq: &cq, recv_cq: &cq, srq: None, cap, sq_sig_all: false })?;
+//! # let _ = (mr, qp);
+//! # Ok::<(), ferroce::Error>(())
+//! ```
 
+pub mod context;
+pub mod cq;
 pub mod decode;
+pub mod device;
+mod error;
+pub mod faults;
 pub mod frame;
+mod mr;
 pub mod pcap;
+pub mod qp;
+pub mod runtime;
+mod sys;
 
+pub use context::{
+    AddressHandle, Context, DeviceAttr, MemoryRegion, OpenOptions, PortAttr, ProtectionDomain,
+};
+pub use cq::{CompletionChannel, CompletionQueue};
+pub use device::{Device, devices};
+pub use error::{Error, Result};
+pub use ferroce_transport as transport;
 pub use ferroce_wire as wire;
+pub use qp::{QpInitAttr, QueuePair, SharedReceiveQueue};
+pub use runtime::{AsyncEventRecord, RuntimeCounters};

@@ -249,6 +249,11 @@ impl<W: Write> Writer<W> {
         self.inner.write_all(data)
     }
 
+    /// The underlying writer.
+    pub fn inner_mut(&mut self) -> &mut W {
+        &mut self.inner
+    }
+
     /// Flushes and returns the underlying writer.
     ///
     /// # Errors

@@ -1,0 +1,646 @@
+//! The device context (`ibv_context`), protection domains (`ibv_pd`), memory regions
+//! (`ibv_mr`) and address handles (`ibv_ah`).
+
+use std::net::{IpAddr, Ipv6Addr};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use ferroce_transport::{AccessFlags, AhAttr, EndpointConfig, ModifyLimits, Mtu, Sge};
+use parking_lot::Mutex;
+
+use crate::cq::{CompletionChannel, CompletionQueue};
+use crate::faults::FaultConfig;
+use crate::mr::MrInner;
+use crate::runtime::{AsyncEventRecord, RuntimeConfig, RuntimeCounters, Shared};
+use crate::{Device, Error, Result};
+
+/// Limits ferroce advertises (`ibv_query_device`), rxe's where rxe has them.
+pub mod limits {
+    /// `max_qp`.
+    pub const MAX_QP: u32 = 1 << 16;
+    /// `max_qp_wr`.
+    pub const MAX_QP_WR: u32 = 1 << 14;
+    /// `max_sge`.
+    pub const MAX_SGE: u32 = 32;
+    /// `max_cqe`.
+    pub const MAX_CQE: u32 = 32767;
+    /// `max_mr_size`.
+    pub const MAX_MR_SIZE: u64 = 1 << 40;
+    /// `max_qp_rd_atom` and `max_qp_init_rd_atom`.
+    pub const MAX_RD_ATOM: u32 = 128;
+    /// `max_inline_data`.
+    pub const MAX_INLINE: u32 = 400;
+    /// `max_srq_wr`.
+    pub const MAX_SRQ_WR: u32 = 1 << 14;
+}
+
+/// `enum ibv_atomic_cap`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u32)]
+pub enum AtomicCap {
+    /// `IBV_ATOMIC_NONE`.
+    None = 0,
+    /// `IBV_ATOMIC_HCA`: atomic with respect to this device's operations.
+    Hca = 1,
+    /// `IBV_ATOMIC_GLOB`.
+    Glob = 2,
+}
+
+/// `struct ibv_device_attr` (the fields ferroce fills).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeviceAttr {
+    /// `fw_ver` as a string's worth of version.
+    pub fw_ver: &'static str,
+    /// `node_guid`: EUI-64 derived from the address.
+    pub node_guid: u64,
+    /// `sys_image_guid`.
+    pub sys_image_guid: u64,
+    /// `max_mr_size`.
+    pub max_mr_size: u64,
+    /// `vendor_id`.
+    pub vendor_id: u32,
+    /// `max_qp`.
+    pub max_qp: u32,
+    /// `max_qp_wr`.
+    pub max_qp_wr: u32,
+    /// `max_sge`.
+    pub max_sge: u32,
+    /// `max_cq`.
+    pub max_cq: u32,
+    /// `max_cqe`.
+    pub max_cqe: u32,
+    /// `max_mr`.
+    pub max_mr: u32,
+    /// `max_pd`.
+    pub max_pd: u32,
+    /// `max_qp_rd_atom`.
+    pub max_qp_rd_atom: u32,
+    /// `max_qp_init_rd_atom`.
+    pub max_qp_init_rd_atom: u32,
+    /// `atomic_cap`.
+    pub atomic_cap: AtomicCap,
+    /// `max_srq`.
+    pub max_srq: u32,
+    /// `max_srq_wr`.
+    pub max_srq_wr: u32,
+    /// `max_srq_sge`.
+    pub max_srq_sge: u32,
+    /// `max_pkeys`.
+    pub max_pkeys: u16,
+    /// `local_ca_ack_delay`.
+    pub local_ca_ack_delay: u8,
+    /// `phys_port_cnt`.
+    pub phys_port_cnt: u8,
+    /// `max_msg_sz` (from `ibv_port_attr`, as rxe).
+    pub max_msg_sz: u64,
+    /// `max_inline_data` ferroce accepts.
+    pub max_inline_data: u32,
+}
+
+/// `enum ibv_port_state`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u32)]
+pub enum PortState {
+    /// `IBV_PORT_DOWN`.
+    Down = 1,
+    /// `IBV_PORT_ACTIVE`.
+    Active = 4,
+}
+
+/// `struct ibv_port_attr` (the fields ferroce fills).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PortAttr {
+    /// `state`.
+    pub state: PortState,
+    /// `max_mtu`.
+    pub max_mtu: Mtu,
+    /// `active_mtu`: the largest IB MTU ≤ interface MTU − 80.
+    pub active_mtu: Mtu,
+    /// `gid_tbl_len`.
+    pub gid_tbl_len: u32,
+    /// `pkey_tbl_len`.
+    pub pkey_tbl_len: u16,
+    /// `lid` (0 on RoCE).
+    pub lid: u16,
+    /// `link_layer`: Ethernet.
+    pub link_layer_ethernet: bool,
+    /// `max_msg_sz`.
+    pub max_msg_sz: u64,
+}
+
+/// How to open a device.
+#[derive(Debug, Clone, Default)]
+pub struct OpenOptions {
+    /// UDP port to bind and send to (default 4791; another only for tests).
+    pub port: Option<u16>,
+    /// Fault injection (default: `FERROCE_FAULTS`).
+    pub faults: Option<FaultConfig>,
+    /// Write every packet to this pcap file (default: `FERROCE_PCAP`).
+    pub pcap: Option<std::path::PathBuf>,
+    /// Spin instead of sleeping (default: `FERROCE_BUSY_POLL=1`).
+    pub busy_poll: Option<bool>,
+}
+
+pub(crate) struct ContextInner {
+    pub(crate) device: Device,
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) port: u16,
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    next_handle: AtomicU32,
+}
+
+impl Drop for ContextInner {
+    fn drop(&mut self) {
+        self.shared.stop();
+        if let Some(t) = self.thread.lock().take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// An open device (`ibv_context`). Cheap to clone; every child keeps it alive.
+#[derive(Clone)]
+pub struct Context {
+    pub(crate) inner: Arc<ContextInner>,
+    pub(crate) shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context")
+            .field("device", &self.inner.device.name)
+            .field("addr", &self.shared.local)
+            .finish()
+    }
+}
+
+impl Context {
+    pub(crate) fn open(device: Device, opts: OpenOptions) -> Result<Context> {
+        let port = opts.port.unwrap_or(ferroce_wire::ROCE_UDP_PORT);
+        let faults = match opts.faults {
+            Some(f) => Some(f),
+            None => FaultConfig::from_env()
+                .map_err(|e| Error::Io(std::io::Error::new(std::io::ErrorKind::InvalidInput, e)))?,
+        };
+        let pcap_path = opts
+            .pcap
+            .or_else(|| std::env::var_os("FERROCE_PCAP").map(Into::into));
+        let busy_poll = opts
+            .busy_poll
+            .unwrap_or_else(|| std::env::var("FERROCE_BUSY_POLL").is_ok_and(|v| v == "1"));
+        let local = device.socket_addr(port);
+        let mut engine = EndpointConfig::new(device.addr);
+        engine.src_port = port;
+        engine.dst_port = port;
+        engine.limits = ModifyLimits {
+            active_mtu: device.active_mtu(),
+            ..ModifyLimits::default()
+        };
+        let (shared, thread) = Shared::start(RuntimeConfig {
+            local,
+            engine,
+            faults,
+            pcap_path,
+            busy_poll,
+        })?;
+        log::debug!(
+            "opened {} on {local} (active MTU {})",
+            device.name,
+            device.active_mtu().bytes()
+        );
+        Ok(Context {
+            inner: Arc::new(ContextInner {
+                device,
+                shared: shared.clone(),
+                port,
+                thread: Mutex::new(Some(thread)),
+                next_handle: AtomicU32::new(1),
+            }),
+            shared,
+        })
+    }
+
+    pub(crate) fn next_handle(&self) -> u32 {
+        self.inner.next_handle.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// The device this context was opened on.
+    pub fn device(&self) -> &Device {
+        &self.inner.device
+    }
+
+    /// The UDP port in use (4791 unless opened otherwise).
+    pub fn port(&self) -> u16 {
+        self.inner.port
+    }
+
+    /// `ibv_query_device`.
+    pub fn query_device(&self) -> DeviceAttr {
+        let guid = guid_of(self.inner.device.addr);
+        DeviceAttr {
+            fw_ver: env!("CARGO_PKG_VERSION"),
+            node_guid: guid,
+            sys_image_guid: guid,
+            max_mr_size: limits::MAX_MR_SIZE,
+            vendor_id: 0xffffff,
+            max_qp: limits::MAX_QP,
+            max_qp_wr: limits::MAX_QP_WR,
+            max_sge: limits::MAX_SGE,
+            max_cq: 1 << 16,
+            max_cqe: limits::MAX_CQE,
+            max_mr: 1 << 20,
+            max_pd: 1 << 16,
+            max_qp_rd_atom: limits::MAX_RD_ATOM,
+            max_qp_init_rd_atom: limits::MAX_RD_ATOM,
+            atomic_cap: AtomicCap::Hca,
+            max_srq: 1 << 12,
+            max_srq_wr: limits::MAX_SRQ_WR,
+            max_srq_sge: limits::MAX_SGE,
+            max_pkeys: 1,
+            local_ca_ack_delay: 15,
+            phys_port_cnt: 1,
+            max_msg_sz: ferroce_transport::MAX_MSG_SZ,
+            max_inline_data: limits::MAX_INLINE,
+        }
+    }
+
+    /// `ibv_query_port` (port 1, the only one).
+    pub fn query_port(&self) -> PortAttr {
+        PortAttr {
+            state: PortState::Active,
+            max_mtu: Mtu::Mtu4096,
+            active_mtu: self.inner.device.active_mtu(),
+            gid_tbl_len: 2,
+            pkey_tbl_len: 1,
+            lid: 0,
+            link_layer_ethernet: true,
+            max_msg_sz: ferroce_transport::MAX_MSG_SZ,
+        }
+    }
+
+    /// `ibv_query_gid`: index 0 is the IPv6 link-local-style GID derived from the node GUID,
+    /// index 1 the address itself (`::ffff:a.b.c.d` for IPv4), as on rxe.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for another index.
+    pub fn query_gid(&self, index: u32) -> Result<Ipv6Addr> {
+        match index {
+            0 => {
+                let g = guid_of(self.inner.device.addr).to_be_bytes();
+                let mut b = [0u8; 16];
+                b[0] = 0xfe;
+                b[1] = 0x80;
+                b[8..].copy_from_slice(&g);
+                Ok(Ipv6Addr::from(b))
+            }
+            1 => Ok(self.inner.device.gid()),
+            _ => Err(Error::InvalidArgument("GID index")),
+        }
+    }
+
+    /// `ibv_alloc_pd`.
+    pub fn alloc_pd(&self) -> ProtectionDomain {
+        ProtectionDomain {
+            inner: Arc::new(PdInner {
+                handle: self.next_handle(),
+            }),
+            ctx: self.clone(),
+        }
+    }
+
+    /// `ibv_create_comp_channel`.
+    ///
+    /// # Errors
+    /// [`Error::Io`] if an eventfd cannot be made.
+    pub fn create_comp_channel(&self) -> Result<CompletionChannel> {
+        CompletionChannel::new(self)
+    }
+
+    /// `ibv_create_cq` with room for `cqe` completions.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for 0 or more than `max_cqe`; [`Error::WrongParent`] for a
+    /// channel of another context.
+    pub fn create_cq(
+        &self,
+        cqe: u32,
+        channel: Option<&CompletionChannel>,
+    ) -> Result<CompletionQueue> {
+        if cqe == 0 || cqe > limits::MAX_CQE {
+            return Err(Error::InvalidArgument("cqe"));
+        }
+        if let Some(ch) = channel {
+            if !Arc::ptr_eq(&ch.ctx.shared, &self.shared) {
+                return Err(Error::WrongParent("completion channel"));
+            }
+        }
+        Ok(CompletionQueue::new(
+            self,
+            self.next_handle(),
+            cqe as usize,
+            channel,
+        ))
+    }
+
+    /// `ibv_get_async_event`, waiting at most `timeout`.
+    pub fn get_async_event(&self, timeout: Duration) -> Option<AsyncEventRecord> {
+        let mut q = self.shared.events.lock();
+        let deadline = std::time::Instant::now() + timeout;
+        while q.is_empty() {
+            if self
+                .shared
+                .events_cond
+                .wait_until(&mut q, deadline)
+                .timed_out()
+                && q.is_empty()
+            {
+                return None;
+            }
+        }
+        let e = q.pop_front();
+        if q.is_empty() {
+            self.shared.events_fd.drain();
+        }
+        e
+    }
+
+    /// The async event file descriptor (readable while an event is pending).
+    pub fn async_fd(&self) -> std::os::fd::RawFd {
+        self.shared.events_fd.raw()
+    }
+
+    /// The device's counters: the engine's (named as rxe's hw_counters) and the runtime's.
+    pub fn counters(&self) -> (ferroce_transport::Counters, RuntimeCounters) {
+        let st = self.shared.engine.lock();
+        (*st.ep.counters(), st.counters)
+    }
+}
+
+fn guid_of(addr: IpAddr) -> u64 {
+    let o = match addr {
+        IpAddr::V4(v) => v.octets(),
+        IpAddr::V6(v) => {
+            let s = v.octets();
+            [s[12], s[13], s[14], s[15]]
+        }
+    };
+    u64::from_be_bytes([0x02, 0x00, 0x5e, 0xff, o[0], o[1], o[2], o[3]])
+}
+
+pub(crate) struct PdInner {
+    pub(crate) handle: u32,
+}
+
+/// A protection domain (`ibv_pd`): memory regions and QPs of one PD can only reach each other.
+#[derive(Clone)]
+pub struct ProtectionDomain {
+    pub(crate) inner: Arc<PdInner>,
+    pub(crate) ctx: Context,
+}
+
+impl std::fmt::Debug for ProtectionDomain {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ProtectionDomain({})", self.inner.handle)
+    }
+}
+
+impl ProtectionDomain {
+    /// The context.
+    pub fn context(&self) -> &Context {
+        &self.ctx
+    }
+
+    pub(crate) fn handle(&self) -> u32 {
+        self.inner.handle
+    }
+
+    fn new_key(&self) -> u32 {
+        // An index the table does not have, and an unpredictable low byte (IBTA 10.6.3.4:
+        // keys should not be guessable).
+        loop {
+            let idx = self.ctx.next_handle() & 0x00FF_FFFF;
+            let key = (idx << 8) | u32::from(random_byte());
+            if !self.ctx.shared.mrs.contains(key) {
+                return key;
+            }
+        }
+    }
+
+    /// `ibv_reg_mr` over `len` fresh zeroed bytes that ferroce owns (an anonymous mapping).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for REMOTE_WRITE or REMOTE_ATOMIC without LOCAL_WRITE (as
+    /// verbs requires), or a length beyond `max_mr_size`; [`Error::Io`] if mapping fails.
+    pub fn reg_mr(&self, len: usize, access: AccessFlags) -> Result<MemoryRegion> {
+        check_access(access, len as u64)?;
+        let inner = Arc::new(MrInner::owned(self.handle(), self.new_key(), len, access)?);
+        self.ctx.shared.mrs.insert(inner.clone());
+        Ok(MemoryRegion {
+            inner,
+            pd: self.clone(),
+        })
+    }
+
+    /// `ibv_reg_mr` over caller memory (for the C ABI and zero-copy users).
+    ///
+    /// # Safety
+    /// `ptr..ptr+len` must be valid for reads and writes and stay allocated until the region
+    /// is deregistered and every handle to it is dropped; the runtime reads and writes it at
+    /// any time in between, as a NIC would (see the crate docs).
+    ///
+    /// # Errors
+    /// As [`ProtectionDomain::reg_mr`].
+    pub unsafe fn reg_mr_raw(
+        &self,
+        ptr: *mut u8,
+        len: usize,
+        access: AccessFlags,
+    ) -> Result<MemoryRegion> {
+        check_access(access, len as u64)?;
+        // SAFETY: the caller guarantees the range stays valid for the region's life.
+        let inner =
+            Arc::new(unsafe { MrInner::foreign(self.handle(), self.new_key(), ptr, len, access) });
+        self.ctx.shared.mrs.insert(inner.clone());
+        Ok(MemoryRegion {
+            inner,
+            pd: self.clone(),
+        })
+    }
+
+    /// `ibv_create_ah`: an address handle for UD sends.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] if the destination's family differs from the device's.
+    pub fn create_ah(&self, attr: AhAttr) -> Result<AddressHandle> {
+        if attr.dest.is_ipv4() != self.ctx.inner.device.addr.is_ipv4() {
+            return Err(Error::InvalidArgument("address family of the AH"));
+        }
+        Ok(AddressHandle {
+            attr,
+            _pd: self.clone(),
+        })
+    }
+
+    /// `ibv_dealloc_pd`: checks nothing still uses the PD, then drops this handle.
+    ///
+    /// # Errors
+    /// [`Error::Busy`] while memory regions, QPs or AHs of the PD live (EBUSY).
+    pub fn dealloc(self) -> Result<()> {
+        if Arc::strong_count(&self.inner) > 1 {
+            return Err(Error::Busy(
+                "the PD still has memory regions, QPs or address handles",
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn check_access(access: AccessFlags, len: u64) -> Result<()> {
+    let remote_w = AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC;
+    if !(access & remote_w).is_empty() && !access.contains(AccessFlags::LOCAL_WRITE) {
+        return Err(Error::InvalidArgument(
+            "remote write or atomic access needs LOCAL_WRITE",
+        ));
+    }
+    if len > limits::MAX_MR_SIZE {
+        return Err(Error::InvalidArgument(
+            "memory region larger than max_mr_size",
+        ));
+    }
+    Ok(())
+}
+
+fn random_byte() -> u8 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos(),
+    );
+    h.finish() as u8
+}
+
+/// A registered memory region (`ibv_mr`).
+///
+/// Its bytes are shared with the network like DMA memory; read and write them with
+/// [`MemoryRegion::read`] and [`MemoryRegion::write`], which copy. See the crate docs.
+#[derive(Clone)]
+pub struct MemoryRegion {
+    pub(crate) inner: Arc<MrInner>,
+    pd: ProtectionDomain,
+}
+
+impl std::fmt::Debug for MemoryRegion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.inner.fmt(f)
+    }
+}
+
+impl MemoryRegion {
+    /// `lkey`.
+    pub fn lkey(&self) -> u32 {
+        self.inner.lkey
+    }
+
+    /// `rkey` (equal to the lkey, as on rxe).
+    pub fn rkey(&self) -> u32 {
+        self.inner.lkey
+    }
+
+    /// `addr`: the start address peers use in RETH/AtomicETH, and SGEs use locally.
+    pub fn addr(&self) -> u64 {
+        self.inner.addr
+    }
+
+    /// `length`.
+    pub fn len(&self) -> usize {
+        self.inner.len as usize
+    }
+
+    /// Whether the region is empty.
+    pub fn is_empty(&self) -> bool {
+        self.inner.len == 0
+    }
+
+    /// The access flags.
+    pub fn access(&self) -> AccessFlags {
+        self.inner.access
+    }
+
+    /// The PD.
+    pub fn pd(&self) -> &ProtectionDomain {
+        &self.pd
+    }
+
+    /// An SGE for `len` bytes at `offset` (not checked here; the transport checks it).
+    pub fn sge(&self, offset: usize, len: u32) -> Sge {
+        Sge {
+            addr: self.inner.addr + offset as u64,
+            length: len,
+            lkey: self.inner.lkey,
+        }
+    }
+
+    /// Copies `buf.len()` bytes at `offset` out of the region.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] if the range is outside the region.
+    pub fn read(&self, offset: usize, buf: &mut [u8]) -> Result<()> {
+        self.inner
+            .copy_out(self.inner.addr + offset as u64, buf)
+            .map_err(|_| Error::InvalidArgument("range outside the region"))
+    }
+
+    /// Copies `data` into the region at `offset`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] if the range is outside the region.
+    pub fn write(&self, offset: usize, data: &[u8]) -> Result<()> {
+        self.inner
+            .copy_in(self.inner.addr + offset as u64, data)
+            .map_err(|_| Error::InvalidArgument("range outside the region"))
+    }
+
+    /// A copy of the whole region.
+    pub fn to_vec(&self) -> Vec<u8> {
+        let mut v = vec![0u8; self.len()];
+        let _ = self.read(0, &mut v);
+        v
+    }
+
+    /// Reads the 8-byte word at `offset` atomically (for results of remote atomics).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] if unaligned or outside the region.
+    pub fn atomic_load(&self, offset: usize) -> Result<u64> {
+        self.inner
+            .atomic(
+                self.inner.addr + offset as u64,
+                ferroce_transport::AtomicOp::FetchAdd { add: 0 },
+            )
+            .map_err(|_| Error::InvalidArgument("unaligned or outside the region"))
+    }
+
+    /// `ibv_dereg_mr`: the keys die at once (work requests that use them afterwards fail with
+    /// a protection error); the memory is freed when the last handle goes.
+    pub fn dereg(self) {
+        self.pd.ctx.shared.mrs.remove(self.inner.lkey);
+    }
+}
+
+/// An address handle (`ibv_ah`): where UD work requests go.
+#[derive(Debug, Clone)]
+pub struct AddressHandle {
+    attr: AhAttr,
+    _pd: ProtectionDomain,
+}
+
+impl AddressHandle {
+    /// The address vector.
+    pub fn attr(&self) -> AhAttr {
+        self.attr
+    }
+}

@@ -1,0 +1,178 @@
+//! Devices: one per local IP address. A device is what `ibv_get_device_list` lists and
+//! `ibv_open_device` opens; here it is an address (and the port 4791) to bind.
+
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+
+use ferroce_transport::Mtu;
+
+use crate::sys;
+use crate::{Context, Error, Result};
+
+/// A usable local address, and what ferroce knows about its interface.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Device {
+    /// `ferroce0`, `ferroce1`, ... in the order of [`devices`].
+    pub name: String,
+    /// The device's address: the source of its packets and its GID.
+    pub addr: IpAddr,
+    /// The network interface carrying it.
+    pub ifname: String,
+    /// The interface MTU in bytes.
+    pub ip_mtu: u32,
+}
+
+/// Every usable local address of the host, as devices: up interfaces, IPv4 and global IPv6
+/// (link-local IPv6 needs a scope and is left out), loopback last.
+///
+/// # Errors
+/// The `getifaddrs` failure.
+pub fn devices() -> Result<Vec<Device>> {
+    let mut addrs = sys::interface_addrs()?;
+    addrs.retain(|a| {
+        a.up && !matches!(a.addr, IpAddr::V6(v) if (v.segments()[0] & 0xffc0) == 0xfe80)
+    });
+    addrs.sort_by_key(|a| (a.loopback, a.addr.is_ipv6()));
+    Ok(addrs
+        .into_iter()
+        .enumerate()
+        .map(|(i, a)| Device {
+            name: format!("ferroce{i}"),
+            ip_mtu: interface_mtu(&a.ifname),
+            addr: a.addr,
+            ifname: a.ifname,
+        })
+        .collect())
+}
+
+fn interface_mtu(ifname: &str) -> u32 {
+    std::fs::read_to_string(format!("/sys/class/net/{ifname}/mtu"))
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(1500)
+}
+
+impl Device {
+    /// The device for `addr`: an address of a local interface, or any address of the loopback
+    /// subnet (127.x.y.z), which Linux lets a socket bind.
+    ///
+    /// # Errors
+    /// [`Error::NoDevice`] if no interface carries that address or subnet.
+    pub fn for_addr(addr: IpAddr) -> Result<Device> {
+        let ifaddrs = sys::interface_addrs()?;
+        let hit = ifaddrs.iter().find(|a| a.addr == addr).or_else(|| {
+            ifaddrs
+                .iter()
+                .find(|a| a.loopback && same_subnet(a.addr, addr, a.prefix))
+        });
+        let a = hit.ok_or_else(|| Error::NoDevice(addr.to_string()))?;
+        let index = devices()?.iter().position(|d| d.addr == addr);
+        Ok(Device {
+            name: index.map_or_else(|| format!("ferroce-{addr}"), |i| format!("ferroce{i}")),
+            addr,
+            ifname: a.ifname.clone(),
+            ip_mtu: interface_mtu(&a.ifname),
+        })
+    }
+
+    /// Finds a device by name (`ferroce0`) or address (`127.0.0.2`, `10.77.0.1`).
+    ///
+    /// # Errors
+    /// [`Error::NoDevice`] if nothing matches.
+    pub fn find(name_or_addr: &str) -> Result<Device> {
+        if let Ok(ip) = name_or_addr.parse::<IpAddr>() {
+            return Device::for_addr(ip);
+        }
+        devices()?
+            .into_iter()
+            .find(|d| d.name == name_or_addr)
+            .ok_or_else(|| Error::NoDevice(name_or_addr.to_owned()))
+    }
+
+    /// The port's active MTU: the largest IB MTU whose packets fit the interface MTU.
+    pub fn active_mtu(&self) -> Mtu {
+        Mtu::for_ip_mtu(self.ip_mtu).unwrap_or(Mtu::Mtu256)
+    }
+
+    /// The device's GID as verbs shows it: `::ffff:a.b.c.d` for IPv4 (rxe's GID index 1).
+    pub fn gid(&self) -> Ipv6Addr {
+        match self.addr {
+            IpAddr::V4(v) => v.to_ipv6_mapped(),
+            IpAddr::V6(v) => v,
+        }
+    }
+
+    /// `ibv_open_device` on the RoCEv2 port 4791.
+    ///
+    /// # Errors
+    /// [`Error::AddressInUse`] if another process or device has the address and port;
+    /// [`Error::Io`] for other socket or thread failures.
+    pub fn open(&self) -> Result<Context> {
+        self.open_with(crate::OpenOptions::default())
+    }
+
+    /// Opens the device with options (another port, for tests; fault injection; a pcap file).
+    ///
+    /// # Errors
+    /// As [`Device::open`].
+    pub fn open_with(&self, opts: crate::OpenOptions) -> Result<Context> {
+        Context::open(self.clone(), opts)
+    }
+
+    /// The socket address the device binds.
+    pub fn socket_addr(&self, port: u16) -> SocketAddr {
+        SocketAddr::new(self.addr, port)
+    }
+}
+
+fn same_subnet(a: IpAddr, b: IpAddr, prefix: u8) -> bool {
+    match (a, b) {
+        (IpAddr::V4(a), IpAddr::V4(b)) => {
+            let mask = if prefix == 0 {
+                0
+            } else {
+                u32::MAX << (32 - u32::from(prefix.min(32)))
+            };
+            u32::from(a) & mask == u32::from(b) & mask
+        }
+        (IpAddr::V6(a), IpAddr::V6(b)) => {
+            let mask = if prefix == 0 {
+                0
+            } else {
+                u128::MAX << (128 - u32::from(prefix.min(128)))
+            };
+            u128::from(a) & mask == u128::from(b) & mask
+        }
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_addresses_map_to_lo() {
+        let d = Device::for_addr("127.0.0.21".parse().unwrap()).unwrap();
+        assert_eq!(d.ifname, "lo");
+        assert_eq!(d.active_mtu(), Mtu::Mtu4096);
+        assert_eq!(d.gid().to_string(), "::ffff:127.0.0.21");
+        assert!(
+            devices()
+                .unwrap()
+                .iter()
+                .any(|d| d.addr == IpAddr::from([127, 0, 0, 1]))
+        );
+        assert!(matches!(
+            Device::find("192.0.2.77"),
+            Err(Error::NoDevice(_))
+        ));
+        assert!(Device::find("ferroce0").is_ok());
+    }
+
+    #[test]
+    fn mtu_rule_matches_rxe() {
+        assert_eq!(Mtu::for_ip_mtu(1500), Some(Mtu::Mtu1024));
+        assert_eq!(Mtu::for_ip_mtu(9000), Some(Mtu::Mtu4096));
+        assert_eq!(Mtu::for_ip_mtu(4200), Some(Mtu::Mtu4096));
+    }
+}

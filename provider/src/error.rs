@@ -1,0 +1,111 @@
+//! The provider's error type: one variant per kind of failure a verb can report, mapped to the
+//! errno libibverbs would return.
+
+use std::fmt;
+use std::io;
+
+use ferroce_transport::{ModifyQpError, PostError, VerbError};
+
+/// Why a verb failed.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Error {
+    /// An operating-system call failed (socket, mapping, thread).
+    Io(io::Error),
+    /// The address and port are taken by another process or device (EADDRINUSE).
+    AddressInUse(std::net::SocketAddr),
+    /// No such device / address on this host (ENODEV).
+    NoDevice(String),
+    /// `modify_qp` refused the transition or an attribute (EINVAL).
+    Modify(ModifyQpError),
+    /// A post refused the work request (EINVAL, or ENOMEM for a full queue).
+    Post(PostError),
+    /// The object still has children or unacknowledged events (EBUSY).
+    Busy(&'static str),
+    /// An argument is out of range (EINVAL).
+    InvalidArgument(&'static str),
+    /// The object belongs to another context or protection domain (EINVAL).
+    WrongParent(&'static str),
+    /// Not supported by ferroce (EOPNOTSUPP).
+    NotSupported(&'static str),
+}
+
+/// `Result` with the provider's [`Error`].
+pub type Result<T> = std::result::Result<T, Error>;
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Io(e) => write!(f, "{e}"),
+            Error::AddressInUse(a) => write!(
+                f,
+                "{a} is already in use (another ferroce device or process bound it)"
+            ),
+            Error::NoDevice(d) => write!(f, "no device {d}"),
+            Error::Modify(e) => write!(f, "modify_qp: {e}"),
+            Error::Post(e) => write!(f, "post: {e}"),
+            Error::Busy(what) => write!(f, "resource busy: {what}"),
+            Error::InvalidArgument(what) => write!(f, "invalid argument: {what}"),
+            Error::WrongParent(what) => write!(f, "object from another parent: {what}"),
+            Error::NotSupported(what) => write!(f, "not supported: {what}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Io(e) => Some(e),
+            Error::Modify(e) => Some(e),
+            Error::Post(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl Error {
+    /// The errno libibverbs reports for this error.
+    pub fn errno(&self) -> i32 {
+        match self {
+            Error::Io(e) => e.raw_os_error().unwrap_or(libc::EIO),
+            Error::AddressInUse(_) => libc::EADDRINUSE,
+            Error::NoDevice(_) => libc::ENODEV,
+            Error::Post(PostError::QueueFull) => libc::ENOMEM,
+            Error::Modify(_)
+            | Error::Post(_)
+            | Error::InvalidArgument(_)
+            | Error::WrongParent(_) => libc::EINVAL,
+            Error::Busy(_) => libc::EBUSY,
+            Error::NotSupported(_) => libc::EOPNOTSUPP,
+        }
+    }
+}
+
+impl From<io::Error> for Error {
+    fn from(e: io::Error) -> Error {
+        Error::Io(e)
+    }
+}
+
+impl From<Error> for io::Error {
+    fn from(e: Error) -> io::Error {
+        match e {
+            Error::Io(e) => e,
+            other => io::Error::from_raw_os_error(other.errno()),
+        }
+    }
+}
+
+impl From<VerbError> for Error {
+    fn from(e: VerbError) -> Error {
+        match e {
+            VerbError::Modify(m) => Error::Modify(m),
+            VerbError::Post(p) => Error::Post(p),
+            VerbError::Busy => Error::Busy("an SRQ with QPs attached"),
+            VerbError::NoSuchQp(_) => Error::InvalidArgument("no such QP"),
+            VerbError::NoSuchSrq(_) => Error::InvalidArgument("no such SRQ"),
+            VerbError::QpExists(_) => Error::Busy("QP1 exists"),
+            _ => Error::InvalidArgument("verb refused"),
+        }
+    }
+}

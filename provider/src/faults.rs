@@ -1,0 +1,168 @@
+//! Fault injection at the socket layer for tests and demos: `FERROCE_FAULTS=loss=0.05,dup=0.01,
+//! reorder=0.02,corrupt=0.001[,seed=N]` applies each fault on send and on receive.
+
+use std::fmt;
+
+/// Probabilities of each fault, per packet, per direction.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct FaultConfig {
+    /// A packet is lost.
+    pub loss: f64,
+    /// A sent packet goes out twice.
+    pub dup: f64,
+    /// A sent packet is held back and goes out after the next one.
+    pub reorder: f64,
+    /// One bit of a received packet is flipped (the ICRC catches it).
+    pub corrupt: f64,
+    /// Seed of the fault generator (default: from the clock).
+    pub seed: Option<u64>,
+}
+
+/// A malformed `FERROCE_FAULTS` value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FaultSpecError(pub String);
+
+impl fmt::Display for FaultSpecError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "bad FERROCE_FAULTS: {} (expected e.g. loss=0.05,dup=0.01,reorder=0.02,corrupt=0.001,seed=7)",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for FaultSpecError {}
+
+impl FaultConfig {
+    /// Parses `loss=0.05,dup=0.01,...`.
+    ///
+    /// # Errors
+    /// [`FaultSpecError`] naming the bad item.
+    pub fn parse(spec: &str) -> Result<FaultConfig, FaultSpecError> {
+        let mut c = FaultConfig::default();
+        for item in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            let (k, v) = item
+                .split_once('=')
+                .ok_or_else(|| FaultSpecError(item.to_owned()))?;
+            if k == "seed" {
+                c.seed = Some(v.parse().map_err(|_| FaultSpecError(item.to_owned()))?);
+                continue;
+            }
+            let p: f64 = v.parse().map_err(|_| FaultSpecError(item.to_owned()))?;
+            if !(0.0..=1.0).contains(&p) {
+                return Err(FaultSpecError(item.to_owned()));
+            }
+            match k {
+                "loss" => c.loss = p,
+                "dup" => c.dup = p,
+                "reorder" => c.reorder = p,
+                "corrupt" => c.corrupt = p,
+                _ => return Err(FaultSpecError(item.to_owned())),
+            }
+        }
+        Ok(c)
+    }
+
+    /// The configuration in `FERROCE_FAULTS`, if set.
+    ///
+    /// # Errors
+    /// [`FaultSpecError`] if it is set but malformed.
+    pub fn from_env() -> Result<Option<FaultConfig>, FaultSpecError> {
+        match std::env::var("FERROCE_FAULTS") {
+            Ok(s) if !s.trim().is_empty() => FaultConfig::parse(&s).map(Some),
+            _ => Ok(None),
+        }
+    }
+}
+
+/// The injector: a config and its random generator.
+#[derive(Debug)]
+pub(crate) struct Faults {
+    cfg: FaultConfig,
+    state: u64,
+    /// A packet held back for reordering.
+    pub(crate) held: Option<(std::net::SocketAddr, Vec<u8>)>,
+}
+
+impl Faults {
+    pub(crate) fn new(cfg: FaultConfig) -> Faults {
+        let seed = cfg.seed.unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(1, |d| d.as_nanos() as u64)
+        });
+        Faults {
+            cfg,
+            state: seed | 1,
+            held: None,
+        }
+    }
+
+    fn next(&mut self) -> f64 {
+        let mut x = self.state;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.state = x;
+        (x.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    fn chance(&mut self, p: f64) -> bool {
+        p > 0.0 && self.next() < p
+    }
+
+    pub(crate) fn lose(&mut self) -> bool {
+        let p = self.cfg.loss;
+        self.chance(p)
+    }
+
+    pub(crate) fn duplicate(&mut self) -> bool {
+        let p = self.cfg.dup;
+        self.chance(p)
+    }
+
+    pub(crate) fn reorder(&mut self) -> bool {
+        let p = self.cfg.reorder;
+        self.chance(p)
+    }
+
+    /// Maybe flips one bit of `b`.
+    pub(crate) fn corrupt(&mut self, b: &mut [u8]) {
+        let p = self.cfg.corrupt;
+        if !b.is_empty() && self.chance(p) {
+            let bit = (self.next() * (b.len() * 8) as f64) as usize % (b.len() * 8);
+            b[bit / 8] ^= 1 << (bit % 8);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_specs() {
+        let c =
+            FaultConfig::parse("loss=0.05, dup=0.01,reorder=0.02,corrupt=0.001,seed=9").unwrap();
+        assert_eq!(
+            (c.loss, c.dup, c.reorder, c.corrupt, c.seed),
+            (0.05, 0.01, 0.02, 0.001, Some(9))
+        );
+        assert!(FaultConfig::parse("loss=2").is_err());
+        assert!(FaultConfig::parse("lose=0.1").is_err());
+        assert!(FaultConfig::parse("loss").is_err());
+        assert_eq!(FaultConfig::parse("").unwrap(), FaultConfig::default());
+    }
+
+    #[test]
+    fn loss_rate_is_about_right() {
+        let mut f = Faults::new(FaultConfig {
+            loss: 0.1,
+            seed: Some(3),
+            ..FaultConfig::default()
+        });
+        let lost = (0..100_000).filter(|_| f.lose()).count();
+        assert!((9_000..11_000).contains(&lost), "{lost}");
+    }
+}

@@ -1,0 +1,317 @@
+//! Queue pairs (`ibv_qp`) and shared receive queues (`ibv_srq`).
+
+use std::sync::Arc;
+
+use ferroce_transport::{QpAttr, QpAttrMask, QpCap, QpType, RecvWr, SendWr, SrqAttr};
+
+use crate::context::limits;
+use crate::cq::CompletionQueue;
+use crate::{Error, ProtectionDomain, Result};
+
+/// `struct ibv_qp_init_attr`.
+#[derive(Debug, Clone)]
+pub struct QpInitAttr<'a> {
+    /// `qp_type`.
+    pub qp_type: QpType,
+    /// `send_cq`.
+    pub send_cq: &'a CompletionQueue,
+    /// `recv_cq`.
+    pub recv_cq: &'a CompletionQueue,
+    /// `srq`.
+    pub srq: Option<&'a SharedReceiveQueue>,
+    /// `cap`.
+    pub cap: QpCap,
+    /// `sq_sig_all`.
+    pub sq_sig_all: bool,
+}
+
+struct QpInner {
+    qpn: u32,
+    qp_type: QpType,
+    pd: ProtectionDomain,
+    _cqs: (CompletionQueue, CompletionQueue),
+    _srq: Option<SharedReceiveQueue>,
+}
+
+impl Drop for QpInner {
+    fn drop(&mut self) {
+        let qpn = self.qpn;
+        self.pd.ctx.shared.with_engine(|st, _, _| {
+            st.routes.remove(&qpn);
+            let _ = st.ep.destroy_qp(qpn);
+        });
+    }
+}
+
+/// A queue pair. Cheap to clone; destroyed when the last handle goes.
+#[derive(Clone)]
+pub struct QueuePair {
+    inner: Arc<QpInner>,
+}
+
+impl std::fmt::Debug for QueuePair {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "QueuePair({:?} {:#x})",
+            self.inner.qp_type, self.inner.qpn
+        )
+    }
+}
+
+fn check_cap(cap: &QpCap) -> Result<()> {
+    if cap.max_send_wr > limits::MAX_QP_WR || cap.max_recv_wr > limits::MAX_QP_WR {
+        return Err(Error::InvalidArgument(
+            "max_send_wr/max_recv_wr above max_qp_wr",
+        ));
+    }
+    if cap.max_send_sge > limits::MAX_SGE || cap.max_recv_sge > limits::MAX_SGE {
+        return Err(Error::InvalidArgument(
+            "max_send_sge/max_recv_sge above max_sge",
+        ));
+    }
+    if cap.max_inline_data > limits::MAX_INLINE {
+        return Err(Error::InvalidArgument("max_inline_data above the device's"));
+    }
+    Ok(())
+}
+
+impl ProtectionDomain {
+    /// `ibv_create_qp`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for caps above the device's; [`Error::WrongParent`] for CQs
+    /// or an SRQ of another context or PD.
+    pub fn create_qp(&self, init: &QpInitAttr<'_>) -> Result<QueuePair> {
+        self.create_qp_inner(init, false)
+    }
+
+    /// Creates QP1, the General Services QP (UD; verbs programs reach it through the CM).
+    ///
+    /// # Errors
+    /// As [`ProtectionDomain::create_qp`], or [`Error::Busy`] if QP1 exists.
+    pub fn create_gsi_qp(&self, init: &QpInitAttr<'_>) -> Result<QueuePair> {
+        self.create_qp_inner(init, true)
+    }
+
+    fn create_qp_inner(&self, init: &QpInitAttr<'_>, gsi: bool) -> Result<QueuePair> {
+        check_cap(&init.cap)?;
+        let shared = &self.ctx.shared;
+        for cq in [init.send_cq, init.recv_cq] {
+            if !Arc::ptr_eq(&cq.ctx.shared, shared) {
+                return Err(Error::WrongParent("CQ of another context"));
+            }
+        }
+        if let Some(srq) = init.srq {
+            if !Arc::ptr_eq(&srq.inner.pd.inner, &self.inner) {
+                return Err(Error::WrongParent("SRQ of another PD"));
+            }
+        }
+        let t_init = ferroce_transport::QpInitAttr {
+            qp_type: init.qp_type,
+            pd: self.handle(),
+            cap: init.cap,
+            srq: init.srq.map(|s| s.inner.srqn),
+            sq_sig_all: init.sq_sig_all,
+        };
+        let (scq, rcq) = (init.send_cq.inner.clone(), init.recv_cq.inner.clone());
+        let qpn = shared.with_engine(|st, _, _| {
+            let r = if gsi {
+                st.ep.create_gsi_qp(t_init)
+            } else {
+                st.ep.create_qp(t_init)
+            };
+            if let Ok(q) = r {
+                st.routes.insert(q, (scq, rcq));
+            }
+            r
+        })?;
+        Ok(QueuePair {
+            inner: Arc::new(QpInner {
+                qpn,
+                qp_type: init.qp_type,
+                pd: self.clone(),
+                _cqs: (init.send_cq.clone(), init.recv_cq.clone()),
+                _srq: init.srq.cloned(),
+            }),
+        })
+    }
+
+    /// `ibv_create_srq`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for sizes above the device's.
+    pub fn create_srq(&self, attr: SrqAttr) -> Result<SharedReceiveQueue> {
+        if attr.max_wr == 0 || attr.max_wr > limits::MAX_SRQ_WR || attr.max_sge > limits::MAX_SGE {
+            return Err(Error::InvalidArgument("SRQ max_wr/max_sge"));
+        }
+        let srqn = self
+            .ctx
+            .shared
+            .with_engine(|st, _, _| st.ep.create_srq(attr));
+        Ok(SharedReceiveQueue {
+            inner: Arc::new(SrqInner {
+                srqn,
+                pd: self.clone(),
+            }),
+        })
+    }
+}
+
+impl QueuePair {
+    /// `qp_num`.
+    pub fn qp_num(&self) -> u32 {
+        self.inner.qpn
+    }
+
+    /// `qp_type`.
+    pub fn qp_type(&self) -> QpType {
+        self.inner.qp_type
+    }
+
+    /// The PD.
+    pub fn pd(&self) -> &ProtectionDomain {
+        &self.inner.pd
+    }
+
+    /// `ibv_modify_qp`.
+    ///
+    /// # Errors
+    /// [`Error::Modify`] saying which transition or attribute bits are wrong.
+    pub fn modify(&self, attr: &QpAttr, mask: QpAttrMask) -> Result<()> {
+        let qpn = self.inner.qpn;
+        self.inner
+            .pd
+            .ctx
+            .shared
+            .with_engine(|st, mrs, now| st.ep.modify_qp(qpn, attr, mask, mrs, now))?;
+        Ok(())
+    }
+
+    /// `ibv_query_qp`.
+    pub fn query(&self) -> QpAttr {
+        let qpn = self.inner.qpn;
+        self.inner
+            .pd
+            .ctx
+            .shared
+            .with_engine(|st, _, _| st.ep.query_qp(qpn))
+            .unwrap_or_default()
+    }
+
+    /// `ibv_post_send` for one work request. The SGEs name registered memory by address and
+    /// lkey, as in verbs; a bad lkey or range is not an error here but a `LocProtErr`
+    /// completion, as on rxe.
+    ///
+    /// # Errors
+    /// [`Error::Post`]: wrong state, full queue, too many SGEs, an opcode the QP type does not
+    /// have, a message too long.
+    pub fn post_send(&self, wr: &SendWr) -> Result<()> {
+        self.post_send_batch(std::slice::from_ref(wr))
+    }
+
+    /// `ibv_post_send` for a list of work requests (one lock, one batch of packets). Stops at
+    /// the first refused WR.
+    ///
+    /// # Errors
+    /// As [`QueuePair::post_send`], with the index of the refused WR.
+    pub fn post_send_batch(&self, wrs: &[SendWr]) -> Result<()> {
+        let qpn = self.inner.qpn;
+        self.inner.pd.ctx.shared.with_engine(|st, mrs, now| {
+            for wr in wrs {
+                st.ep.post_send(qpn, wr.clone(), mrs, now)?;
+            }
+            Ok::<(), ferroce_transport::VerbError>(())
+        })?;
+        Ok(())
+    }
+
+    /// `ibv_post_recv` for one work request.
+    ///
+    /// # Errors
+    /// [`Error::Post`]: wrong state, full queue, too many SGEs, or the QP uses an SRQ.
+    pub fn post_recv(&self, wr: &RecvWr) -> Result<()> {
+        let qpn = self.inner.qpn;
+        let wr = wr.clone();
+        self.inner
+            .pd
+            .ctx
+            .shared
+            .with_engine(|st, mrs, now| st.ep.post_recv(qpn, wr, mrs, now))?;
+        Ok(())
+    }
+}
+
+struct SrqInner {
+    srqn: u32,
+    pd: ProtectionDomain,
+}
+
+impl Drop for SrqInner {
+    fn drop(&mut self) {
+        let n = self.srqn;
+        self.pd.ctx.shared.with_engine(|st, _, _| {
+            let _ = st.ep.destroy_srq(n);
+        });
+    }
+}
+
+/// A shared receive queue (`ibv_srq`).
+#[derive(Clone)]
+pub struct SharedReceiveQueue {
+    inner: Arc<SrqInner>,
+}
+
+impl std::fmt::Debug for SharedReceiveQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SharedReceiveQueue({})", self.inner.srqn)
+    }
+}
+
+impl SharedReceiveQueue {
+    /// The SRQ number.
+    pub fn srq_num(&self) -> u32 {
+        self.inner.srqn
+    }
+
+    /// `ibv_post_srq_recv` for one work request.
+    ///
+    /// # Errors
+    /// [`Error::Post`] for a full queue or too many SGEs.
+    pub fn post_recv(&self, wr: &RecvWr) -> Result<()> {
+        let n = self.inner.srqn;
+        let wr = wr.clone();
+        self.inner
+            .pd
+            .ctx
+            .shared
+            .with_engine(|st, _, _| st.ep.post_srq_recv(n, wr))?;
+        Ok(())
+    }
+
+    /// `ibv_modify_srq` with `IBV_SRQ_LIMIT`: arms the limit event.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] if the limit exceeds `max_wr`.
+    pub fn arm_limit(&self, limit: u32) -> Result<()> {
+        let n = self.inner.srqn;
+        self.inner.pd.ctx.shared.with_engine(|st, _, _| {
+            let max = st.ep.query_srq(n).map_or(0, |a| a.max_wr);
+            if limit > max {
+                return Err(Error::InvalidArgument("srq_limit above max_wr"));
+            }
+            st.ep.arm_srq(n, limit).map_err(Error::from)
+        })
+    }
+
+    /// `ibv_query_srq`.
+    pub fn query(&self) -> SrqAttr {
+        let n = self.inner.srqn;
+        self.inner
+            .pd
+            .ctx
+            .shared
+            .with_engine(|st, _, _| st.ep.query_srq(n))
+            .unwrap_or_default()
+    }
+}

@@ -1,0 +1,490 @@
+//! The few system calls the standard library and socket2 do not offer: batched UDP send and
+//! receive, socket options for RoCEv2, an eventfd for wake-ups and completion channels, `poll`,
+//! and the host's interface addresses. Every `unsafe` block of ferroce lives in this module or
+//! in `mr.rs`, each with its `SAFETY:` argument.
+
+use std::io;
+use std::mem::{MaybeUninit, size_of, zeroed};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::time::Duration;
+
+/// Sets an integer socket option.
+pub(crate) fn setsockopt_int(fd: RawFd, level: i32, name: i32, value: i32) -> io::Result<()> {
+    // SAFETY: `value` lives for the call and its size is passed; the kernel only reads it.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            name,
+            (&raw const value).cast(),
+            size_of::<i32>() as libc::socklen_t,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// `IP_MTU_DISCOVER = IP_PMTUDISC_DO` (DF set; with an unconnected socket Linux sends IP ID 0).
+pub(crate) fn set_dont_fragment(fd: RawFd, v6: bool) -> io::Result<()> {
+    if v6 {
+        setsockopt_int(
+            fd,
+            libc::IPPROTO_IPV6,
+            libc::IPV6_MTU_DISCOVER,
+            libc::IPV6_PMTUDISC_DO,
+        )
+    } else {
+        setsockopt_int(
+            fd,
+            libc::IPPROTO_IP,
+            libc::IP_MTU_DISCOVER,
+            libc::IP_PMTUDISC_DO,
+        )
+    }
+}
+
+/// `UDP_NO_CHECK6_RX`: accept IPv6 UDP with checksum 0, as rxe sends it.
+pub(crate) fn set_no_check6_rx(fd: RawFd) -> io::Result<()> {
+    const UDP_NO_CHECK6_RX: i32 = 102;
+    setsockopt_int(fd, libc::IPPROTO_UDP, UDP_NO_CHECK6_RX, 1)
+}
+
+fn sockaddr_from(sa: &libc::sockaddr_storage) -> Option<SocketAddr> {
+    match i32::from(sa.ss_family) {
+        libc::AF_INET => {
+            // SAFETY: the family says the storage holds a sockaddr_in, which is smaller.
+            let a: &libc::sockaddr_in = unsafe { &*(sa as *const libc::sockaddr_storage).cast() };
+            Some(SocketAddr::V4(SocketAddrV4::new(
+                Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr)),
+                u16::from_be(a.sin_port),
+            )))
+        }
+        libc::AF_INET6 => {
+            // SAFETY: the family says the storage holds a sockaddr_in6, which is smaller.
+            let a: &libc::sockaddr_in6 = unsafe { &*(sa as *const libc::sockaddr_storage).cast() };
+            Some(SocketAddr::V6(SocketAddrV6::new(
+                Ipv6Addr::from(a.sin6_addr.s6_addr),
+                u16::from_be(a.sin6_port),
+                a.sin6_flowinfo,
+                a.sin6_scope_id,
+            )))
+        }
+        _ => None,
+    }
+}
+
+fn sockaddr_into(addr: SocketAddr, out: &mut libc::sockaddr_storage) -> libc::socklen_t {
+    match addr {
+        SocketAddr::V4(a) => {
+            // SAFETY: sockaddr_storage is large and aligned enough for a sockaddr_in.
+            let s: &mut libc::sockaddr_in =
+                unsafe { &mut *(out as *mut libc::sockaddr_storage).cast() };
+            s.sin_family = libc::AF_INET as libc::sa_family_t;
+            s.sin_port = a.port().to_be();
+            s.sin_addr.s_addr = u32::from(*a.ip()).to_be();
+            size_of::<libc::sockaddr_in>() as libc::socklen_t
+        }
+        SocketAddr::V6(a) => {
+            // SAFETY: sockaddr_storage is large and aligned enough for a sockaddr_in6.
+            let s: &mut libc::sockaddr_in6 =
+                unsafe { &mut *(out as *mut libc::sockaddr_storage).cast() };
+            s.sin6_family = libc::AF_INET6 as libc::sa_family_t;
+            s.sin6_port = a.port().to_be();
+            s.sin6_addr.s6_addr = a.ip().octets();
+            s.sin6_flowinfo = a.flowinfo();
+            s.sin6_scope_id = a.scope_id();
+            size_of::<libc::sockaddr_in6>() as libc::socklen_t
+        }
+    }
+}
+
+/// Buffers for batched receive: `n` slots of `size` bytes.
+pub(crate) struct RecvBatch {
+    bufs: Vec<Vec<u8>>,
+    addrs: Vec<libc::sockaddr_storage>,
+    iovs: Vec<libc::iovec>,
+    hdrs: Vec<libc::mmsghdr>,
+}
+
+// SAFETY: the raw pointers inside the headers point into the batch's own vectors and are only
+// used by the thread that owns the batch.
+unsafe impl Send for RecvBatch {}
+
+impl RecvBatch {
+    pub(crate) fn new(n: usize, size: usize) -> RecvBatch {
+        RecvBatch {
+            bufs: (0..n).map(|_| vec![0u8; size]).collect(),
+            // SAFETY: all-zero is a valid sockaddr_storage.
+            addrs: (0..n).map(|_| unsafe { zeroed() }).collect(),
+            iovs: Vec::with_capacity(n),
+            hdrs: Vec::with_capacity(n),
+        }
+    }
+
+    /// `recvmmsg` without blocking; returns how many datagrams arrived (0 if none).
+    pub(crate) fn recv(&mut self, fd: RawFd) -> io::Result<usize> {
+        let n = self.bufs.len();
+        self.iovs.clear();
+        self.hdrs.clear();
+        for b in &mut self.bufs {
+            self.iovs.push(libc::iovec {
+                iov_base: b.as_mut_ptr().cast(),
+                iov_len: b.len(),
+            });
+        }
+        for i in 0..n {
+            // SAFETY: all-zero is a valid mmsghdr; the fields set next point at live buffers.
+            let mut h: libc::mmsghdr = unsafe { zeroed() };
+            h.msg_hdr.msg_name = (&raw mut self.addrs[i]).cast();
+            h.msg_hdr.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+            h.msg_hdr.msg_iov = &raw mut self.iovs[i];
+            h.msg_hdr.msg_iovlen = 1;
+            self.hdrs.push(h);
+        }
+        // SAFETY: `hdrs` holds `n` headers whose name and iovec pointers point into
+        // `self.addrs`, `self.iovs` and `self.bufs`, all alive and unaliased for the call.
+        let r = unsafe {
+            libc::recvmmsg(
+                fd,
+                self.hdrs.as_mut_ptr(),
+                n as u32,
+                libc::MSG_DONTWAIT,
+                std::ptr::null_mut(),
+            )
+        };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            return if e.kind() == io::ErrorKind::WouldBlock {
+                Ok(0)
+            } else {
+                Err(e)
+            };
+        }
+        Ok(r as usize)
+    }
+
+    /// Datagram `i` of the last `recv`: its source and bytes.
+    pub(crate) fn get(&self, i: usize) -> Option<(SocketAddr, &[u8])> {
+        let len = self.hdrs.get(i)?.msg_len as usize;
+        let from = sockaddr_from(&self.addrs[i])?;
+        Some((from, &self.bufs[i][..len]))
+    }
+}
+
+/// Datagrams queued for one `sendmmsg`.
+pub(crate) struct SendBatch {
+    pub(crate) bufs: Vec<Vec<u8>>,
+    lens: Vec<usize>,
+    dests: Vec<SocketAddr>,
+    count: usize,
+}
+
+impl SendBatch {
+    pub(crate) fn new(n: usize, size: usize) -> SendBatch {
+        SendBatch {
+            bufs: (0..n).map(|_| vec![0u8; size]).collect(),
+            lens: vec![0; n],
+            dests: Vec::with_capacity(n),
+            count: 0,
+        }
+    }
+
+    pub(crate) fn is_full(&self) -> bool {
+        self.count == self.bufs.len()
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// Datagrams queued.
+    pub(crate) fn len(&self) -> usize {
+        self.count
+    }
+
+    /// The last datagram committed.
+    pub(crate) fn last(&self) -> &[u8] {
+        let i = self.count.saturating_sub(1);
+        &self.bufs[i][..self.lens[i]]
+    }
+
+    /// The buffer for the next datagram.
+    pub(crate) fn next_buf(&mut self) -> &mut [u8] {
+        &mut self.bufs[self.count]
+    }
+
+    /// Commits the datagram written into `next_buf`.
+    pub(crate) fn commit(&mut self, len: usize, dest: SocketAddr) {
+        self.lens[self.count] = len;
+        if self.dests.len() > self.count {
+            self.dests[self.count] = dest;
+        } else {
+            self.dests.push(dest);
+        }
+        self.count += 1;
+    }
+
+    /// Sends everything queued with `sendmmsg` (retrying on EAGAIN by polling for
+    /// writability), then empties the batch. Datagrams the kernel refuses are dropped and
+    /// counted, as a NIC drops on a full queue; the transport recovers them.
+    pub(crate) fn flush(&mut self, fd: RawFd) -> io::Result<usize> {
+        let n = self.count;
+        // SAFETY: all-zero is a valid sockaddr_storage.
+        let mut addrs: Vec<libc::sockaddr_storage> = (0..n).map(|_| unsafe { zeroed() }).collect();
+        let mut iovs: Vec<libc::iovec> = Vec::with_capacity(n);
+        let mut hdrs: Vec<libc::mmsghdr> = Vec::with_capacity(n);
+        let mut namelens = Vec::with_capacity(n);
+        for (i, addr) in addrs.iter_mut().enumerate() {
+            namelens.push(sockaddr_into(self.dests[i], addr));
+            iovs.push(libc::iovec {
+                iov_base: self.bufs[i].as_mut_ptr().cast(),
+                iov_len: self.lens[i],
+            });
+        }
+        for i in 0..n {
+            // SAFETY: all-zero is a valid mmsghdr; the fields set next point at live buffers.
+            let mut h: libc::mmsghdr = unsafe { zeroed() };
+            h.msg_hdr.msg_name = (&raw mut addrs[i]).cast();
+            h.msg_hdr.msg_namelen = namelens[i];
+            h.msg_hdr.msg_iov = &raw mut iovs[i];
+            h.msg_hdr.msg_iovlen = 1;
+            hdrs.push(h);
+        }
+        let mut sent = 0;
+        let mut failures = 0;
+        while sent < n {
+            // SAFETY: `hdrs[sent..]` are valid headers pointing at `addrs`, `iovs` and
+            // `self.bufs`, which outlive the call.
+            let r =
+                unsafe { libc::sendmmsg(fd, hdrs.as_mut_ptr().add(sent), (n - sent) as u32, 0) };
+            if r > 0 {
+                sent += r as usize;
+                continue;
+            }
+            let e = io::Error::last_os_error();
+            match e.kind() {
+                io::ErrorKind::WouldBlock => {
+                    let _ = poll_fds(&[fd], libc::POLLOUT, Some(Duration::from_millis(10)));
+                }
+                io::ErrorKind::Interrupted => {}
+                _ => {
+                    // This datagram cannot be sent (no route, message too long, ...): skip it.
+                    failures += 1;
+                    sent += 1;
+                    log::debug!("sendmmsg: {e}");
+                }
+            }
+        }
+        self.count = 0;
+        Ok(failures)
+    }
+}
+
+/// Waits until one of `fds` is ready for `events` or the timeout passes; returns whether any
+/// is ready.
+pub(crate) fn poll_fds(fds: &[RawFd], events: i16, timeout: Option<Duration>) -> io::Result<bool> {
+    let mut p: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|&fd| libc::pollfd {
+            fd,
+            events,
+            revents: 0,
+        })
+        .collect();
+    let ms = match timeout {
+        None => -1,
+        Some(d) => {
+            d.as_millis().min(i32::MAX as u128) as i32
+                + i32::from(d.subsec_nanos() % 1_000_000 != 0)
+        }
+    };
+    // SAFETY: `p` is a valid array of `p.len()` pollfd structures.
+    let r = unsafe { libc::poll(p.as_mut_ptr(), p.len() as libc::nfds_t, ms) };
+    if r < 0 {
+        let e = io::Error::last_os_error();
+        return if e.kind() == io::ErrorKind::Interrupted {
+            Ok(false)
+        } else {
+            Err(e)
+        };
+    }
+    Ok(r > 0)
+}
+
+/// An eventfd: a counter the kernel makes pollable.
+#[derive(Debug)]
+pub(crate) struct EventFd(OwnedFd);
+
+impl EventFd {
+    pub(crate) fn new() -> io::Result<EventFd> {
+        // SAFETY: plain system call; a non-negative result is a new descriptor we own.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `fd` is a fresh descriptor owned by nobody else.
+        Ok(EventFd(unsafe { OwnedFd::from_raw_fd(fd) }))
+    }
+
+    /// Adds one to the counter (makes the fd readable).
+    pub(crate) fn signal(&self) {
+        let one: u64 = 1;
+        // SAFETY: writes 8 bytes from a live u64 to our own descriptor.
+        let _ = unsafe { libc::write(self.0.as_raw_fd(), (&raw const one).cast(), 8) };
+    }
+
+    /// Resets the counter to zero (makes the fd unreadable).
+    pub(crate) fn drain(&self) {
+        let mut v: u64 = 0;
+        // SAFETY: reads at most 8 bytes into a live u64 from our own non-blocking descriptor.
+        let _ = unsafe { libc::read(self.0.as_raw_fd(), (&raw mut v).cast(), 8) };
+    }
+
+    pub(crate) fn raw(&self) -> RawFd {
+        self.0.as_raw_fd()
+    }
+}
+
+/// One address of a host interface.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct IfAddr {
+    pub(crate) ifname: String,
+    pub(crate) addr: IpAddr,
+    pub(crate) prefix: u8,
+    pub(crate) up: bool,
+    pub(crate) loopback: bool,
+}
+
+/// The host's interface addresses (`getifaddrs`).
+pub(crate) fn interface_addrs() -> io::Result<Vec<IfAddr>> {
+    let mut head = MaybeUninit::<*mut libc::ifaddrs>::uninit();
+    // SAFETY: getifaddrs fills `head` with a list we free below.
+    if unsafe { libc::getifaddrs(head.as_mut_ptr()) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: getifaddrs succeeded, so `head` is initialised.
+    let head = unsafe { head.assume_init() };
+    let mut out = Vec::new();
+    let mut cur = head;
+    while !cur.is_null() {
+        // SAFETY: `cur` is a node of the list getifaddrs returned, not yet freed.
+        let ifa = unsafe { &*cur };
+        cur = ifa.ifa_next;
+        if ifa.ifa_addr.is_null() || ifa.ifa_name.is_null() {
+            continue;
+        }
+        // SAFETY: ifa_name is a NUL-terminated string owned by the list.
+        let name = unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) }
+            .to_string_lossy()
+            .into_owned();
+        // SAFETY: ifa_addr points at a sockaddr at least as large as its family says.
+        let family = i32::from(unsafe { (*ifa.ifa_addr).sa_family });
+        let mut storage: libc::sockaddr_storage = unsafe_zeroed_storage();
+        let len = match family {
+            libc::AF_INET => size_of::<libc::sockaddr_in>(),
+            libc::AF_INET6 => size_of::<libc::sockaddr_in6>(),
+            _ => continue,
+        };
+        // SAFETY: copies `len` bytes of the family's sockaddr into storage, which is larger.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                ifa.ifa_addr.cast::<u8>(),
+                (&raw mut storage).cast::<u8>(),
+                len,
+            )
+        };
+        let Some(sa) = sockaddr_from(&storage) else {
+            continue;
+        };
+        let prefix = if ifa.ifa_netmask.is_null() {
+            0
+        } else {
+            let mut m: libc::sockaddr_storage = unsafe_zeroed_storage();
+            // SAFETY: the netmask has the same family and size as the address.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    ifa.ifa_netmask.cast::<u8>(),
+                    (&raw mut m).cast::<u8>(),
+                    len,
+                )
+            };
+            m.ss_family = family as libc::sa_family_t;
+            match sockaddr_from(&m).map(|s| s.ip()) {
+                Some(IpAddr::V4(v)) => u32::from(v).count_ones() as u8,
+                Some(IpAddr::V6(v)) => u128::from(v).count_ones() as u8,
+                None => 0,
+            }
+        };
+        out.push(IfAddr {
+            ifname: name,
+            addr: sa.ip(),
+            prefix,
+            up: ifa.ifa_flags & libc::IFF_UP as u32 != 0,
+            loopback: ifa.ifa_flags & libc::IFF_LOOPBACK as u32 != 0,
+        });
+    }
+    // SAFETY: frees the list getifaddrs allocated; no reference into it survives.
+    unsafe { libc::freeifaddrs(head) };
+    Ok(out)
+}
+
+fn unsafe_zeroed_storage() -> libc::sockaddr_storage {
+    // SAFETY: all-zero is a valid sockaddr_storage.
+    unsafe { zeroed() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_is_listed() {
+        let addrs = interface_addrs().unwrap();
+        assert!(
+            addrs
+                .iter()
+                .any(|a| a.addr == IpAddr::V4(Ipv4Addr::LOCALHOST) && a.loopback && a.prefix == 8)
+        );
+    }
+
+    #[test]
+    fn eventfd_signals() {
+        let e = EventFd::new().unwrap();
+        assert!(!poll_fds(&[e.raw()], libc::POLLIN, Some(Duration::ZERO)).unwrap());
+        e.signal();
+        assert!(poll_fds(&[e.raw()], libc::POLLIN, Some(Duration::ZERO)).unwrap());
+        e.drain();
+        assert!(!poll_fds(&[e.raw()], libc::POLLIN, Some(Duration::ZERO)).unwrap());
+    }
+
+    #[test]
+    fn batches_over_loopback() {
+        let a = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let b = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let mut s = SendBatch::new(4, 64);
+        for i in 0..3u8 {
+            s.next_buf()[..3].copy_from_slice(&[i, i, i]);
+            s.commit(3, b.local_addr().unwrap());
+        }
+        assert_eq!(s.flush(a.as_raw_fd()).unwrap(), 0);
+        let mut r = RecvBatch::new(8, 64);
+        let mut got = Vec::new();
+        for _ in 0..100 {
+            let n = r.recv(b.as_raw_fd()).unwrap();
+            for i in 0..n {
+                let (from, bytes) = r.get(i).unwrap();
+                assert_eq!(from, a.local_addr().unwrap());
+                got.push(bytes.to_vec());
+            }
+            if got.len() == 3 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(got, vec![vec![0, 0, 0], vec![1, 1, 1], vec![2, 2, 2]]);
+    }
+}
