@@ -68,3 +68,4 @@ pub use ferroce_transport as transport;
 pub use ferroce_wire as wire;
 pub use qp::{QpInitAttr, QueuePair, SharedReceiveQueue};
 pub use runtime::{AsyncEventRecord, RuntimeCounters};
+pub mod tools;

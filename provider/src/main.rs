@@ -4,8 +4,14 @@ use std::fs::File;
 use std::io::{self, BufReader, BufWriter, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
+use ferroce::OpenOptions;
+use ferroce::tools::loopback::connected_pair;
+use ferroce::tools::perf::{self, Limit, Op};
+use ferroce::tools::{demo, devinfo, pingpong, udp_ceiling};
+use ferroce::transport::{Mtu, QpType};
 
 /// ferroce: a software RoCEv2 (RDMA over UDP 4791) stack in user space.
 #[derive(Parser, Debug)]
@@ -17,6 +23,38 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Two RDMA endpoints on loopback in one process: ping-pong, WRITE, READ and atomics with
+    /// every byte verified, and the figures. Needs no arguments, root or set-up.
+    Demo,
+    /// List devices (local addresses) like ibv_devinfo.
+    Devinfo {
+        /// Only this device (name or address).
+        #[arg(short = 'd', long = "ib-dev")]
+        device: Option<String>,
+        /// Device attributes too.
+        #[arg(short = 'v', long)]
+        verbose: bool,
+        /// Counters too.
+        #[arg(long)]
+        counters: bool,
+    },
+    /// ibv_rc_pingpong, interoperable with rdma-core's: same options, TCP exchange and output.
+    #[command(name = "rc-pingpong")]
+    RcPingpong(PingpongArgs),
+    /// Bandwidth, perftest-like, between two endpoints on loopback.
+    Bw(PerfArgs),
+    /// Latency, perftest-like, between two endpoints on loopback.
+    Lat(PerfArgs),
+    /// The raw ceiling of this path: sendmmsg/recvmmsg UDP, UDP ping-pong and TCP on loopback.
+    #[command(name = "udp-ceiling")]
+    UdpCeiling {
+        /// Datagram size.
+        #[arg(short = 's', long, default_value_t = 4124)]
+        size: usize,
+        /// Seconds per measurement.
+        #[arg(short = 'D', long, default_value_t = 2.0)]
+        duration: f64,
+    },
     /// Decode the RoCEv2 packets (UDP port 4791) of a pcap file, one line each, and check
     /// every ICRC. The last line is "N packets, N icrc ok, N icrc bad, N malformed".
     Pcap {
@@ -28,12 +66,274 @@ enum Command {
     },
 }
 
+#[derive(Args, Debug)]
+struct PingpongArgs {
+    /// Listen on / connect to TCP port.
+    #[arg(short = 'p', long = "port", default_value_t = 18515)]
+    port: u16,
+    /// Device: name from `ferroce devinfo` or local address.
+    #[arg(short = 'd', long = "ib-dev")]
+    device: Option<String>,
+    /// Port of the device.
+    #[arg(short = 'i', long = "ib-port", default_value_t = 1)]
+    ib_port: u8,
+    /// Size of message to exchange.
+    #[arg(short = 's', long = "size", default_value_t = 4096)]
+    size: u32,
+    /// Path MTU.
+    #[arg(short = 'm', long = "mtu", default_value_t = 1024)]
+    mtu: u32,
+    /// Number of receives to post at a time.
+    #[arg(short = 'r', long = "rx-depth", default_value_t = 500)]
+    rx_depth: u32,
+    /// Number of exchanges.
+    #[arg(short = 'n', long = "iters", default_value_t = 1000)]
+    iters: u32,
+    /// Service level value.
+    #[arg(short = 'l', long = "sl", default_value_t = 0)]
+    sl: u8,
+    /// Sleep on CQ events (default poll).
+    #[arg(short = 'e', long = "events")]
+    events: bool,
+    /// Local port GID index.
+    #[arg(short = 'g', long = "gid-idx")]
+    gidx: Option<u32>,
+    /// Validate received buffer.
+    #[arg(short = 'c', long = "chk")]
+    validate: bool,
+    /// The server to connect to; without it, act as the server.
+    server: Option<String>,
+}
+
+#[derive(Args, Debug)]
+struct PerfArgs {
+    /// Operation: send, write, read or atomic.
+    #[arg(long, default_value = "write")]
+    op: Op,
+    /// Message size.
+    #[arg(short = 's', long, default_value_t = 65536)]
+    size: u32,
+    /// Iterations (default: 5000 for bw, 1000 for lat).
+    #[arg(short = 'n', long)]
+    iters: Option<u64>,
+    /// Run for this many seconds instead (bw).
+    #[arg(short = 'D', long)]
+    duration: Option<f64>,
+    /// Number of QPs (bw).
+    #[arg(short = 'q', long, default_value_t = 1)]
+    qps: usize,
+    /// Path MTU.
+    #[arg(short = 'm', long, default_value_t = 4096)]
+    mtu: u32,
+    /// Messages in flight per QP (bw).
+    #[arg(short = 't', long = "tx-depth", default_value_t = 128)]
+    depth: u32,
+    /// Sweep sizes 2 B … 8 MiB.
+    #[arg(short = 'a', long)]
+    all: bool,
+    /// Also measure the raw UDP ceiling at the same datagram size and print the ratio (bw).
+    #[arg(long)]
+    compare: bool,
+}
+
 fn main() -> ExitCode {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
     let cli = Cli::parse();
-    match cli.command {
-        Command::Pcap { file, strict } => pcap(&file, strict),
+    let out = &mut io::stdout();
+    let r = match cli.command {
+        Command::Pcap { file, strict } => return pcap(&file, strict),
+        Command::Demo => demo::run(out),
+        Command::Devinfo {
+            device,
+            verbose,
+            counters,
+        } => devinfo::run(out, device.as_deref(), verbose, counters),
+        Command::RcPingpong(a) => pingpong::run(
+            &pingpong::Options {
+                port: a.port,
+                device: a.device,
+                ib_port: a.ib_port,
+                size: a.size,
+                mtu: a.mtu,
+                rx_depth: a.rx_depth,
+                iters: a.iters,
+                sl: a.sl,
+                use_events: a.events,
+                gidx: a.gidx,
+                validate: a.validate,
+                server: a.server,
+            },
+            out,
+        ),
+        Command::Bw(a) => bw(&a, out),
+        Command::Lat(a) => lat(&a, out),
+        Command::UdpCeiling { size, duration } => ceiling(size, duration, out),
+    };
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("ferroce: {e}");
+            ExitCode::from(1)
+        }
     }
+}
+
+fn mtu_of(bytes: u32) -> ferroce::Result<Mtu> {
+    Mtu::ALL
+        .iter()
+        .copied()
+        .find(|m| m.bytes() == bytes)
+        .ok_or(ferroce::Error::InvalidArgument("MTU must be 256 … 4096"))
+}
+
+fn sizes(a: &PerfArgs) -> Vec<u32> {
+    if a.all {
+        perf::all_sizes()
+    } else {
+        vec![a.size]
+    }
+}
+
+fn bw(a: &PerfArgs, out: &mut dyn Write) -> ferroce::Result<()> {
+    let max = sizes(a).into_iter().max().unwrap_or(a.size) as usize;
+    let qp_type = QpType::Rc;
+    let (x, y) = connected_pair(
+        &OpenOptions::default(),
+        qp_type,
+        a.qps,
+        (max * 4).max(1 << 20),
+        mtu_of(a.mtu)?,
+        a.depth,
+    )?;
+    let _ = writeln!(
+        out,
+        "ferroce bw: {:?} on {} -> {}, {} QP(s), MTU {}, {} in flight per QP",
+        a.op,
+        x.ctx.device().addr,
+        y.ctx.device().addr,
+        a.qps,
+        a.mtu,
+        a.depth
+    );
+    let _ = writeln!(
+        out,
+        "{:>10} {:>12} {:>12} {:>10} {:>12}",
+        "#bytes", "#messages", "MB/s", "Gb/s", "msg/s"
+    );
+    let mut last = None;
+    for size in sizes(a) {
+        let limit = match (a.duration, a.iters) {
+            (Some(d), _) => Limit::Duration(Duration::from_secs_f64(d)),
+            (None, Some(n)) => Limit::Iters(n),
+            (None, None) => Limit::Iters(if size >= 1 << 20 { 200 } else { 5000 }),
+        };
+        let r = perf::bandwidth(&x, &y, a.op, size, limit, a.depth)?;
+        let _ = writeln!(
+            out,
+            "{:>10} {:>12} {:>12.1} {:>10.2} {:>12.0}",
+            r.size,
+            r.msgs,
+            r.mb_per_s(),
+            r.gbit_per_s(),
+            r.msgs_per_s()
+        );
+        last = Some(r);
+    }
+    if a.compare {
+        if let Some(r) = last {
+            // The datagram of a full data packet: BTH + payload + ICRC (+ RETH on the first).
+            let payload = r.size.min(a.mtu) as usize;
+            let dgram = 12 + payload + 4;
+            let c = udp_ceiling::measure(dgram, Duration::from_secs(2))?;
+            let pkts_per_s = r.msgs_per_s() * f64::from(r.size.div_ceil(a.mtu).max(1));
+            let _ = writeln!(
+                out,
+                "raw UDP sendmmsg/recvmmsg ceiling at {dgram} B: {:.0} datagrams/s, {:.1} MB/s; ferroce: {:.0} data packets/s = {:.0}% of the ceiling",
+                c.udp_dgrams_per_s,
+                c.udp_bytes_per_s / 1e6,
+                pkts_per_s,
+                100.0 * pkts_per_s / c.udp_dgrams_per_s
+            );
+            let _ = writeln!(
+                out,
+                "TCP over loopback: {:.1} MB/s",
+                c.tcp_bytes_per_s / 1e6
+            );
+        }
+    }
+    Ok(())
+}
+
+fn lat(a: &PerfArgs, out: &mut dyn Write) -> ferroce::Result<()> {
+    let max = sizes(a).into_iter().max().unwrap_or(a.size) as usize;
+    let (x, y) = connected_pair(
+        &OpenOptions::default(),
+        QpType::Rc,
+        1,
+        (max * 2).max(1 << 20),
+        mtu_of(a.mtu)?,
+        16,
+    )?;
+    let _ = writeln!(
+        out,
+        "ferroce lat: {:?} on {} -> {}, MTU {}",
+        a.op,
+        x.ctx.device().addr,
+        y.ctx.device().addr,
+        a.mtu
+    );
+    let _ = writeln!(
+        out,
+        "{:>10} {:>10} {:>10} {:>10} {:>10} {:>10}",
+        "#bytes", "#iters", "min us", "median us", "p99 us", "max us"
+    );
+    for size in sizes(a) {
+        let iters = a.iters.unwrap_or(if size >= 1 << 20 { 50 } else { 1000 });
+        let r = perf::latency(&x, &y, a.op, size, iters)?;
+        let us = |d: Duration| d.as_secs_f64() * 1e6;
+        let _ = writeln!(
+            out,
+            "{:>10} {:>10} {:>10.2} {:>10.2} {:>10.2} {:>10.2}",
+            r.size,
+            iters,
+            us(r.percentile(0.0)),
+            us(r.percentile(50.0)),
+            us(r.percentile(99.0)),
+            us(r.percentile(100.0))
+        );
+    }
+    if a.compare {
+        let c = udp_ceiling::measure(64, Duration::from_millis(200))?;
+        let _ = writeln!(
+            out,
+            "raw UDP 64 B ping-pong: median round trip {:.2} us (one way {:.2} us)",
+            c.udp_rtt.as_secs_f64() * 1e6,
+            c.udp_rtt.as_secs_f64() * 5e5
+        );
+    }
+    Ok(())
+}
+
+fn ceiling(size: usize, duration: f64, out: &mut dyn Write) -> ferroce::Result<()> {
+    let c = udp_ceiling::measure(size, Duration::from_secs_f64(duration))?;
+    let _ = writeln!(
+        out,
+        "UDP sendmmsg/recvmmsg, {} B datagrams: {:.0} datagrams/s, {:.1} MB/s",
+        c.size,
+        c.udp_dgrams_per_s,
+        c.udp_bytes_per_s / 1e6
+    );
+    let _ = writeln!(
+        out,
+        "UDP 64 B ping-pong (blocking): median round trip {:.2} us",
+        c.udp_rtt.as_secs_f64() * 1e6
+    );
+    let _ = writeln!(
+        out,
+        "TCP stream, 1 MiB writes: {:.1} MB/s",
+        c.tcp_bytes_per_s / 1e6
+    );
+    Ok(())
 }
 
 fn pcap(path: &PathBuf, strict: bool) -> ExitCode {

@@ -658,5 +658,22 @@ pub struct WorkCompletion {
     pub wc_flags: WcFlags,
 }
 
+impl Default for WorkCompletion {
+    /// A zeroed successful SEND completion (for preallocated `poll` buffers).
+    fn default() -> WorkCompletion {
+        WorkCompletion {
+            wr_id: 0,
+            status: WcStatus::Success,
+            opcode: WcOpcode::Send,
+            vendor_err: 0,
+            byte_len: 0,
+            imm_data: 0,
+            qp_num: 0,
+            src_qp: 0,
+            wc_flags: WcFlags::EMPTY,
+        }
+    }
+}
+
 /// The largest message verbs lets a QP carry (`max_msg_sz`, as rxe: 8 MiB).
 pub const MAX_MSG_SZ: u64 = 8 << 20;

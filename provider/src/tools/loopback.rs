@@ -1,0 +1,186 @@
+//! Two connected endpoints in one process on private loopback addresses: the set-up of
+//! `ferroce demo`, `ferroce bw`/`lat` without a server, and the tests.
+
+use std::net::IpAddr;
+
+use crate::transport::{AccessFlags, AhAttr, Mtu, QpAttr, QpAttrMask, QpCap, QpState, QpType};
+use crate::{
+    CompletionQueue, Context, Device, Error, MemoryRegion, OpenOptions, ProtectionDomain,
+    QpInitAttr, QueuePair, Result,
+};
+
+/// Every access right.
+pub const ALL_ACCESS: AccessFlags = AccessFlags(1 | 2 | 4 | 8);
+
+/// One side: a device, a PD, a CQ, QPs and a memory region.
+#[derive(Debug)]
+pub struct Side {
+    /// The open device.
+    pub ctx: Context,
+    /// Its PD.
+    pub pd: ProtectionDomain,
+    /// One CQ for sends and receives of every QP.
+    pub cq: CompletionQueue,
+    /// The QPs.
+    pub qps: Vec<QueuePair>,
+    /// The memory region.
+    pub mr: MemoryRegion,
+}
+
+/// Opens a device on the first free pair of addresses 127.77.x.1 / 127.77.x.2.
+///
+/// # Errors
+/// [`Error::AddressInUse`] if 64 candidate pairs are all taken, or any open failure.
+pub fn open_pair(opts: &OpenOptions) -> Result<(Context, Context)> {
+    let mut last = None;
+    for x in 0..64u8 {
+        let (a, b) = (IpAddr::from([127, 77, x, 1]), IpAddr::from([127, 77, x, 2]));
+        match (
+            Device::for_addr(a)?.open_with(opts.clone()),
+            Device::for_addr(b)?.open_with(opts.clone()),
+        ) {
+            (Ok(ca), Ok(cb)) => return Ok((ca, cb)),
+            (Err(e), _) | (_, Err(e)) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or(Error::NoDevice("127.77.x.y".into())))
+}
+
+/// A side with `nqp` QPs of `qp_type` and a region of `mem` bytes.
+///
+/// # Errors
+/// Any verbs failure.
+pub fn side(ctx: Context, qp_type: QpType, nqp: usize, mem: usize, depth: u32) -> Result<Side> {
+    let pd = ctx.alloc_pd();
+    let cq = ctx.create_cq(
+        (depth * 2 * nqp as u32).clamp(16, crate::context::limits::MAX_CQE),
+        None,
+    )?;
+    let cap = QpCap {
+        max_send_wr: depth,
+        max_recv_wr: depth,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 64,
+    };
+    let qps = (0..nqp)
+        .map(|_| {
+            pd.create_qp(&QpInitAttr {
+                qp_type,
+                send_cq: &cq,
+                recv_cq: &cq,
+                srq: None,
+                cap,
+                sq_sig_all: false,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let mr = pd.reg_mr(mem, ALL_ACCESS)?;
+    Ok(Side {
+        ctx,
+        pd,
+        cq,
+        qps,
+        mr,
+    })
+}
+
+/// Walks `qp` RESET → INIT → RTR → RTS towards `peer_qpn` at `peer`.
+///
+/// # Errors
+/// [`Error::Modify`] if the device refuses an attribute (an MTU above its active MTU, say).
+pub fn connect(
+    qp: &QueuePair,
+    peer: IpAddr,
+    peer_qpn: u32,
+    mtu: Mtu,
+    sq_psn: u32,
+    rq_psn: u32,
+) -> Result<()> {
+    let ud = qp.qp_type() == QpType::Ud;
+    let mut a = QpAttr {
+        qp_state: QpState::Init,
+        port_num: 1,
+        qp_access_flags: ALL_ACCESS,
+        qkey: 0x1111_1111,
+        ..QpAttr::default()
+    };
+    let m = QpAttrMask::STATE
+        | QpAttrMask::PKEY_INDEX
+        | QpAttrMask::PORT
+        | if ud {
+            QpAttrMask::QKEY
+        } else {
+            QpAttrMask::ACCESS_FLAGS
+        };
+    qp.modify(&a, m)?;
+    a.qp_state = QpState::Rtr;
+    a.path_mtu = mtu;
+    a.dest_qp_num = peer_qpn;
+    a.rq_psn = rq_psn;
+    a.max_dest_rd_atomic = 16;
+    a.min_rnr_timer = 12;
+    a.ah_attr = Some(AhAttr::new(peer));
+    let m = match qp.qp_type() {
+        QpType::Rc => {
+            QpAttrMask::STATE
+                | QpAttrMask::AV
+                | QpAttrMask::PATH_MTU
+                | QpAttrMask::DEST_QPN
+                | QpAttrMask::RQ_PSN
+                | QpAttrMask::MAX_DEST_RD_ATOMIC
+                | QpAttrMask::MIN_RNR_TIMER
+        }
+        QpType::Uc => {
+            QpAttrMask::STATE
+                | QpAttrMask::AV
+                | QpAttrMask::PATH_MTU
+                | QpAttrMask::DEST_QPN
+                | QpAttrMask::RQ_PSN
+        }
+        QpType::Ud => QpAttrMask::STATE,
+    };
+    qp.modify(&a, m)?;
+    a.qp_state = QpState::Rts;
+    a.sq_psn = sq_psn;
+    a.timeout = 14;
+    a.retry_cnt = 7;
+    a.rnr_retry = 7;
+    a.max_rd_atomic = 16;
+    let m = match qp.qp_type() {
+        QpType::Rc => {
+            QpAttrMask::STATE
+                | QpAttrMask::TIMEOUT
+                | QpAttrMask::RETRY_CNT
+                | QpAttrMask::RNR_RETRY
+                | QpAttrMask::SQ_PSN
+                | QpAttrMask::MAX_QP_RD_ATOMIC
+        }
+        _ => QpAttrMask::STATE | QpAttrMask::SQ_PSN,
+    };
+    qp.modify(&a, m)
+}
+
+/// Two sides connected QP to QP.
+///
+/// # Errors
+/// Any open or verbs failure.
+pub fn connected_pair(
+    opts: &OpenOptions,
+    qp_type: QpType,
+    nqp: usize,
+    mem: usize,
+    mtu: Mtu,
+    depth: u32,
+) -> Result<(Side, Side)> {
+    let (ca, cb) = open_pair(opts)?;
+    let (aa, ab) = (ca.device().addr, cb.device().addr);
+    let a = side(ca, qp_type, nqp, mem, depth)?;
+    let b = side(cb, qp_type, nqp, mem, depth)?;
+    for (i, (qa, qb)) in a.qps.iter().zip(&b.qps).enumerate() {
+        let (pa, pb) = (0x1000 + i as u32, 0x2000 + i as u32);
+        connect(qa, ab, qb.qp_num(), mtu, pa, pb)?;
+        connect(qb, aa, qa.qp_num(), mtu, pb, pa)?;
+    }
+    Ok((a, b))
+}

@@ -1,0 +1,306 @@
+//! `ferroce bw` and `ferroce lat`: perftest-like measurements between two endpoints.
+
+use std::time::{Duration, Instant};
+
+use crate::Result;
+use crate::tools::loopback::Side;
+use crate::transport::{RecvWr, SendFlags, SendWr, WcStatus, WorkCompletion, WrOpcode};
+
+/// The operation measured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    /// SEND / RECV.
+    Send,
+    /// RDMA WRITE.
+    Write,
+    /// RDMA READ.
+    Read,
+    /// FETCH_ADD on 8 bytes.
+    Atomic,
+}
+
+impl std::str::FromStr for Op {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Op, String> {
+        match s {
+            "send" => Ok(Op::Send),
+            "write" => Ok(Op::Write),
+            "read" => Ok(Op::Read),
+            "atomic" => Ok(Op::Atomic),
+            _ => Err(format!("unknown operation {s} (send, write, read, atomic)")),
+        }
+    }
+}
+
+impl Op {
+    fn opcode(self) -> WrOpcode {
+        match self {
+            Op::Send => WrOpcode::Send,
+            Op::Write => WrOpcode::RdmaWrite,
+            Op::Read => WrOpcode::RdmaRead,
+            Op::Atomic => WrOpcode::AtomicFetchAndAdd,
+        }
+    }
+}
+
+/// When a measurement stops.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Limit {
+    /// After this many messages.
+    Iters(u64),
+    /// After this long.
+    Duration(Duration),
+}
+
+/// A bandwidth result.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BwResult {
+    /// Message size.
+    pub size: u32,
+    /// Messages completed.
+    pub msgs: u64,
+    /// Time taken.
+    pub elapsed: Duration,
+}
+
+impl BwResult {
+    /// MB/s (10^6 bytes).
+    pub fn mb_per_s(&self) -> f64 {
+        self.msgs as f64 * f64::from(self.size) / self.elapsed.as_secs_f64() / 1e6
+    }
+
+    /// Gb/s.
+    pub fn gbit_per_s(&self) -> f64 {
+        self.mb_per_s() * 8.0 / 1000.0
+    }
+
+    /// Messages per second.
+    pub fn msgs_per_s(&self) -> f64 {
+        self.msgs as f64 / self.elapsed.as_secs_f64()
+    }
+}
+
+fn fail(wc: &WorkCompletion) -> crate::Error {
+    crate::Error::Io(std::io::Error::other(format!(
+        "wr_id {} completed with {} ({})",
+        wc.wr_id, wc.status, wc.status as u32
+    )))
+}
+
+fn wr_for(a: &Side, b: &Side, qp: usize, op: Op, size: u32, slot: u64) -> SendWr {
+    let size = if op == Op::Atomic { 8 } else { size };
+    let off =
+        ((slot * u64::from(size)) as usize % a.mr.len().saturating_sub(size as usize).max(1)) & !7;
+    let mut w = SendWr::new(slot, op.opcode());
+    w.send_flags = SendFlags::SIGNALED;
+    w.sg_list = vec![a.mr.sge(off, size)];
+    w.remote.remote_addr = b.mr.addr() + off as u64;
+    w.remote.rkey = b.mr.rkey();
+    w.compare_add = 1;
+    let _ = qp;
+    w
+}
+
+/// Streams `op` from `a` to `b` with `depth` messages in flight per QP.
+///
+/// # Errors
+/// A failed completion or verbs error.
+pub fn bandwidth(
+    a: &Side,
+    b: &Side,
+    op: Op,
+    size: u32,
+    limit: Limit,
+    depth: u32,
+) -> Result<BwResult> {
+    let nqp = a.qps.len();
+    let recv_len = if op == Op::Send { size } else { 0 };
+    if op == Op::Send {
+        for qb in &b.qps {
+            for i in 0..u64::from(depth) {
+                qb.post_recv(&RecvWr {
+                    wr_id: i,
+                    sg_list: vec![b.mr.sge(0, recv_len)],
+                })?;
+            }
+        }
+    }
+    let start = Instant::now();
+    let mut posted = vec![0u64; nqp];
+    let mut inflight = vec![0u32; nqp];
+    let mut done = 0u64;
+    let mut wcs = vec![WorkCompletion::default(); 64];
+    let stop_posting = |done: u64, posted: u64| match limit {
+        Limit::Iters(n) => posted >= n,
+        Limit::Duration(d) => start.elapsed() >= d || done == u64::MAX,
+    };
+    let total_posted = |p: &[u64]| p.iter().sum::<u64>();
+    loop {
+        for q in 0..nqp {
+            while inflight[q] < depth && !stop_posting(done, total_posted(&posted)) {
+                a.qps[q].post_send(&wr_for(
+                    a,
+                    b,
+                    q,
+                    op,
+                    size,
+                    posted[q] * nqp as u64 + q as u64,
+                ))?;
+                posted[q] += 1;
+                inflight[q] += 1;
+            }
+        }
+        let n = a.cq.poll(&mut wcs);
+        for wc in &wcs[..n] {
+            if wc.status != WcStatus::Success {
+                return Err(fail(wc));
+            }
+            let q = (wc.wr_id % nqp as u64) as usize;
+            inflight[q] -= 1;
+            done += 1;
+        }
+        if op == Op::Send {
+            let m = b.cq.poll(&mut wcs);
+            for wc in &wcs[..m] {
+                if wc.status != WcStatus::Success {
+                    return Err(fail(wc));
+                }
+                let q = b
+                    .qps
+                    .iter()
+                    .position(|qp| qp.qp_num() == wc.qp_num)
+                    .unwrap_or(0);
+                b.qps[q].post_recv(&RecvWr {
+                    wr_id: wc.wr_id,
+                    sg_list: vec![b.mr.sge(0, recv_len)],
+                })?;
+            }
+        }
+        if inflight.iter().all(|&f| f == 0) && stop_posting(done, total_posted(&posted)) {
+            break;
+        }
+        if n == 0 {
+            std::hint::spin_loop();
+        }
+    }
+    let elapsed = start.elapsed();
+    // Drain the receiver's completions so the next run starts clean.
+    while b.cq.poll(&mut wcs) > 0 {}
+    Ok(BwResult {
+        size: if op == Op::Atomic { 8 } else { size },
+        msgs: done,
+        elapsed,
+    })
+}
+
+/// Latency samples, sorted.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LatResult {
+    /// Message size.
+    pub size: u32,
+    /// One sample per iteration, ascending.
+    pub samples: Vec<Duration>,
+}
+
+impl LatResult {
+    /// The `p`-th percentile (0 ≤ p ≤ 100).
+    pub fn percentile(&self, p: f64) -> Duration {
+        if self.samples.is_empty() {
+            return Duration::ZERO;
+        }
+        let i = ((p / 100.0) * (self.samples.len() - 1) as f64).round() as usize;
+        self.samples[i.min(self.samples.len() - 1)]
+    }
+}
+
+fn spin_one(side: &Side, deadline: Instant) -> Result<WorkCompletion> {
+    loop {
+        if let Some(wc) = side.cq.poll_one() {
+            if wc.status != WcStatus::Success {
+                return Err(fail(&wc));
+            }
+            return Ok(wc);
+        }
+        if Instant::now() > deadline {
+            return Err(crate::Error::Io(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "no completion within 10 s",
+            )));
+        }
+        std::hint::spin_loop();
+    }
+}
+
+/// Measures `iters` operations one at a time on the first QP. SEND is a ping-pong and each
+/// sample is half the round trip (as perftest's send_lat); WRITE, READ and atomics are timed
+/// from post to completion (a full round trip).
+///
+/// # Errors
+/// A failed completion or verbs error.
+pub fn latency(a: &Side, b: &Side, op: Op, size: u32, iters: u64) -> Result<LatResult> {
+    let (qa, qb) = (&a.qps[0], &b.qps[0]);
+    let size = if op == Op::Atomic { 8 } else { size };
+    let mut samples = Vec::with_capacity(iters as usize);
+    let recv = |side: &Side| RecvWr {
+        wr_id: 0,
+        sg_list: vec![side.mr.sge(0, size)],
+    };
+    if op == Op::Send {
+        qa.post_recv(&recv(a))?;
+        qb.post_recv(&recv(b))?;
+    }
+    for i in 0..iters {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let t0 = Instant::now();
+        match op {
+            Op::Send => {
+                let mut w = wr_for(a, b, 0, op, size, i);
+                w.sg_list = vec![a.mr.sge(0, size)];
+                qa.post_send(&w)?;
+                // B answers as soon as the ping lands.
+                loop {
+                    let wc = spin_one(b, deadline)?;
+                    if wc.opcode == crate::transport::WcOpcode::Recv {
+                        break;
+                    }
+                }
+                qb.post_recv(&recv(b))?;
+                let mut back = SendWr::new(i, WrOpcode::Send);
+                back.send_flags = SendFlags::SIGNALED;
+                back.sg_list = vec![b.mr.sge(0, size)];
+                qb.post_send(&back)?;
+                let mut got_recv = false;
+                let mut got_send = false;
+                while !(got_recv && got_send) {
+                    let wc = spin_one(a, deadline)?;
+                    if wc.opcode == crate::transport::WcOpcode::Recv {
+                        got_recv = true;
+                    } else {
+                        got_send = true;
+                    }
+                }
+                samples.push(t0.elapsed() / 2);
+                qa.post_recv(&recv(a))?;
+                // B's send completion.
+                while b.cq.poll_one().is_none() {
+                    if Instant::now() > deadline {
+                        break;
+                    }
+                    std::hint::spin_loop();
+                }
+            }
+            _ => {
+                qa.post_send(&wr_for(a, b, 0, op, size, i))?;
+                spin_one(a, deadline)?;
+                samples.push(t0.elapsed());
+            }
+        }
+    }
+    samples.sort_unstable();
+    Ok(LatResult { size, samples })
+}
+
+/// The sizes `--all` sweeps: 2 B … 8 MiB in powers of two.
+pub fn all_sizes() -> Vec<u32> {
+    (1..=23).map(|p| 1u32 << p).collect()
+}
