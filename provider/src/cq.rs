@@ -87,6 +87,11 @@ impl CompletionQueue {
     /// `ibv_poll_cq`: moves up to `wcs.len()` completions into `wcs`, oldest first; returns
     /// how many.
     pub fn poll(&self, wcs: &mut [WorkCompletion]) -> usize {
+        // An empty CQ makes the caller drive the network itself (as a poll-mode driver does),
+        // so busy-polling programs do not wait for the progress thread to be scheduled.
+        if self.inner.queue.lock().is_empty() {
+            self.ctx.shared.poll_inline();
+        }
         let mut q = self.inner.queue.lock();
         let n = wcs.len().min(q.len());
         for (slot, wc) in wcs.iter_mut().zip(q.drain(..n)) {
@@ -97,7 +102,8 @@ impl CompletionQueue {
 
     /// One completion, if any (a convenience over [`CompletionQueue::poll`]).
     pub fn poll_one(&self) -> Option<WorkCompletion> {
-        self.inner.queue.lock().pop_front()
+        let mut one = [WorkCompletion::default()];
+        (self.poll(&mut one) == 1).then_some(one[0])
     }
 
     /// `ibv_req_notify_cq`: the next completion (or the next solicited one) raises an event on

@@ -87,6 +87,7 @@ pub(crate) struct Shared {
     pub(crate) events: Mutex<VecDeque<AsyncEventRecord>>,
     pub(crate) events_cond: Condvar,
     pub(crate) events_fd: EventFd,
+    inline_batch: Mutex<RecvBatch>,
 }
 
 /// How a runtime is started.
@@ -153,6 +154,7 @@ impl Shared {
             events: Mutex::new(VecDeque::new()),
             events_cond: Condvar::new(),
             events_fd: EventFd::new()?,
+            inline_batch: Mutex::new(RecvBatch::new(BATCH, MAX_PACKET)),
         });
         let s2 = shared.clone();
         let thread = std::thread::Builder::new()
@@ -259,11 +261,64 @@ impl Shared {
         self.events_cond.notify_all();
     }
 
+    /// One `recvmmsg` batch through the engine, with expired timers and the resulting sends;
+    /// returns how many datagrams arrived.
+    fn receive_once(&self, batch: &mut RecvBatch) -> usize {
+        let fd = self.socket.as_raw_fd();
+        let local_ip: IpAddr = self.local.ip();
+        let n = match batch.recv(fd) {
+            Ok(n) => n,
+            Err(e) => {
+                log::warn!("recvmmsg on {}: {e}", self.local);
+                0
+            }
+        };
+        let mut st = self.engine.lock();
+        let now = self.now();
+        for i in 0..n {
+            let Some((from, bytes)) = batch.get(i) else {
+                continue;
+            };
+            st.counters.udp_rcvd += 1;
+            if let Some(w) = st.pcap.as_mut() {
+                let f = frame::encapsulate(from, self.local, 0, bytes);
+                let _ = w.write_record(wall_clock(), &f);
+            }
+            let owned;
+            let mut bytes = bytes;
+            if let Some(fl) = st.faults.as_mut() {
+                if fl.lose() {
+                    st.counters.injected_losses += 1;
+                    continue;
+                }
+                let mut copy = bytes.to_vec();
+                fl.corrupt(&mut copy);
+                owned = copy;
+                bytes = &owned;
+            }
+            st.ep.handle(now, from, local_ip, bytes, &self.mrs);
+        }
+        if st.ep.poll_timeout().is_some_and(|t| t <= now) {
+            st.ep.handle_timeout(now, &self.mrs);
+        }
+        if n > 0 || st.ep.has_transmit() {
+            self.pump(&mut st, now);
+        }
+        n
+    }
+
+    /// Progress driven by a program polling an empty CQ (a poll-mode driver's loop): receives
+    /// and processes whatever is waiting, unless another thread is doing so right now.
+    pub(crate) fn poll_inline(&self) {
+        if let Some(mut batch) = self.inline_batch.try_lock() {
+            self.receive_once(&mut batch);
+        }
+    }
+
     /// The progress thread.
     fn progress(self: Arc<Self>) {
         let fd = self.socket.as_raw_fd();
         let mut batch = RecvBatch::new(BATCH, MAX_PACKET);
-        let local_ip: IpAddr = self.local.ip();
         while !self.shutdown.load(Ordering::SeqCst) {
             if !self.busy_poll {
                 let deadline = self.engine.lock().ep.poll_timeout();
@@ -283,47 +338,7 @@ impl Shared {
                 self.wake.drain();
             }
             // Receive everything that is there, in batches.
-            loop {
-                let n = match batch.recv(fd) {
-                    Ok(n) => n,
-                    Err(e) => {
-                        log::warn!("recvmmsg on {}: {e}", self.local);
-                        0
-                    }
-                };
-                let mut st = self.engine.lock();
-                let now = self.now();
-                st.counters.wakeups += 1;
-                for i in 0..n {
-                    let Some((from, bytes)) = batch.get(i) else {
-                        continue;
-                    };
-                    st.counters.udp_rcvd += 1;
-                    if let Some(w) = st.pcap.as_mut() {
-                        let f = frame::encapsulate(from, self.local, 0, bytes);
-                        let _ = w.write_record(wall_clock(), &f);
-                    }
-                    let mut owned;
-                    let mut bytes = bytes;
-                    if let Some(fl) = st.faults.as_mut() {
-                        if fl.lose() {
-                            st.counters.injected_losses += 1;
-                            continue;
-                        }
-                        owned = bytes.to_vec();
-                        fl.corrupt(&mut owned);
-                        bytes = &owned;
-                    }
-                    st.ep.handle(now, from, local_ip, bytes, &self.mrs);
-                }
-                if st.ep.poll_timeout().is_some_and(|t| t <= now) {
-                    st.ep.handle_timeout(now, &self.mrs);
-                }
-                self.pump(&mut st, now);
-                if n < BATCH {
-                    break;
-                }
-            }
+            while self.receive_once(&mut batch) == BATCH {}
             if let Some(w) = self.engine.lock().pcap.as_mut() {
                 let _ = std::io::Write::flush(w.inner_mut());
             }
