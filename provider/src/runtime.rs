@@ -29,6 +29,9 @@ use crate::sys::{self, EventFd, RecvBatch, SendBatch};
 
 /// Datagrams per `recvmmsg`/`sendmmsg`.
 const BATCH: usize = 32;
+/// Datagrams one pump sends before it lets received packets in (a long READ response must
+/// not hold the engine while a retry request waits behind it).
+const PUMP_BUDGET: usize = 4 * BATCH;
 /// Room for the largest RoCEv2 packet (4 KiB payload plus headers).
 const MAX_PACKET: usize = 4096 + 128;
 
@@ -190,7 +193,14 @@ impl Shared {
     /// context; wakes the progress thread if the next deadline moved earlier.
     fn pump(&self, st: &mut EngineState, now: Instant) {
         let fd = self.socket.as_raw_fd();
+        let mut budget = PUMP_BUDGET;
         loop {
+            if budget == 0 {
+                // More to send: the progress thread carries on without sleeping.
+                self.wake.signal();
+                break;
+            }
+            budget -= 1;
             if st.send.is_full() {
                 flush_batch(st, fd);
             }
@@ -301,9 +311,8 @@ impl Shared {
         if st.ep.poll_timeout().is_some_and(|t| t <= now) {
             st.ep.handle_timeout(now, &self.mrs);
         }
-        if n > 0 || st.ep.has_transmit() {
-            self.pump(&mut st, now);
-        }
+        // Always drain: a timer may have failed a QP (completions, no packets).
+        self.pump(&mut st, now);
         n
     }
 

@@ -127,7 +127,10 @@ pub fn run(out: &mut dyn Write) -> Result<()> {
     a.qps[0].post_send(&rd)?;
     let wc = wait_one(&a)?;
     let dt = t.elapsed();
-    check(wc.status == WcStatus::Success, "READ completion")?;
+    check(
+        wc.status == WcStatus::Success,
+        &format!("READ completion ({})", wc.status),
+    )?;
     a.mr.read(8 * MIB, &mut got)?;
     check(got == data, "8 MiB read back into A")?;
     w(

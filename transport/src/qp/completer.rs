@@ -261,8 +261,11 @@ impl Qp {
         let expect = (w.len - w.read_done).min(mtu);
         let last = w.read_done + expect == w.len;
         let op = pkt.bth.opcode;
+        // A long READ is requested in chunks, so LAST/ONLY end a chunk and FIRST starts one;
+        // every packet carries exactly the bytes expected next, and only the WQE's last packet
+        // may be short.
         let pos_ok = match op {
-            Opcode::RC_RDMA_READ_RESPONSE_ONLY | Opcode::RC_RDMA_READ_RESPONSE_LAST => last,
+            Opcode::RC_RDMA_READ_RESPONSE_ONLY | Opcode::RC_RDMA_READ_RESPONSE_LAST => true,
             Opcode::RC_RDMA_READ_RESPONSE_FIRST | Opcode::RC_RDMA_READ_RESPONSE_MIDDLE => !last,
             _ => false,
         };

@@ -29,6 +29,12 @@ use responder::Responder;
 /// `RXE_MAX_UNACKED_PSNS`).
 pub const MAX_UNACKED_PSNS: i32 = 128;
 
+/// The most response packets one READ request asks for; longer READs are split.
+pub const READ_CHUNK_PKTS: u32 = 64;
+
+/// How far (in response packets) a split READ's requests may run ahead of its data.
+pub const READ_WINDOW_PKTS: u32 = 128;
+
 /// A requester sets AckReq at least this often inside a long message (rxe: every 64 packets).
 pub const MAX_PKTS_PER_ACK: u32 = 64;
 
@@ -545,9 +551,13 @@ impl Qp {
         self.check_drained(ctx);
     }
 
-    /// Where go-back-N resumes inside a started SEND/WRITE WQE: the bytes before `comp_psn`.
+    /// Where go-back-N resumes inside a started WQE: for a SEND/WRITE the bytes before
+    /// `comp_psn`, for a READ the bytes already received.
     pub(crate) fn resume_offset(&self, w: &SendWqe) -> u32 {
-        if !w.started || w.wr.opcode.is_read_or_atomic() {
+        if w.wr.opcode == crate::verbs::WrOpcode::RdmaRead && w.started {
+            return w.read_done;
+        }
+        if !w.started || w.wr.opcode.is_atomic() {
             return 0;
         }
         let pkts = w.first_psn.distance_to(self.comp_psn).max(0) as u32;

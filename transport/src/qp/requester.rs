@@ -8,7 +8,7 @@ use ferroce_wire::{
     AtomicEthRepr, BthRepr, DethRepr, ExtHeaders, ImmDtRepr, Opcode, PacketRepr, RethRepr,
 };
 
-use super::{Ctx, MAX_PKTS_PER_ACK, MAX_UNACKED_PSNS, Qp};
+use super::{Ctx, MAX_PKTS_PER_ACK, MAX_UNACKED_PSNS, Qp, READ_CHUNK_PKTS, READ_WINDOW_PKTS};
 use crate::memory::{self, Memory};
 use crate::verbs::{QpState, QpType, SendFlags, WcStatus, WrOpcode};
 
@@ -61,7 +61,13 @@ impl Qp {
                 return None;
             }
         }
-        if w.wr.opcode.is_read_or_atomic() {
+        let read_continues =
+            w.wr.opcode == WrOpcode::RdmaRead && w.started && self.req_off > w.read_done;
+        if read_continues {
+            if self.req_off - w.read_done >= READ_WINDOW_PKTS * mtu {
+                return None;
+            }
+        } else if w.wr.opcode.is_read_or_atomic() {
             if self.rd_atomic_inflight >= u32::from(self.attr.max_rd_atomic) {
                 if self.attr.max_rd_atomic == 0 {
                     // No READ/atomic may ever be outstanding: a local QP operation error.
@@ -223,26 +229,42 @@ impl Qp {
         let idx = self.req_idx;
         let mtu = self.mtu();
         let w = &self.sq[idx];
-        let done = w.read_done;
-        let psn = w.first_psn + done / mtu;
+        // A long READ goes out as consecutive READ requests of at most READ_CHUNK_PKTS
+        // packets, each a valid request on the wire, at most READ_WINDOW_PKTS ahead of the
+        // data received: the responder cannot flood a receiver that has no flow control.
+        let from = self.req_off;
+        let first_chunk = from == w.read_done;
+        // Chunks are aligned to READ_CHUNK_PKTS packets from the start of the WQE, so a chunk
+        // reissued after a loss never reaches past what the first requests covered (the
+        // responder only replays duplicates that end before the PSN it expects).
+        let boundary = (from / mtu / READ_CHUNK_PKTS + 1) * READ_CHUNK_PKTS * mtu;
+        let chunk = boundary.min(w.len) - from;
+        let psn = w.first_psn + from / mtu;
         let repr = PacketRepr {
             bth: BthRepr::new(Opcode::RC_RDMA_READ_REQUEST, self.attr.dest_qp_num, psn)
                 .with_ack_req(true),
             ext: ExtHeaders {
                 reth: Some(RethRepr {
-                    va: w.wr.remote.remote_addr + u64::from(done),
+                    va: w.wr.remote.remote_addr + u64::from(from),
                     rkey: w.wr.remote.rkey,
-                    dma_len: w.len - done,
+                    dma_len: chunk,
                 }),
                 ..Default::default()
             },
             payload: &[],
         };
         let tx = self.emit(idx, repr, buf);
-        self.next_psn = w.last_psn + 1;
-        self.rd_atomic_inflight += 1;
-        self.req_idx += 1;
-        self.req_off = 0;
+        if first_chunk {
+            self.rd_atomic_inflight += 1;
+        }
+        if from + chunk >= w.len {
+            self.next_psn = w.last_psn + 1;
+            self.req_idx += 1;
+            self.req_off = 0;
+        } else {
+            self.next_psn = psn + chunk / mtu;
+            self.req_off = from + chunk;
+        }
         Ok(tx)
     }
 

@@ -567,6 +567,13 @@ impl Qp {
                         )
                         .is_ok();
                 if fits && ok {
+                    // The requester went back to `psn`: responses of this READ still queued
+                    // from an earlier request are stale; drop them rather than send the data
+                    // twice behind them (a long READ would otherwise outlast the timeout).
+                    let last = psn + (npkts - 1);
+                    self.resp.out.retain(
+                        |r| !matches!(r, Response::Read { psn: q, .. } if q.is_within(psn, last)),
+                    );
                     self.resp.push(Response::Read {
                         psn,
                         va: reth.va,

@@ -107,7 +107,7 @@ pub fn connect(qp: &QueuePair, peer: IpAddr, peer_qpn: u32, mtu: Mtu, sq_psn: u3
     qp.modify(&a, m).unwrap();
     a.qp_state = QpState::Rts;
     a.sq_psn = sq_psn;
-    a.timeout = 8; // ~1 ms
+    a.timeout = 12; // ~17 ms
     a.retry_cnt = 7;
     a.rnr_retry = 7;
     a.max_rd_atomic = 16;
