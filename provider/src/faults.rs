@@ -1,12 +1,17 @@
 //! Fault injection at the socket layer for tests and demos: `FERROCE_FAULTS=loss=0.05,dup=0.01,
-//! reorder=0.02,corrupt=0.001[,seed=N]` applies each fault on send and on receive.
+//! reorder=0.02,corrupt=0.001[,seed=N]`.
+//!
+//! Every probability is per packet, end to end between two ferroce devices that both inject:
+//! a packet is lost with probability `loss` in all, split evenly between the sender's socket
+//! and the receiver's (each drops with 1 − √(1 − loss)); duplication and reordering happen on
+//! send, corruption on receive (where the ICRC catches it).
 
 use std::fmt;
 
 /// Probabilities of each fault, per packet, per direction.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct FaultConfig {
-    /// A packet is lost.
+    /// A packet is lost (end to end; see the module docs).
     pub loss: f64,
     /// A sent packet goes out twice.
     pub dup: f64,
@@ -112,8 +117,9 @@ impl Faults {
         p > 0.0 && self.next() < p
     }
 
+    /// Whether to drop a packet at this socket: half the end-to-end loss, in probability.
     pub(crate) fn lose(&mut self) -> bool {
-        let p = self.cfg.loss;
+        let p = 1.0 - (1.0 - self.cfg.loss).sqrt();
         self.chance(p)
     }
 

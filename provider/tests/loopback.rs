@@ -154,3 +154,17 @@ fn address_in_use_is_a_clear_error() {
     assert!(matches!(err, ferroce::Error::AddressInUse(_)), "{err}");
     assert!(err.to_string().contains("127.11.3.1:4791"));
 }
+
+/// Every handle can move to and be shared between threads.
+#[test]
+fn handles_are_send_and_sync() {
+    fn both<T: Send + Sync>() {}
+    both::<ferroce::Context>();
+    both::<ferroce::ProtectionDomain>();
+    both::<ferroce::MemoryRegion>();
+    both::<ferroce::CompletionQueue>();
+    both::<ferroce::CompletionChannel>();
+    both::<ferroce::QueuePair>();
+    both::<ferroce::SharedReceiveQueue>();
+    both::<ferroce::AddressHandle>();
+}

@@ -181,3 +181,39 @@ fn demo_runs_and_verifies() {
         assert!(text.contains(step), "{step} missing:\n{text}");
     }
 }
+
+/// `FERROCE_PCAP` records every packet sent and received; `ferroce pcap` decodes the file with
+/// every ICRC right.
+#[test]
+fn pcap_recording_decodes_with_every_icrc_ok() {
+    let dir = std::env::temp_dir().join(format!("ferroce-pcap-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("server.pcap");
+    let env = [("FERROCE_PCAP", file.to_str().unwrap())];
+    let (s, c) = pingpong(
+        "127.15.7.1",
+        "127.15.7.2",
+        18640,
+        &["-n", "20", "-s", "3000"],
+        &env,
+    );
+    check(&s, 20, 3000, "127.15.7.1", "127.15.7.2");
+    check(&c, 20, 3000, "127.15.7.2", "127.15.7.1");
+    let out = ferroce()
+        .args(["pcap", "--strict"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    let last = text.lines().last().unwrap();
+    let n: u64 = last.split(' ').next().unwrap().parse().unwrap();
+    // 20 SENDs of 3 packets (MTU 1024) each way, plus ACKs.
+    assert!(n >= 120, "{last}");
+    assert_eq!(
+        last,
+        format!("{n} packets, {n} icrc ok, 0 icrc bad, 0 malformed")
+    );
+    assert!(text.contains("RC_SEND_FIRST") && text.contains("RC_ACKNOWLEDGE"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
