@@ -168,7 +168,8 @@ mod tests {
             seed: Some(3),
             ..FaultConfig::default()
         });
-        let lost = (0..100_000).filter(|_| f.lose()).count();
+        // Two sockets each dropping 1 − √0.9 lose 10 % end to end.
+        let lost = (0..100_000).filter(|_| f.lose() || f.lose()).count();
         assert!((9_000..11_000).contains(&lost), "{lost}");
     }
 }
