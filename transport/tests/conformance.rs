@@ -670,3 +670,95 @@ fn chunked_read_loss_mid_chunk_recovers() {
         "the reissue ends at the first chunk's end"
     );
 }
+
+/// FENCE: a fenced WR is not sent until every earlier READ has completed.
+#[test]
+fn fence_waits_for_earlier_reads() {
+    let mut p = pair(23, lossless(), Opts::default());
+    let sc = Script::install(&mut p.net);
+    p.post_send(0, p.wr(1, WrOpcode::RdmaRead, 0, 3000, 100));
+    let mut fenced = p.wr(2, WrOpcode::RdmaWrite, 5000, 10, 9000);
+    fenced.send_flags =
+        ferroce_transport::SendFlags::SIGNALED | ferroce_transport::SendFlags::FENCE;
+    p.post_send(0, fenced);
+    assert!(p.run_until_send_wcs(2, STEPS));
+    assert_eq!(statuses(&p.send_wcs(0)), vec![WcStatus::Success; 2]);
+    let s = sc.borrow();
+    let last_resp = s
+        .log
+        .iter()
+        .rposition(|x| x.opcode == Opcode::RC_RDMA_READ_RESPONSE_LAST)
+        .unwrap();
+    let write = s
+        .log
+        .iter()
+        .position(|x| x.opcode == Opcode::RC_RDMA_WRITE_ONLY)
+        .unwrap();
+    assert!(
+        write > last_resp,
+        "the fenced WRITE went out only after the READ's data"
+    );
+}
+
+/// Unsignaled WRs complete silently when they succeed (only the signaled one reports), but
+/// every failed or flushed WR reports.
+#[test]
+fn unsignaled_wrs_report_only_errors() {
+    let mut p = pair(24, lossless(), Opts::default());
+    for i in 0..3 {
+        let mut w = p.wr(i, WrOpcode::RdmaWrite, 0, 100, 0);
+        w.send_flags = ferroce_transport::SendFlags::EMPTY;
+        p.post_send(0, w);
+    }
+    p.post_send(0, p.wr(3, WrOpcode::RdmaWrite, 0, 100, 0));
+    assert!(p.run_until_send_wcs(1, STEPS));
+    p.net.drive(STEPS);
+    let w = p.send_wcs(0);
+    assert_eq!(w.iter().map(|c| c.wr_id).collect::<Vec<_>>(), vec![3]);
+    // Now a failing unsignaled WR, and an unsignaled one behind it: both report.
+    let mut bad = p.wr(4, WrOpcode::RdmaWrite, 0, 100, 0);
+    bad.send_flags = ferroce_transport::SendFlags::EMPTY;
+    bad.remote.rkey ^= 1;
+    p.post_send(0, bad);
+    let mut next = p.wr(5, WrOpcode::RdmaWrite, 0, 100, 0);
+    next.send_flags = ferroce_transport::SendFlags::EMPTY;
+    p.post_send(0, next);
+    p.net.drive(STEPS);
+    let w = p.send_wcs(0);
+    assert_eq!(
+        w[1..]
+            .iter()
+            .map(|c| (c.wr_id, c.status))
+            .collect::<Vec<_>>(),
+        vec![(4, WcStatus::RemAccessErr), (5, WcStatus::WrFlushErr)]
+    );
+}
+
+/// A receive WQE whose buffer the responder cannot write (bad lkey) is a remote operational
+/// error for the requester and a local protection error for the receive.
+#[test]
+fn bad_receive_buffer_is_rem_op_err() {
+    let mut p = pair(25, lossless(), Opts::default());
+    let n = &mut p.net.nodes[1];
+    let bad = ferroce_transport::Sge {
+        addr: p.mrb.addr,
+        length: 100,
+        lkey: 0x4242,
+    };
+    n.endpoint
+        .post_recv(
+            p.qb,
+            ferroce_transport::RecvWr {
+                wr_id: 9,
+                sg_list: vec![bad],
+            },
+            &n.mem,
+            p.net.now,
+        )
+        .unwrap();
+    p.post_send(0, p.wr(1, WrOpcode::Send, 0, 50, 0));
+    assert!(p.run_until_send_wcs(1, STEPS));
+    p.net.drive(STEPS);
+    assert_eq!(statuses(&p.send_wcs(0)), vec![WcStatus::RemOpErr]);
+    assert_eq!(statuses(&p.recv_wcs(1)), vec![WcStatus::LocProtErr]);
+}
