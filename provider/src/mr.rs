@@ -52,14 +52,23 @@ impl fmt::Debug for MrInner {
 }
 
 impl MrInner {
-    /// A region over a fresh zeroed anonymous mapping of `len` bytes (at least one page).
+    /// A region over a fresh zeroed anonymous mapping of `len` bytes (at least one page),
+    /// backed by 2 MiB huge pages if `huge` (the mapping is rounded up to whole huge pages).
     pub(crate) fn owned(
         pd: u32,
         lkey: u32,
         len: usize,
         access: AccessFlags,
+        huge: bool,
     ) -> std::io::Result<MrInner> {
-        let mut map = memmap2::MmapOptions::new().len(len.max(1)).map_anon()?;
+        let mut opts = memmap2::MmapOptions::new();
+        if huge {
+            opts.huge(Some(21))
+                .len(len.max(1).next_multiple_of(2 << 20));
+        } else {
+            opts.len(len.max(1));
+        }
+        let mut map = opts.map_anon()?;
         let ptr = map.as_mut_ptr();
         Ok(MrInner {
             pd,
@@ -232,6 +241,7 @@ mod tests {
                 0x1234,
                 100,
                 AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_ATOMIC,
+                false,
             )
             .unwrap(),
         );

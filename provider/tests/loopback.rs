@@ -168,3 +168,26 @@ fn handles_are_send_and_sync() {
     both::<ferroce::SharedReceiveQueue>();
     both::<ferroce::AddressHandle>();
 }
+
+/// Huge-page regions work where the host has huge pages, and fail cleanly where it has none.
+#[test]
+fn huge_page_regions_work_or_fail_cleanly() {
+    let ctx = open([127, 11, 4, 1]);
+    let pd = ctx.alloc_pd();
+    match pd.reg_mr_huge(3 << 20, ALL) {
+        Ok(mr) => {
+            assert_eq!(mr.len(), 3 << 20);
+            mr.write((3 << 20) - 4, &[1, 2, 3, 4]).unwrap();
+            let mut b = [0u8; 4];
+            mr.read((3 << 20) - 4, &mut b).unwrap();
+            assert_eq!(b, [1, 2, 3, 4]);
+        }
+        Err(ferroce::Error::Io(e)) => assert!(e.raw_os_error().is_some(), "{e}"),
+        Err(e) => panic!("unexpected error {e}"),
+    }
+    // Access rules apply as to any region.
+    assert!(matches!(
+        pd.reg_mr_huge(4096, ferroce::transport::AccessFlags::REMOTE_WRITE),
+        Err(ferroce::Error::InvalidArgument(_))
+    ));
+}
