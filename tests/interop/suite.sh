@@ -1,0 +1,70 @@
+#!/bin/bash
+# ferroce against kernel Soft-RoCE (rdma_rxe) in QEMU guests: one line per scenario, then
+# "N passed, N failed". ferroce runs on the host side of the lab's bridge (10.77.0.1, inside the
+# lab's namespace); kernel rxe in guest g1 (10.77.0.11). A failing scenario keeps its pcap under
+# $FERROCE_LAB_OUT (default /tmp/ferroce-interop) and `ferroce pcap` decodes it.
+#   tests/interop/suite.sh            build (or reuse) the image, run every scenario
+#   SCENARIOS="pingpong" ...          a subset
+set -uo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+TOP=$(cd "$HERE/../.." && pwd)
+OUT=${FERROCE_LAB_OUT:-/tmp/ferroce-interop}
+mkdir -p "$OUT"
+FERROCE=${FERROCE_BIN:-$TOP/target/release/ferroce}
+[ -x "$FERROCE" ] || (cd "$TOP" && cargo build -q --release --bin ferroce) || { echo "cannot build ferroce"; exit 2; }
+"$HERE/build.sh" || { echo "interop: cannot build the guest image"; exit 2; }
+# shellcheck source=lab.sh
+source "$HERE/lab.sh"
+trap 'lab_down' EXIT
+PASS=0; FAIL=0
+result() { # NAME OK DETAIL
+  if [ "$2" = 1 ]; then PASS=$((PASS+1)); echo "PASS $1"; else FAIL=$((FAIL+1)); echo "FAIL $1 $3"; fi
+}
+G=10.77.0.11
+
+# ibv_rc_pingpong between ferroce (host) and rxe (guest). ROLE: ferroce-server | rxe-server.
+pingpong() { # ROLE SIZE MTU ITERS PORT
+  local role=$1 size=$2 mtu=$3 iters=$4 port=$5 name="rc_pingpong ${1} s=$2 mtu=$3"
+  local opts="-g 1 -p $port -s $size -m $mtu -n $iters" fo="$OUT/pp.$$.ferroce" go ok=0
+  local pcap="$OUT/$(echo "$name" | tr ' =' '_-').pcap"
+  cap_start "$pcap"
+  if [ "$role" = ferroce-server ]; then
+    nsexec timeout 300 "$FERROCE" rc-pingpong -d 10.77.0.1 $opts >"$fo" 2>&1 &
+    local fp=$!
+    sleep 0.5
+    go=$(gexec 1 "timeout 280 ibv_rc_pingpong -d rxe0 $opts 10.77.0.1" 300); local grc=$?
+    wait $fp; local frc=$?
+  else
+    local id; id=$(gspawn 1 "timeout 280 ibv_rc_pingpong -d rxe0 $opts")
+    gexec 1 "for i in \$(seq 1 100); do ss -Htln 'sport = :$port' | grep -q . && exit 0; sleep 0.1; done" 30 >/dev/null
+    nsexec timeout 300 "$FERROCE" rc-pingpong -d 10.77.0.1 $opts $G >"$fo" 2>&1; local frc=$?
+    go=$(gwait 1 "$id" 300); local grc=$?
+  fi
+  cap_stop
+  local bytes=$((size * iters * 2))
+  if [ $frc = 0 ] && [ $grc = 0 ] && grep -q "^$iters iters in" "$fo" && echo "$go" | grep -q "^$iters iters in" \
+     && grep -q "^$bytes bytes in" "$fo" && echo "$go" | grep -q "^$bytes bytes in"; then
+    ok=1; rm -f "$pcap"
+  else
+    { echo "== ferroce (rc=$frc)"; cat "$fo"; echo "== rxe (rc=$grc)"; echo "$go"; echo "== ferroce pcap"; "$FERROCE" pcap "$pcap" | tail -n 5; } > "${pcap%.pcap}.txt" 2>&1
+  fi
+  rm -f "$fo"
+  result "$name" $ok "(see ${pcap%.pcap}.txt)"
+}
+
+for mtu_link in 1500 4200; do
+  mtu=1024; [ $mtu_link = 4200 ] && mtu=4096
+  if ! lab_up 1 $mtu_link; then result "lab boot (bridge MTU $mtu_link)" 0 ""; lab_down; continue; fi
+  gexec 1 "ibv_devinfo -d rxe0 | grep -q 'active_mtu:.*$mtu'" 30 >/dev/null; result "rxe0 active MTU $mtu on bridge MTU $mtu_link" $([ $? = 0 ] && echo 1 || echo 0) ""
+  port=18515
+  for role in ferroce-server rxe-server; do
+    for size in 1 4096 65536; do
+      iters=20; [ $size = 65536 ] && iters=4
+      pingpong $role $size $mtu $iters $port
+      port=$((port+1))
+    done
+  done
+  lab_down
+done
+echo "$PASS passed, $FAIL failed"
+[ $FAIL = 0 ]
