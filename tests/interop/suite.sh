@@ -23,13 +23,13 @@ result() { # NAME OK DETAIL
 G=10.77.0.11
 
 # ibv_rc_pingpong between ferroce (host) and rxe (guest). ROLE: ferroce-server | rxe-server.
-pingpong() { # ROLE SIZE MTU ITERS PORT
-  local role=$1 size=$2 mtu=$3 iters=$4 port=$5 name="rc_pingpong ${1} s=$2 mtu=$3"
+pingpong() { # ROLE SIZE MTU ITERS PORT [TAG]
+  local role=$1 size=$2 mtu=$3 iters=$4 port=$5 name="rc_pingpong ${1} s=$2 mtu=$3${6:+ $6}"
   local opts="-g 1 -p $port -s $size -m $mtu -n $iters" fo="$OUT/pp.$$.ferroce" go ok=0
   local pcap="$OUT/$(echo "$name" | tr ' =' '_-').pcap"
   cap_start "$pcap"
   if [ "$role" = ferroce-server ]; then
-    nsexec timeout 300 "$FERROCE" rc-pingpong -d 10.77.0.1 $opts >"$fo" 2>&1 &
+    nsexec env ${FERROCE_ENV:-FERROCE_LAB=1} timeout 300 "$FERROCE" rc-pingpong -d 10.77.0.1 $opts >"$fo" 2>&1 &
     local fp=$!
     sleep 0.5
     go=$(gexec 1 "timeout 280 ibv_rc_pingpong -d rxe0 $opts 10.77.0.1" 300); local grc=$?
@@ -37,7 +37,7 @@ pingpong() { # ROLE SIZE MTU ITERS PORT
   else
     local id; id=$(gspawn 1 "timeout 280 ibv_rc_pingpong -d rxe0 $opts")
     gexec 1 "for i in \$(seq 1 100); do ss -Htln 'sport = :$port' | grep -q . && exit 0; sleep 0.1; done" 30 >/dev/null
-    nsexec timeout 300 "$FERROCE" rc-pingpong -d 10.77.0.1 $opts $G >"$fo" 2>&1; local frc=$?
+    nsexec env ${FERROCE_ENV:-FERROCE_LAB=1} timeout 300 "$FERROCE" rc-pingpong -d 10.77.0.1 $opts $G >"$fo" 2>&1; local frc=$?
     go=$(gwait 1 "$id" 300); local grc=$?
   fi
   cap_stop
@@ -64,6 +64,19 @@ for mtu_link in 1500 4200; do
       port=$((port+1))
     done
   done
+  if [ $mtu_link = 1500 ]; then
+    # Loss: netem 5 % on the guest's eth0 (rxe -> ferroce), and ferroce's own fault injection
+    # for the other direction (the host kernel here has no sch_netem).
+    if gexec 1 "modprobe sch_netem && tc qdisc add dev eth0 root netem loss 5%" 30 >/dev/null; then
+      for role in ferroce-server rxe-server; do
+        FERROCE_ENV="FERROCE_FAULTS=loss=0.05" pingpong $role 4096 $mtu 100 $port "loss=5%"
+        port=$((port+1))
+      done
+      gexec 1 "tc qdisc del dev eth0 root" 30 >/dev/null
+    else
+      result "netem loss set-up" 0 ""
+    fi
+  fi
   lab_down
 done
 echo "$PASS passed, $FAIL failed"
