@@ -90,7 +90,8 @@ pub(crate) struct Shared {
     pub(crate) events: Mutex<VecDeque<AsyncEventRecord>>,
     pub(crate) events_cond: Condvar,
     pub(crate) events_fd: EventFd,
-    inline_batch: Mutex<RecvBatch>,
+    /// The receive buffers; whoever holds this lock is the one receiver.
+    receive_batch: Mutex<RecvBatch>,
 }
 
 /// How a runtime is started.
@@ -157,7 +158,7 @@ impl Shared {
             events: Mutex::new(VecDeque::new()),
             events_cond: Condvar::new(),
             events_fd: EventFd::new()?,
-            inline_batch: Mutex::new(RecvBatch::new(BATCH, MAX_PACKET)),
+            receive_batch: Mutex::new(RecvBatch::new(BATCH, MAX_PACKET)),
         });
         let s2 = shared.clone();
         let thread = std::thread::Builder::new()
@@ -244,6 +245,10 @@ impl Shared {
         if !st.send.is_empty() {
             flush_batch(st, fd);
         }
+        // A recording is a debugging aid: keep it complete on disk after every batch.
+        if let Some(w) = st.pcap.as_mut() {
+            let _ = std::io::Write::flush(w.inner_mut());
+        }
         // Completions to their CQs.
         while let Some(c) = st.ep.poll_completion() {
             if let Some((scq, rcq)) = st.routes.get(&c.qpn) {
@@ -319,7 +324,7 @@ impl Shared {
     /// Progress driven by a program polling an empty CQ (a poll-mode driver's loop): receives
     /// and processes whatever is waiting, unless another thread is doing so right now.
     pub(crate) fn poll_inline(&self) {
-        if let Some(mut batch) = self.inline_batch.try_lock() {
+        if let Some(mut batch) = self.receive_batch.try_lock() {
             self.receive_once(&mut batch);
         }
     }
@@ -327,7 +332,6 @@ impl Shared {
     /// The progress thread.
     fn progress(self: Arc<Self>) {
         let fd = self.socket.as_raw_fd();
-        let mut batch = RecvBatch::new(BATCH, MAX_PACKET);
         while !self.shutdown.load(Ordering::SeqCst) {
             if !self.busy_poll {
                 let deadline = self.engine.lock().ep.poll_timeout();
@@ -346,10 +350,12 @@ impl Shared {
                 let _ = sys::poll_fds(&[fd, self.wake.raw()], libc::POLLIN, timeout);
                 self.wake.drain();
             }
-            // Receive everything that is there, in batches.
-            while self.receive_once(&mut batch) == BATCH {}
-            if let Some(w) = self.engine.lock().pcap.as_mut() {
-                let _ = std::io::Write::flush(w.inner_mut());
+            // Receive everything that is there, in batches. One receiver at a time (the
+            // batch's lock): two threads each taking datagrams off the socket and then racing
+            // for the engine would hand it packets out of order.
+            {
+                let mut batch = self.receive_batch.lock();
+                while self.receive_once(&mut batch) == BATCH {}
             }
         }
     }

@@ -191,3 +191,26 @@ fn huge_page_regions_work_or_fail_cleanly() {
         Err(ferroce::Error::InvalidArgument(_))
     ));
 }
+
+/// Dropping every handle closes the device: its address can be opened again at once.
+#[test]
+fn dropping_every_handle_releases_the_device() {
+    for _ in 0..3 {
+        let (a, b) = pair(
+            [127, 11, 5, 1],
+            [127, 11, 5, 2],
+            QpType::Rc,
+            Mtu::Mtu1024,
+            1 << 16,
+        );
+        b.qp.post_recv(&RecvWr {
+            wr_id: 1,
+            sg_list: vec![b.mr.sge(0, 10)],
+        })
+        .unwrap();
+        a.qp.post_send(&wr(&a, &b, 1, WrOpcode::Send, 0, 10, 0))
+            .unwrap();
+        assert_eq!(wait(&a.cq, 1, T)[0].status, WcStatus::Success);
+        drop((a, b));
+    }
+}

@@ -25,6 +25,6 @@ pub use endpoint::{
 pub use memory::{AtomicOp, MemError, Memory, VecMemory};
 pub use qp::{PostError, QpInitAttr};
 pub use srq::SrqAttr;
-pub use state::{ModifyLimits, ModifyQpError, Service};
+pub use state::{BringUp, ModifyLimits, ModifyQpError, Service};
 pub use time::Instant;
 pub use verbs::*;

@@ -167,6 +167,79 @@ pub const fn transition(service: Service, from: QpState, to: QpState) -> Option<
     })
 }
 
+/// What bringing a connected (or UD) QP up needs: the attributes of `ibv_modify_qp`'s three
+/// classic steps, RESET → INIT → RTR → RTS.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BringUp {
+    /// The peer (RC/UC; ignored on UD).
+    pub peer: std::net::IpAddr,
+    /// The peer's QP number (RC/UC).
+    pub dest_qp_num: u32,
+    /// Path MTU (RC/UC).
+    pub path_mtu: crate::verbs::Mtu,
+    /// First PSN this QP sends.
+    pub sq_psn: u32,
+    /// First PSN this QP expects.
+    pub rq_psn: u32,
+    /// What the peer may do (RC/UC).
+    pub qp_access_flags: crate::verbs::AccessFlags,
+    /// Q_Key (UD).
+    pub qkey: u32,
+    /// `timeout`.
+    pub timeout: u8,
+    /// `retry_cnt`.
+    pub retry_cnt: u8,
+    /// `rnr_retry`.
+    pub rnr_retry: u8,
+    /// `min_rnr_timer`.
+    pub min_rnr_timer: u8,
+    /// `max_rd_atomic`.
+    pub max_rd_atomic: u8,
+    /// `max_dest_rd_atomic`.
+    pub max_dest_rd_atomic: u8,
+}
+
+impl BringUp {
+    /// `(attributes, mask)` for INIT, RTR and RTS, each mask exactly the transition's required
+    /// attributes (from the table) and STATE, for a QP of `service`.
+    pub fn steps(&self, service: Service) -> [(QpAttr, QpAttrMask); 3] {
+        let base = QpAttr {
+            port_num: 1,
+            qp_access_flags: self.qp_access_flags,
+            qkey: self.qkey,
+            path_mtu: self.path_mtu,
+            dest_qp_num: self.dest_qp_num,
+            rq_psn: self.rq_psn,
+            sq_psn: self.sq_psn,
+            max_dest_rd_atomic: self.max_dest_rd_atomic,
+            max_rd_atomic: self.max_rd_atomic,
+            min_rnr_timer: self.min_rnr_timer,
+            timeout: self.timeout,
+            retry_cnt: self.retry_cnt,
+            rnr_retry: self.rnr_retry,
+            ah_attr: Some(crate::verbs::AhAttr::new(self.peer)),
+            ..QpAttr::default()
+        };
+        let step = |from: QpState, to: QpState| {
+            // Every step of the bring-up exists in the table for every service.
+            let (req, _) =
+                transition(service, from, to).unwrap_or((QpAttrMask::EMPTY, QpAttrMask::EMPTY));
+            (
+                QpAttr {
+                    qp_state: to,
+                    ..base
+                },
+                req | QpAttrMask::STATE,
+            )
+        };
+        [
+            step(QpState::Reset, QpState::Init),
+            step(QpState::Init, QpState::Rtr),
+            step(QpState::Rtr, QpState::Rts),
+        ]
+    }
+}
+
 /// Device limits a modify is checked against.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ModifyLimits {
@@ -381,6 +454,42 @@ mod tests {
         }
         // Per service: 2 RESET rows + INIT(4) + RTR(3) + RTS(4) + SQD(4) + SQE(3) + ERR(2).
         assert_eq!(valid, 4 * 22);
+    }
+
+    #[test]
+    fn bring_up_steps_pass_the_table() {
+        let b = BringUp {
+            peer: "10.0.0.2".parse().unwrap(),
+            dest_qp_num: 0x11,
+            path_mtu: Mtu::Mtu1024,
+            sq_psn: 1,
+            rq_psn: 2,
+            qp_access_flags: crate::verbs::AccessFlags::LOCAL_WRITE,
+            qkey: 7,
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            min_rnr_timer: 12,
+            max_rd_atomic: 1,
+            max_dest_rd_atomic: 1,
+        };
+        for service in [Service::Rc, Service::Uc, Service::Ud, Service::Gsi] {
+            let mut cur = QpState::Reset;
+            for (attr, mask) in b.steps(service) {
+                cur = check_modify(service, cur, &attr, mask, &ModifyLimits::default()).unwrap();
+            }
+            assert_eq!(cur, QpState::Rts, "{service:?}");
+        }
+        assert!(
+            b.steps(Service::Rc)[1]
+                .1
+                .contains(QpAttrMask::MIN_RNR_TIMER)
+        );
+        assert!(
+            !b.steps(Service::Uc)[1]
+                .1
+                .contains(QpAttrMask::MIN_RNR_TIMER)
+        );
     }
 
     #[test]

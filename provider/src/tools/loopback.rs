@@ -3,7 +3,7 @@
 
 use std::net::IpAddr;
 
-use crate::transport::{AccessFlags, AhAttr, Mtu, QpAttr, QpAttrMask, QpCap, QpState, QpType};
+use crate::transport::{AccessFlags, BringUp, Mtu, QpCap, QpType, Service};
 use crate::{
     CompletionQueue, Context, Device, Error, MemoryRegion, OpenOptions, ProtectionDomain,
     QpInitAttr, QueuePair, Result,
@@ -85,7 +85,8 @@ pub fn side(ctx: Context, qp_type: QpType, nqp: usize, mem: usize, depth: u32) -
     })
 }
 
-/// Walks `qp` RESET → INIT → RTR → RTS towards `peer_qpn` at `peer`.
+/// Walks `qp` RESET → INIT → RTR → RTS towards `peer_qpn` at `peer` with verbs' usual values
+/// (timeout 14, retry_cnt 7, rnr_retry 7, min_rnr_timer 12, 16 READ/atomics each way).
 ///
 /// # Errors
 /// [`Error::Modify`] if the device refuses an attribute (an MTU above its active MTU, say).
@@ -97,68 +98,25 @@ pub fn connect(
     sq_psn: u32,
     rq_psn: u32,
 ) -> Result<()> {
-    let ud = qp.qp_type() == QpType::Ud;
-    let mut a = QpAttr {
-        qp_state: QpState::Init,
-        port_num: 1,
+    let up = BringUp {
+        peer,
+        dest_qp_num: peer_qpn,
+        path_mtu: mtu,
+        sq_psn,
+        rq_psn,
         qp_access_flags: ALL_ACCESS,
         qkey: 0x1111_1111,
-        ..QpAttr::default()
+        timeout: 14,
+        retry_cnt: 7,
+        rnr_retry: 7,
+        min_rnr_timer: 12,
+        max_rd_atomic: 16,
+        max_dest_rd_atomic: 16,
     };
-    let m = QpAttrMask::STATE
-        | QpAttrMask::PKEY_INDEX
-        | QpAttrMask::PORT
-        | if ud {
-            QpAttrMask::QKEY
-        } else {
-            QpAttrMask::ACCESS_FLAGS
-        };
-    qp.modify(&a, m)?;
-    a.qp_state = QpState::Rtr;
-    a.path_mtu = mtu;
-    a.dest_qp_num = peer_qpn;
-    a.rq_psn = rq_psn;
-    a.max_dest_rd_atomic = 16;
-    a.min_rnr_timer = 12;
-    a.ah_attr = Some(AhAttr::new(peer));
-    let m = match qp.qp_type() {
-        QpType::Rc => {
-            QpAttrMask::STATE
-                | QpAttrMask::AV
-                | QpAttrMask::PATH_MTU
-                | QpAttrMask::DEST_QPN
-                | QpAttrMask::RQ_PSN
-                | QpAttrMask::MAX_DEST_RD_ATOMIC
-                | QpAttrMask::MIN_RNR_TIMER
-        }
-        QpType::Uc => {
-            QpAttrMask::STATE
-                | QpAttrMask::AV
-                | QpAttrMask::PATH_MTU
-                | QpAttrMask::DEST_QPN
-                | QpAttrMask::RQ_PSN
-        }
-        QpType::Ud => QpAttrMask::STATE,
-    };
-    qp.modify(&a, m)?;
-    a.qp_state = QpState::Rts;
-    a.sq_psn = sq_psn;
-    a.timeout = 14;
-    a.retry_cnt = 7;
-    a.rnr_retry = 7;
-    a.max_rd_atomic = 16;
-    let m = match qp.qp_type() {
-        QpType::Rc => {
-            QpAttrMask::STATE
-                | QpAttrMask::TIMEOUT
-                | QpAttrMask::RETRY_CNT
-                | QpAttrMask::RNR_RETRY
-                | QpAttrMask::SQ_PSN
-                | QpAttrMask::MAX_QP_RD_ATOMIC
-        }
-        _ => QpAttrMask::STATE | QpAttrMask::SQ_PSN,
-    };
-    qp.modify(&a, m)
+    for (attr, mask) in up.steps(Service::of(qp.qp_type(), qp.qp_num())) {
+        qp.modify(&attr, mask)?;
+    }
+    Ok(())
 }
 
 /// Two sides connected QP to QP.

@@ -9,8 +9,8 @@ use std::net::{IpAddr, Ipv6Addr, TcpListener, TcpStream, ToSocketAddrs};
 use std::time::Instant;
 
 use crate::transport::{
-    AccessFlags, AhAttr, Mtu, QpAttr, QpAttrMask, QpCap, QpState, QpType, RecvWr, SendFlags,
-    SendWr, WcStatus, WorkCompletion, WrOpcode,
+    AccessFlags, AhAttr, BringUp, Mtu, QpAttr, QpAttrMask, QpCap, QpState, QpType, RecvWr,
+    SendFlags, SendWr, Service, WcStatus, WorkCompletion, WrOpcode,
 };
 use crate::{CompletionChannel, Device, Error, QpInitAttr, Result};
 
@@ -231,49 +231,32 @@ pub fn run(opts: &Options, out: &mut dyn Write) -> Result<()> {
     };
     let _ = writeln!(out, "  local address:  {}", me.line());
 
+    // RTR and RTS with ibv_rc_pingpong's values (INIT was done above, as it does).
     let connect = |rem: &Dest| -> Result<()> {
-        let peer = gid_to_ip(rem.gid)?;
-        let mut a = QpAttr {
-            qp_state: QpState::Rtr,
-            path_mtu: mtu,
+        let up = BringUp {
+            peer: gid_to_ip(rem.gid)?,
             dest_qp_num: rem.qpn,
+            path_mtu: mtu,
+            sq_psn: me.psn,
             rq_psn: rem.psn,
-            max_dest_rd_atomic: 1,
+            qp_access_flags: AccessFlags::EMPTY,
+            qkey: 0,
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
             min_rnr_timer: 12,
-            ah_attr: Some(AhAttr {
-                dest: peer,
-                hop_limit: 1,
-                traffic_class: 0,
-                flow_label: 0,
-                sgid_index: gidx as u8,
-            }),
-            ..QpAttr::default()
+            max_rd_atomic: 1,
+            max_dest_rd_atomic: 1,
         };
-        qp.modify(
-            &a,
-            QpAttrMask::STATE
-                | QpAttrMask::AV
-                | QpAttrMask::PATH_MTU
-                | QpAttrMask::DEST_QPN
-                | QpAttrMask::RQ_PSN
-                | QpAttrMask::MAX_DEST_RD_ATOMIC
-                | QpAttrMask::MIN_RNR_TIMER,
-        )?;
-        a.qp_state = QpState::Rts;
-        a.timeout = 14;
-        a.retry_cnt = 7;
-        a.rnr_retry = 7;
-        a.sq_psn = me.psn;
-        a.max_rd_atomic = 1;
-        qp.modify(
-            &a,
-            QpAttrMask::STATE
-                | QpAttrMask::TIMEOUT
-                | QpAttrMask::RETRY_CNT
-                | QpAttrMask::RNR_RETRY
-                | QpAttrMask::SQ_PSN
-                | QpAttrMask::MAX_QP_RD_ATOMIC,
-        )
+        for (mut attr, mask) in up.steps(Service::Rc).into_iter().skip(1) {
+            attr.ah_attr = attr.ah_attr.map(|ah| AhAttr {
+                hop_limit: 1,
+                sgid_index: gidx as u8,
+                ..ah
+            });
+            qp.modify(&attr, mask)?;
+        }
+        Ok(())
     };
 
     let mut buf = [0u8; MSG_LEN];

@@ -6,8 +6,7 @@ use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use ferroce::transport::{
-    AccessFlags, AhAttr, Mtu, QpAttr, QpAttrMask, QpCap, QpState, QpType, SendFlags, SendWr,
-    WorkCompletion, WrOpcode,
+    AccessFlags, Mtu, QpCap, QpType, SendFlags, SendWr, WorkCompletion, WrOpcode,
 };
 use ferroce::{
     CompletionQueue, Context, Device, MemoryRegion, ProtectionDomain, QpInitAttr, QueuePair,
@@ -59,70 +58,9 @@ pub fn side(addr: [u8; 4], qp_type: QpType, mem: usize) -> Side {
     }
 }
 
-/// RESET → INIT → RTR → RTS towards `peer`.
+/// RESET → INIT → RTR → RTS towards `peer` (the tools' bring-up).
 pub fn connect(qp: &QueuePair, peer: IpAddr, peer_qpn: u32, mtu: Mtu, sq_psn: u32, rq_psn: u32) {
-    let ud = qp.qp_type() == QpType::Ud;
-    let mut a = QpAttr {
-        qp_state: QpState::Init,
-        port_num: 1,
-        qp_access_flags: ALL,
-        qkey: 0x1111_1111,
-        ..QpAttr::default()
-    };
-    let m = QpAttrMask::STATE
-        | QpAttrMask::PKEY_INDEX
-        | QpAttrMask::PORT
-        | if ud {
-            QpAttrMask::QKEY
-        } else {
-            QpAttrMask::ACCESS_FLAGS
-        };
-    qp.modify(&a, m).unwrap();
-    a.qp_state = QpState::Rtr;
-    a.path_mtu = mtu;
-    a.dest_qp_num = peer_qpn;
-    a.rq_psn = rq_psn;
-    a.max_dest_rd_atomic = 16;
-    a.min_rnr_timer = 1;
-    a.ah_attr = Some(AhAttr::new(peer));
-    let m = match qp.qp_type() {
-        QpType::Rc => {
-            QpAttrMask::STATE
-                | QpAttrMask::AV
-                | QpAttrMask::PATH_MTU
-                | QpAttrMask::DEST_QPN
-                | QpAttrMask::RQ_PSN
-                | QpAttrMask::MAX_DEST_RD_ATOMIC
-                | QpAttrMask::MIN_RNR_TIMER
-        }
-        QpType::Uc => {
-            QpAttrMask::STATE
-                | QpAttrMask::AV
-                | QpAttrMask::PATH_MTU
-                | QpAttrMask::DEST_QPN
-                | QpAttrMask::RQ_PSN
-        }
-        QpType::Ud => QpAttrMask::STATE,
-    };
-    qp.modify(&a, m).unwrap();
-    a.qp_state = QpState::Rts;
-    a.sq_psn = sq_psn;
-    a.timeout = 12; // ~17 ms
-    a.retry_cnt = 7;
-    a.rnr_retry = 7;
-    a.max_rd_atomic = 16;
-    let m = match qp.qp_type() {
-        QpType::Rc => {
-            QpAttrMask::STATE
-                | QpAttrMask::TIMEOUT
-                | QpAttrMask::RETRY_CNT
-                | QpAttrMask::RNR_RETRY
-                | QpAttrMask::SQ_PSN
-                | QpAttrMask::MAX_QP_RD_ATOMIC
-        }
-        _ => QpAttrMask::STATE | QpAttrMask::SQ_PSN,
-    };
-    qp.modify(&a, m).unwrap();
+    ferroce::tools::loopback::connect(qp, peer, peer_qpn, mtu, sq_psn, rq_psn).unwrap();
 }
 
 pub fn pair(a: [u8; 4], b: [u8; 4], qp_type: QpType, mtu: Mtu, mem: usize) -> (Side, Side) {

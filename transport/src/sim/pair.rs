@@ -4,8 +4,8 @@
 use crate::memory::VecMr;
 use crate::sim::{LinkConfig, Network};
 use crate::{
-    AccessFlags, AhAttr, Instant, Mtu, QpAttr, QpAttrMask, QpCap, QpInitAttr, QpState, QpType,
-    RecvWr, SendFlags, SendWr, WorkCompletion, WrOpcode,
+    AccessFlags, Instant, Mtu, QpCap, QpInitAttr, QpState, QpType, RecvWr, SendFlags, SendWr,
+    WorkCompletion, WrOpcode,
 };
 
 /// The protection domain every simulated QP and region uses.
@@ -133,7 +133,7 @@ pub fn pair(seed: u64, link: LinkConfig, opts: Opts) -> Pair {
     }
 }
 
-/// RESET → INIT → RTR → RTS as ibv_rc_pingpong does it.
+/// RESET → INIT → RTR → RTS as `ibv_rc_pingpong` does it, with the pair's options.
 #[allow(clippy::too_many_arguments)]
 pub fn connect(
     net: &mut Network,
@@ -146,76 +146,26 @@ pub fn connect(
     o: &Opts,
 ) {
     let n = &mut net.nodes[node];
-    let now = Instant::ZERO;
-    let ud = o.qp_type == QpType::Ud;
-    let mut a = QpAttr {
-        qp_state: QpState::Init,
-        pkey_index: 0,
-        port_num: 1,
+    let up = crate::BringUp {
+        peer,
+        dest_qp_num: peer_qpn,
+        path_mtu: o.mtu,
+        sq_psn,
+        rq_psn,
         qp_access_flags: o.access,
         qkey: 0x1111_1111,
-        ..QpAttr::default()
+        timeout: o.timeout,
+        retry_cnt: o.retry_cnt,
+        rnr_retry: o.rnr_retry,
+        min_rnr_timer: o.min_rnr_timer,
+        max_rd_atomic: o.max_rd_atomic,
+        max_dest_rd_atomic: o.max_dest_rd_atomic,
     };
-    let m = QpAttrMask::STATE
-        | QpAttrMask::PKEY_INDEX
-        | QpAttrMask::PORT
-        | if ud {
-            QpAttrMask::QKEY
-        } else {
-            QpAttrMask::ACCESS_FLAGS
-        };
-    n.endpoint
-        .modify_qp(qpn, &a, m, &n.mem, now)
-        .expect("simulated set-up is valid");
-    a.qp_state = QpState::Rtr;
-    a.path_mtu = o.mtu;
-    a.dest_qp_num = peer_qpn;
-    a.rq_psn = rq_psn;
-    a.max_dest_rd_atomic = o.max_dest_rd_atomic;
-    a.min_rnr_timer = o.min_rnr_timer;
-    a.ah_attr = Some(AhAttr::new(peer));
-    let m = match o.qp_type {
-        QpType::Rc => {
-            QpAttrMask::STATE
-                | QpAttrMask::AV
-                | QpAttrMask::PATH_MTU
-                | QpAttrMask::DEST_QPN
-                | QpAttrMask::RQ_PSN
-                | QpAttrMask::MAX_DEST_RD_ATOMIC
-                | QpAttrMask::MIN_RNR_TIMER
-        }
-        QpType::Uc => {
-            QpAttrMask::STATE
-                | QpAttrMask::AV
-                | QpAttrMask::PATH_MTU
-                | QpAttrMask::DEST_QPN
-                | QpAttrMask::RQ_PSN
-        }
-        QpType::Ud => QpAttrMask::STATE,
-    };
-    n.endpoint
-        .modify_qp(qpn, &a, m, &n.mem, now)
-        .expect("simulated set-up is valid");
-    a.qp_state = QpState::Rts;
-    a.sq_psn = sq_psn;
-    a.timeout = o.timeout;
-    a.retry_cnt = o.retry_cnt;
-    a.rnr_retry = o.rnr_retry;
-    a.max_rd_atomic = o.max_rd_atomic;
-    let m = match o.qp_type {
-        QpType::Rc => {
-            QpAttrMask::STATE
-                | QpAttrMask::TIMEOUT
-                | QpAttrMask::RETRY_CNT
-                | QpAttrMask::RNR_RETRY
-                | QpAttrMask::SQ_PSN
-                | QpAttrMask::MAX_QP_RD_ATOMIC
-        }
-        _ => QpAttrMask::STATE | QpAttrMask::SQ_PSN,
-    };
-    n.endpoint
-        .modify_qp(qpn, &a, m, &n.mem, now)
-        .expect("simulated set-up is valid");
+    for (attr, mask) in up.steps(crate::Service::of(o.qp_type, qpn)) {
+        n.endpoint
+            .modify_qp(qpn, &attr, mask, &n.mem, Instant::ZERO)
+            .expect("simulated set-up is valid");
+    }
 }
 
 impl Pair {
