@@ -42,8 +42,12 @@ pingpong() { # ROLE SIZE MTU ITERS PORT [TAG]
   fi
   cap_stop
   local bytes=$((size * iters * 2))
+  # Every packet on the bridge, rxe's and ferroce's, must decode with a right ICRC (the capture
+  # has the IP header, so all 32 bits are checked).
+  local pc; pc=$("$FERROCE" pcap --strict "$pcap" 2>&1 | tail -n 1)
   if [ $frc = 0 ] && [ $grc = 0 ] && grep -q "^$iters iters in" "$fo" && echo "$go" | grep -q "^$iters iters in" \
-     && grep -q "^$bytes bytes in" "$fo" && echo "$go" | grep -q "^$bytes bytes in"; then
+     && grep -q "^$bytes bytes in" "$fo" && echo "$go" | grep -q "^$bytes bytes in" \
+     && echo "$pc" | grep -Eq '^[1-9][0-9]* packets, [0-9]+ icrc ok, 0 icrc bad, 0 malformed$'; then
     ok=1; rm -f "$pcap"
   else
     { echo "== ferroce (rc=$frc)"; cat "$fo"; echo "== rxe (rc=$grc)"; echo "$go"; echo "== ferroce pcap"; "$FERROCE" pcap "$pcap" | tail -n 5; } > "${pcap%.pcap}.txt" 2>&1
