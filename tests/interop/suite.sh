@@ -13,6 +13,15 @@ mkdir -p "$OUT"
 FERROCE=${FERROCE_BIN:-$TOP/target/release/ferroce}
 [ -x "$FERROCE" ] || (cd "$TOP" && cargo build -q --release --bin ferroce) || { echo "cannot build ferroce"; exit 2; }
 "$HERE/build.sh" || { echo "interop: cannot build the guest image"; exit 2; }
+# The C peer: built here against Debian's libibverbs-dev, run unmodified in the guest.
+PEER_BIN=$OUT/rdma_peer
+if ! [ -f /usr/include/infiniband/verbs.h ]; then
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libibverbs-dev >/dev/null 2>&1 || true
+fi
+cc -O2 -Wall -o "$PEER_BIN" "$HERE/peer/rdma_peer.c" -libverbs 2>"$OUT/rdma_peer.build.log" || PEER_BIN=
+# The ferroce side of the operation matrix (tests/tests/rxe_interop.rs).
+MATRIX_BIN=$(cd "$TOP" && cargo test -q --release -p ferroce-tests --test rxe_interop --no-run 2>&1 | grep -o '/[^ ]*target/release/deps/rxe_interop-[0-9a-f]*' | head -n 1)
+[ -n "$MATRIX_BIN" ] || MATRIX_BIN=$(ls -t "$TOP"/target/release/deps/rxe_interop-* 2>/dev/null | grep -v '\.d$' | head -n 1)
 # shellcheck source=lab.sh
 source "$HERE/lab.sh"
 trap 'lab_down' EXIT
@@ -56,6 +65,28 @@ pingpong() { # ROLE SIZE MTU ITERS PORT [TAG]
   result "$name" $ok "(see ${pcap%.pcap}.txt)"
 }
 
+# Every operation both ways against the C peer, data and completions checked at both ends.
+matrix() { # MTU TAG [ENV...]
+  local mtu=$1 tag=$2; shift 2
+  if [ -z "$PEER_BIN" ] || [ -z "$MATRIX_BIN" ]; then
+    result "operation matrix vs rdma_peer mtu=$mtu $tag" 0 "(rdma_peer or the matrix test did not build: $OUT/rdma_peer.build.log)"
+    return
+  fi
+  cp "$PEER_BIN" "$RUN/g1/rdma_peer"
+  local pid i n=0 verdict rest
+  pid=$(gspawn 1 "/host/rdma_peer 18600 9437184")
+  for i in $(seq 1 100); do grep -q LISTENING "$RUN/g1/out/$pid.out" 2>/dev/null && break; sleep 0.1; done
+  nsexec env FERROCE_RXE_PEER=$G:18600 FERROCE_RXE_LOCAL=10.77.0.1 FERROCE_RXE_MTU=$mtu FERROCE_RXE_TAG="$tag" "$@" \
+    timeout 900 "$MATRIX_BIN" --ignored --exact rxe_peer_matrix --nocapture >"$OUT/matrix.$$.txt" 2>&1
+  while read -r verdict rest; do
+    n=$((n+1))
+    if [ "$verdict" = PASS ]; then result "$rest" 1 ""; else result "${rest%%:*}" 0 ":${rest#*:}"; fi
+  done < <(grep -E '^(PASS|FAIL) ' "$OUT/matrix.$$.txt")
+  [ $n -gt 0 ] || result "operation matrix vs rdma_peer mtu=$mtu $tag" 0 "(no result: $(tail -n 3 "$OUT/matrix.$$.txt" | tr '\n' ' '))"
+  gwait 1 "$pid" 30 >/dev/null
+  rm -f "$OUT/matrix.$$.txt"
+}
+
 for mtu_link in 1500 4200; do
   mtu=1024; [ $mtu_link = 4200 ] && mtu=4096
   if ! lab_up 1 $mtu_link; then result "lab boot (bridge MTU $mtu_link)" 0 ""; lab_down; continue; fi
@@ -68,14 +99,14 @@ for mtu_link in 1500 4200; do
       port=$((port+1))
     done
   done
+  matrix $mtu ""
   if [ $mtu_link = 1500 ]; then
     # Loss: netem 5 % on the guest's eth0 (rxe -> ferroce), and ferroce's own fault injection
-    # for the other direction (the host kernel here has no sch_netem).
+    # for the other direction (the host kernel here has no sch_netem). The operation matrix,
+    # not rc_pingpong: ibv_rc_pingpong cannot finish under loss when its peer leaves first (the
+    # last ACK may be lost and nobody is left to answer), whereas rdma_peer stays until told.
     if gexec 1 "modprobe sch_netem && tc qdisc add dev eth0 root netem loss 5%" 30 >/dev/null; then
-      for role in ferroce-server rxe-server; do
-        FERROCE_ENV="FERROCE_FAULTS=loss=0.05" pingpong $role 4096 $mtu 100 $port "loss=5%"
-        port=$((port+1))
-      done
+      matrix $mtu "loss=5%" FERROCE_FAULTS=loss=0.05 FERROCE_RXE_MAX=65536
       gexec 1 "tc qdisc del dev eth0 root" 30 >/dev/null
     else
       result "netem loss set-up" 0 ""

@@ -382,6 +382,10 @@ pub fn run(opts: &Options, out: &mut dyn Write) -> Result<()> {
         }
     }
     let usec = start.elapsed().as_secs_f64() * 1e6;
+    // Linger like TCP's TIME_WAIT: the peer may not have the ACK of its last message yet, and
+    // an RC peer retransmits it (rxe for ever) until someone answers. The progress thread keeps
+    // answering duplicates for a moment before the QP goes away.
+    std::thread::sleep(std::time::Duration::from_millis(300));
     let bytes = u64::from(size) * u64::from(opts.iters) * 2;
     let _ = writeln!(
         out,
