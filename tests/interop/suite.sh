@@ -76,6 +76,8 @@ matrix() { # MTU TAG [ENV...]
   local pid i n=0 verdict rest
   pid=$(gspawn 1 "/host/rdma_peer 18600 9437184")
   for i in $(seq 1 100); do grep -q LISTENING "$RUN/g1/out/$pid.out" 2>/dev/null && break; sleep 0.1; done
+  local pcap; pcap="$OUT/matrix_mtu-$mtu$(echo "${tag:+_$tag}" | tr ' =%' '_--').pcap"
+  cap_start "$pcap"
   nsexec env FERROCE_RXE_PEER=$G:18600 FERROCE_RXE_LOCAL=10.77.0.1 FERROCE_RXE_MTU=$mtu FERROCE_RXE_TAG="$tag" "$@" \
     timeout 900 "$MATRIX_BIN" --ignored --exact rxe_peer_matrix --nocapture >"$OUT/matrix.$$.txt" 2>&1
   while read -r verdict rest; do
@@ -83,6 +85,14 @@ matrix() { # MTU TAG [ENV...]
     if [ "$verdict" = PASS ]; then result "$rest" 1 ""; else result "${rest%%:*}" 0 ":${rest#*:}"; fi
   done < <(grep -E '^(PASS|FAIL) ' "$OUT/matrix.$$.txt")
   [ $n -gt 0 ] || result "operation matrix vs rdma_peer mtu=$mtu $tag" 0 "(no result: $(tail -n 3 "$OUT/matrix.$$.txt" | tr '\n' ' '))"
+  cap_stop
+  # Every RoCE packet of the whole matrix, rxe's and ferroce's, must decode with a right ICRC.
+  local pc; pc=$("$FERROCE" pcap --strict "$pcap" 2>&1 | tail -n 1)
+  if echo "$pc" | grep -Eq '^[1-9][0-9]* packets, [0-9]+ icrc ok, 0 icrc bad, 0 malformed$'; then
+    result "operation matrix capture mtu=$mtu${tag:+ $tag}: $pc" 1 ""; rm -f "$pcap"
+  else
+    result "operation matrix capture mtu=$mtu $tag" 0 "($pc; capture kept: $pcap)"
+  fi
   gwait 1 "$pid" 30 >/dev/null
   rm -f "$OUT/matrix.$$.txt"
 }

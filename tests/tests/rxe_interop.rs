@@ -13,11 +13,14 @@ use std::time::{Duration, Instant};
 
 use ferroce::tools::loopback::{ALL_ACCESS, connect};
 use ferroce::transport::{
-    Mtu, QpCap, QpType, RecvWr, SendFlags, SendWr, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
+    BringUp, Mtu, QpCap, QpType, RecvWr, SendFlags, SendWr, Service, WcOpcode, WcStatus,
+    WorkCompletion, WrOpcode,
 };
-use ferroce::{CompletionQueue, Device, QpInitAttr};
+use ferroce::{CompletionQueue, Device, QpInitAttr, QueuePair};
 
-const MEM: usize = 9 << 20;
+const MEM: usize = 17 << 20;
+/// The region `rdma_peer` registers (the suite starts it with this size).
+const AGENT_MEM: usize = 9 << 20;
 
 fn fnv(b: &[u8]) -> u64 {
     b.iter().fold(0xcbf29ce484222325u64, |h, &x| {
@@ -140,7 +143,7 @@ fn rxe_peer_matrix() {
         (WrOpcode::RdmaRead, "RDMA_READ"),
     ] {
         let mut list = sizes.to_vec();
-        if matches!(op, WrOpcode::RdmaWrite | WrOpcode::RdmaRead) && max >= 8 << 20 {
+        if max >= 8 << 20 {
             list.push(8 << 20);
         }
         for size in list {
@@ -252,7 +255,11 @@ fn rxe_peer_matrix() {
         ("write_imm", "RDMA_WRITE_WITH_IMM"),
         ("read", "RDMA_READ"),
     ] {
-        for &size in &sizes {
+        let mut list = sizes.clone();
+        if max >= 8 << 20 {
+            list.push(8 << 20);
+        }
+        for &size in &list {
             let res = (|| -> Result<(), String> {
                 let n = size as usize;
                 let seed = u64::from(size) + 3;
@@ -340,25 +347,151 @@ fn rxe_peer_matrix() {
         report(format!("rxe->ferroce {name} mtu {m}"), res);
     }
 
-    // Error path: a bad rkey from ferroce is a remote access error (and ends the connection).
-    let res = (|| -> Result<(), String> {
-        let mut w = SendWr::new(9, WrOpcode::RdmaWrite);
-        w.send_flags = SendFlags::SIGNALED;
-        w.sg_list = vec![mr.sge(0, 100)];
-        w.remote.remote_addr = aaddr;
-        w.remote.rkey = arkey ^ 0x5a5a00;
-        qp.post_send(&w).map_err(|e| e.to_string())?;
-        let wc = wait(&cq).ok_or("no completion")?;
-        if wc.status == WcStatus::RemAccessErr {
-            Ok(())
-        } else {
-            Err(format!("status {}", wc.status))
+    // Error paths, each on a fresh pair of QPs (an error leaves both in ERR).
+    let fresh = |agent: &mut Agent, ferroce_rnr: u8, rxe_rnr: u8| -> QueuePair {
+        let r = agent.ask("RESET");
+        assert_eq!(r[0], "OK", "{r:?}");
+        let q = pd
+            .create_qp(&QpInitAttr {
+                qp_type: QpType::Rc,
+                send_cq: &cq,
+                recv_cq: &cq,
+                srq: None,
+                cap,
+                sq_sig_all: false,
+            })
+            .unwrap();
+        let r = agent.ask(&format!(
+            "CONNECT {mtu_bytes} {local} {} {my_psn} {rxe_rnr}",
+            q.qp_num()
+        ));
+        assert_eq!(r[0], "QP", "{r:?}");
+        let up = BringUp {
+            peer: peer.ip(),
+            dest_qp_num: r[1].parse().unwrap(),
+            path_mtu: mtu,
+            sq_psn: my_psn,
+            rq_psn: r[2].parse().unwrap(),
+            qp_access_flags: ALL_ACCESS,
+            qkey: 0,
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: ferroce_rnr,
+            min_rnr_timer: 1,
+            max_rd_atomic: 16,
+            max_dest_rd_atomic: 16,
+        };
+        for (attr, mask) in up.steps(Service::Rc) {
+            q.modify(&attr, mask).unwrap();
         }
-    })();
+        q
+    };
+    let post = |q: &QueuePair, op: WrOpcode, len: u32, raddr: u64, rkey: u32| {
+        let mut w = SendWr::new(9, op);
+        w.send_flags = SendFlags::SIGNALED;
+        w.sg_list = vec![mr.sge(0, len)];
+        w.remote.remote_addr = raddr;
+        w.remote.rkey = rkey;
+        q.post_send(&w).map_err(|e| e.to_string())
+    };
+    let expect = |wc: Option<WorkCompletion>, want: WcStatus| match wc {
+        Some(wc) if wc.status == want => Ok(()),
+        other => Err(format!("got {other:?}, want {want}")),
+    };
+    // ferroce -> rxe: bad rkey, out of bounds.
+    let q = fresh(&mut agent, 7, 7);
+    let res = post(&q, WrOpcode::RdmaWrite, 100, aaddr, arkey ^ 0x5a5a00)
+        .and_then(|()| expect(wait(&cq), WcStatus::RemAccessErr));
     report(
         format!("ferroce->rxe bad rkey gives RemAccessErr mtu {m}"),
         res,
     );
+    let q = fresh(&mut agent, 7, 7);
+    let res = post(
+        &q,
+        WrOpcode::RdmaWrite,
+        100,
+        aaddr + AGENT_MEM as u64 - 10,
+        arkey,
+    )
+    .and_then(|()| expect(wait(&cq), WcStatus::RemAccessErr));
+    report(
+        format!("ferroce->rxe out of bounds gives RemAccessErr mtu {m}"),
+        res,
+    );
+    // rxe -> ferroce: bad rkey, out of bounds (status 10 = IBV_WC_REM_ACCESS_ERR).
+    for (name, raddr, rkey) in [
+        ("bad rkey", mr.addr(), mr.rkey() ^ 0x5500),
+        ("out of bounds", mr.addr() + MEM as u64 - 10, mr.rkey()),
+    ] {
+        let _q = fresh(&mut agent, 7, 7);
+        let r = agent.ask(&format!("POST write 0 100 {raddr} {rkey} 0 0 0"));
+        let wc = agent.ask("WC");
+        let res = if r[0] == "OK" && wc[0] == "WC" && wc[2] == "10" {
+            Ok(())
+        } else {
+            Err(format!("rxe got {wc:?}"))
+        };
+        report(
+            format!("rxe->ferroce {name} gives RemAccessErr mtu {m}"),
+            res,
+        );
+    }
+    // RNR: no receive posted at the responder.
+    for rnr in 0..7u8 {
+        let q = fresh(&mut agent, rnr, 7);
+        let res = post(&q, WrOpcode::Send, 10, 0, 0)
+            .and_then(|()| expect(wait(&cq), WcStatus::RnrRetryExcErr));
+        report(
+            format!("ferroce->rxe RNR rnr_retry {rnr} gives RnrRetryExcErr mtu {m}"),
+            res,
+        );
+        let _q = fresh(&mut agent, 7, rnr);
+        let r = agent.ask("POST send 0 10 0 0 0 0 0");
+        let wc = agent.ask("WC");
+        let res = if r[0] == "OK" && wc[0] == "WC" && wc[2] == "13" {
+            Ok(())
+        } else {
+            Err(format!("rxe got {wc:?}"))
+        };
+        report(
+            format!("rxe->ferroce RNR rnr_retry {rnr} gives RnrRetryExcErr mtu {m}"),
+            res,
+        );
+    }
+    let q = fresh(&mut agent, 7, 7);
+    let res = (|| {
+        post(&q, WrOpcode::Send, 10, 0, 0)?;
+        std::thread::sleep(Duration::from_millis(300));
+        if cq.poll_one().is_some() {
+            return Err("completed before a receive was posted".to_string());
+        }
+        agent.ask("RECV 0 10");
+        expect(wait(&cq), WcStatus::Success)?;
+        let wc = agent.ask("WC");
+        if wc[0] == "WC" && wc[2] == "0" && wc[4] == "10" {
+            Ok(())
+        } else {
+            Err(format!("rxe receive {wc:?}"))
+        }
+    })();
+    report(
+        format!("ferroce->rxe RNR rnr_retry 7 waits for the receive mtu {m}"),
+        res,
+    );
+    // The peer vanishes: RetryExcErr for the WR in flight, WrFlushErr for the next.
+    let q = fresh(&mut agent, 7, 7);
     let _ = agent.ask("QUIT");
+    std::thread::sleep(Duration::from_millis(500));
+    let res = (|| {
+        post(&q, WrOpcode::RdmaWrite, 100, aaddr, arkey)?;
+        post(&q, WrOpcode::RdmaWrite, 100, aaddr, arkey)?;
+        expect(wait(&cq), WcStatus::RetryExcErr)?;
+        expect(wait(&cq), WcStatus::WrFlushErr)
+    })();
+    report(
+        format!("ferroce->rxe vanished peer gives RetryExcErr then WrFlushErr mtu {m}"),
+        res,
+    );
     assert_eq!(failures, 0, "{failures} scenario(s) failed");
 }

@@ -16,6 +16,7 @@
  *   FILL OFF LEN SEED                  byte i = (i*31 + SEED) & 255   -> "OK"
  *   HASH OFF LEN                       FNV-1a 64 of the bytes         -> "HASH hex"
  *   LOAD OFF                           the host-order u64 there       -> "VAL n"
+ *   RESET                              destroy the QP and make a fresh one in INIT -> "OK qpn"
  *   QUIT
  */
 #include <arpa/inet.h>
@@ -41,6 +42,17 @@ static uint64_t next_id = 1;
 static void die(const char *what) {
 	perror(what);
 	exit(1);
+}
+
+static int make_qp(void) {
+	struct ibv_qp_init_attr ia = {.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC,
+				      .cap = {.max_send_wr = 64, .max_recv_wr = 64, .max_send_sge = 1, .max_recv_sge = 1}};
+	qp = ibv_create_qp(pd, &ia);
+	if (!qp)
+		return -1;
+	struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .pkey_index = 0, .port_num = 1,
+				.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC};
+	return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
 }
 
 static int find_rxe(void) {
@@ -147,15 +159,8 @@ int main(int argc, char **argv) {
 	cq = ibv_create_cq(ctx, 256, NULL, NULL, 0);
 	if (!mr || !cq)
 		die("mr/cq");
-	struct ibv_qp_init_attr ia = {.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC,
-				      .cap = {.max_send_wr = 64, .max_recv_wr = 64, .max_send_sge = 1, .max_recv_sge = 1}};
-	qp = ibv_create_qp(pd, &ia);
-	if (!qp)
+	if (make_qp())
 		die("qp");
-	struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .pkey_index = 0, .port_num = 1,
-				.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC};
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
-		die("init");
 	int ls = socket(AF_INET, SOCK_STREAM, 0), one = 1;
 	setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
 	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(atoi(argv[1])), .sin_addr.s_addr = INADDR_ANY};
@@ -208,6 +213,15 @@ int main(int argc, char **argv) {
 			uint64_t v;
 			memcpy(&v, buf + off, 8);
 			fprintf(out, "VAL %llu\n", (unsigned long long)v);
+		} else if (!strncmp(line, "RESET", 5)) {
+			struct ibv_wc wc;
+			ibv_destroy_qp(qp);
+			while (ibv_poll_cq(cq, 1, &wc) > 0)
+				;
+			if (make_qp())
+				fprintf(out, "ERR reset\n");
+			else
+				fprintf(out, "OK %u\n", qp->qp_num);
 		} else if (!strncmp(line, "QUIT", 4)) {
 			break;
 		} else {
