@@ -348,44 +348,48 @@ fn rxe_peer_matrix() {
     }
 
     // Error paths, each on a fresh pair of QPs (an error leaves both in ERR).
-    let fresh = |agent: &mut Agent, ferroce_rnr: u8, rxe_rnr: u8| -> QueuePair {
-        let r = agent.ask("RESET");
-        assert_eq!(r[0], "OK", "{r:?}");
-        let q = pd
-            .create_qp(&QpInitAttr {
-                qp_type: QpType::Rc,
-                send_cq: &cq,
-                recv_cq: &cq,
-                srq: None,
-                cap,
-                sq_sig_all: false,
-            })
-            .unwrap();
-        let r = agent.ask(&format!(
-            "CONNECT {mtu_bytes} {local} {} {my_psn} {rxe_rnr}",
-            q.qp_num()
-        ));
-        assert_eq!(r[0], "QP", "{r:?}");
-        let up = BringUp {
-            peer: peer.ip(),
-            dest_qp_num: r[1].parse().unwrap(),
-            path_mtu: mtu,
-            sq_psn: my_psn,
-            rq_psn: r[2].parse().unwrap(),
-            qp_access_flags: ALL_ACCESS,
-            qkey: 0,
-            timeout: 14,
-            retry_cnt: 7,
-            rnr_retry: ferroce_rnr,
-            min_rnr_timer: 1,
-            max_rd_atomic: 16,
-            max_dest_rd_atomic: 16,
+    // `rxe_retry`: the peer's (retry_cnt, timeout).
+    let fresh =
+        |agent: &mut Agent, ferroce_rnr: u8, rxe_rnr: u8, rxe_retry: (u8, u8)| -> QueuePair {
+            let r = agent.ask("RESET");
+            assert_eq!(r[0], "OK", "{r:?}");
+            let q = pd
+                .create_qp(&QpInitAttr {
+                    qp_type: QpType::Rc,
+                    send_cq: &cq,
+                    recv_cq: &cq,
+                    srq: None,
+                    cap,
+                    sq_sig_all: false,
+                })
+                .unwrap();
+            let r = agent.ask(&format!(
+                "CONNECT {mtu_bytes} {local} {} {my_psn} {rxe_rnr} {} {}",
+                q.qp_num(),
+                rxe_retry.0,
+                rxe_retry.1
+            ));
+            assert_eq!(r[0], "QP", "{r:?}");
+            let up = BringUp {
+                peer: peer.ip(),
+                dest_qp_num: r[1].parse().unwrap(),
+                path_mtu: mtu,
+                sq_psn: my_psn,
+                rq_psn: r[2].parse().unwrap(),
+                qp_access_flags: ALL_ACCESS,
+                qkey: 0,
+                timeout: 14,
+                retry_cnt: 7,
+                rnr_retry: ferroce_rnr,
+                min_rnr_timer: 1,
+                max_rd_atomic: 16,
+                max_dest_rd_atomic: 16,
+            };
+            for (attr, mask) in up.steps(Service::Rc) {
+                q.modify(&attr, mask).unwrap();
+            }
+            q
         };
-        for (attr, mask) in up.steps(Service::Rc) {
-            q.modify(&attr, mask).unwrap();
-        }
-        q
-    };
     let post = |q: &QueuePair, op: WrOpcode, len: u32, raddr: u64, rkey: u32| {
         let mut w = SendWr::new(9, op);
         w.send_flags = SendFlags::SIGNALED;
@@ -399,14 +403,14 @@ fn rxe_peer_matrix() {
         other => Err(format!("got {other:?}, want {want}")),
     };
     // ferroce -> rxe: bad rkey, out of bounds.
-    let q = fresh(&mut agent, 7, 7);
+    let q = fresh(&mut agent, 7, 7, (7, 18));
     let res = post(&q, WrOpcode::RdmaWrite, 100, aaddr, arkey ^ 0x5a5a00)
         .and_then(|()| expect(wait(&cq), WcStatus::RemAccessErr));
     report(
         format!("ferroce->rxe bad rkey gives RemAccessErr mtu {m}"),
         res,
     );
-    let q = fresh(&mut agent, 7, 7);
+    let q = fresh(&mut agent, 7, 7, (7, 18));
     let res = post(
         &q,
         WrOpcode::RdmaWrite,
@@ -424,7 +428,7 @@ fn rxe_peer_matrix() {
         ("bad rkey", mr.addr(), mr.rkey() ^ 0x5500),
         ("out of bounds", mr.addr() + MEM as u64 - 10, mr.rkey()),
     ] {
-        let _q = fresh(&mut agent, 7, 7);
+        let _q = fresh(&mut agent, 7, 7, (7, 18));
         let r = agent.ask(&format!("POST write 0 100 {raddr} {rkey} 0 0 0"));
         let wc = agent.ask("WC");
         let res = if r[0] == "OK" && wc[0] == "WC" && wc[2] == "10" {
@@ -439,14 +443,14 @@ fn rxe_peer_matrix() {
     }
     // RNR: no receive posted at the responder.
     for rnr in 0..7u8 {
-        let q = fresh(&mut agent, rnr, 7);
+        let q = fresh(&mut agent, rnr, 7, (7, 18));
         let res = post(&q, WrOpcode::Send, 10, 0, 0)
             .and_then(|()| expect(wait(&cq), WcStatus::RnrRetryExcErr));
         report(
             format!("ferroce->rxe RNR rnr_retry {rnr} gives RnrRetryExcErr mtu {m}"),
             res,
         );
-        let _q = fresh(&mut agent, 7, rnr);
+        let _q = fresh(&mut agent, 7, rnr, (7, 18));
         let r = agent.ask("POST send 0 10 0 0 0 0 0");
         let wc = agent.ask("WC");
         let res = if r[0] == "OK" && wc[0] == "WC" && wc[2] == "13" {
@@ -459,7 +463,7 @@ fn rxe_peer_matrix() {
             res,
         );
     }
-    let q = fresh(&mut agent, 7, 7);
+    let q = fresh(&mut agent, 7, 7, (7, 18));
     let res = (|| {
         post(&q, WrOpcode::Send, 10, 0, 0)?;
         std::thread::sleep(Duration::from_millis(300));
@@ -479,8 +483,62 @@ fn rxe_peer_matrix() {
         format!("ferroce->rxe RNR rnr_retry 7 waits for the receive mtu {m}"),
         res,
     );
+    let q = fresh(&mut agent, 7, 7, (7, 18));
+    let res = (|| {
+        let r = agent.ask("POST send 0 10 0 0 0 0 0");
+        if r[0] != "OK" {
+            return Err(format!("rxe post {r:?}"));
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        q.post_recv(&RecvWr {
+            wr_id: 78,
+            sg_list: vec![mr.sge(0, 10)],
+        })
+        .map_err(|e| e.to_string())?;
+        let wc = agent.ask("WC");
+        if wc[0] != "WC" || wc[2] != "0" {
+            return Err(format!("rxe send {wc:?}"));
+        }
+        match wait(&cq) {
+            Some(wc) if wc.status == WcStatus::Success && wc.wr_id == 78 && wc.byte_len == 10 => {
+                Ok(())
+            }
+            other => Err(format!("ferroce receive {other:?}")),
+        }
+    })();
+    report(
+        format!("rxe->ferroce RNR rnr_retry 7 waits for the receive mtu {m}"),
+        res,
+    );
+    // The ferroce QP vanishes under rxe (retry_cnt 2, timeout 14 = 67 ms): status 12
+    // (IBV_WC_RETRY_EXC_ERR) for the WR in flight, 5 (IBV_WC_WR_FLUSH_ERR) for the next.
+    let q = fresh(&mut agent, 7, 7, (2, 14));
+    drop(q);
+    let res = (|| {
+        for _ in 0..2 {
+            let r = agent.ask(&format!(
+                "POST write 0 100 {} {} 0 0 0",
+                mr.addr(),
+                mr.rkey()
+            ));
+            if r[0] != "OK" {
+                return Err(format!("rxe post {r:?}"));
+            }
+        }
+        let first = agent.ask("WC");
+        let second = agent.ask("WC");
+        if first[0] == "WC" && first[2] == "12" && second[0] == "WC" && second[2] == "5" {
+            Ok(())
+        } else {
+            Err(format!("rxe got {first:?} then {second:?}"))
+        }
+    })();
+    report(
+        format!("rxe->ferroce vanished peer gives RetryExcErr then WrFlushErr mtu {m}"),
+        res,
+    );
     // The peer vanishes: RetryExcErr for the WR in flight, WrFlushErr for the next.
-    let q = fresh(&mut agent, 7, 7);
+    let q = fresh(&mut agent, 7, 7, (7, 18));
     let _ = agent.ask("QUIT");
     std::thread::sleep(Duration::from_millis(500));
     let res = (|| {

@@ -7,7 +7,8 @@
  *   rdma_peer PORT MEMBYTES
  *
  * Commands (one per line; one reply line each):
- *   CONNECT MTU IP QPN PSN RNR_RETRY   RTR+RTS towards ferroce -> "QP qpn psn rkey addr"
+ *   CONNECT MTU IP QPN PSN RNR_RETRY [RETRY_CNT TIMEOUT]   RTR+RTS towards ferroce (retry_cnt
+ *                                      7 and timeout 18 unless given) -> "QP qpn psn rkey addr"
  *   RECV OFF LEN                       post a receive                 -> "OK"
  *   POST OP OFF LEN RADDR RKEY IMM COMPARE_ADD SWAP   post a signaled send WR (OP: send,
  *                                      send_imm, write, write_imm, read, cas, faa) -> "OK"
@@ -65,7 +66,7 @@ static int find_rxe(void) {
 	return ctx ? 0 : -1;
 }
 
-static int connect_qp(int mtu, const char *ip, uint32_t qpn, uint32_t psn, int rnr_retry, uint32_t my_psn) {
+static int connect_qp(int mtu, const char *ip, uint32_t qpn, uint32_t psn, int rnr_retry, int retry_cnt, int timeout, uint32_t my_psn) {
 	struct ibv_qp_attr a;
 	memset(&a, 0, sizeof a);
 	a.qp_state = IBV_QPS_RTR;
@@ -90,8 +91,8 @@ static int connect_qp(int mtu, const char *ip, uint32_t qpn, uint32_t psn, int r
 		return -2;
 	memset(&a, 0, sizeof a);
 	a.qp_state = IBV_QPS_RTS;
-	a.timeout = 18;
-	a.retry_cnt = 7;
+	a.timeout = timeout;
+	a.retry_cnt = retry_cnt;
 	a.rnr_retry = rnr_retry;
 	a.sq_psn = my_psn;
 	a.max_rd_atomic = 16;
@@ -177,9 +178,9 @@ int main(int argc, char **argv) {
 	while (fgets(line, sizeof line, in)) {
 		size_t off, n;
 		unsigned long long raddr, ca, swap, seed;
-		unsigned int rkey, imm, qpn, psn, mtu, rnr;
-		if (sscanf(line, "CONNECT %u %63s %u %u %u", &mtu, ip, &qpn, &psn, &rnr) == 5) {
-			int r = connect_qp(mtu, ip, qpn, psn, rnr, my_psn);
+		unsigned int rkey, imm, qpn, psn, mtu, rnr, retry_cnt = 7, timeout = 18;
+		if (sscanf(line, "CONNECT %u %63s %u %u %u %u %u", &mtu, ip, &qpn, &psn, &rnr, &retry_cnt, &timeout) >= 5) {
+			int r = connect_qp(mtu, ip, qpn, psn, rnr, (int)retry_cnt, (int)timeout, my_psn);
 			if (r)
 				fprintf(out, "ERR connect %d\n", r);
 			else
