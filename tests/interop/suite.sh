@@ -4,7 +4,7 @@
 # lab's namespace); kernel rxe in guest g1 (10.77.0.11). A failing scenario keeps its pcap under
 # $FERROCE_LAB_OUT (default /tmp/ferroce-interop) and `ferroce pcap` decodes it.
 #   tests/interop/suite.sh            build (or reuse) the image, run every scenario
-#   SCENARIOS="pingpong" ...          a subset
+#   SCENARIOS="pingpong matrix loss"  a subset of these groups (default: all three)
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 TOP=$(cd "$HERE/../.." && pwd)
@@ -30,6 +30,8 @@ result() { # NAME OK DETAIL
   if [ "$2" = 1 ]; then PASS=$((PASS+1)); echo "PASS $1"; else FAIL=$((FAIL+1)); echo "FAIL $1 $3"; fi
 }
 G=10.77.0.11
+SCENARIOS=${SCENARIOS:-pingpong matrix loss}
+want() { [[ " $SCENARIOS " == *" $1 "* ]]; }
 
 # ibv_rc_pingpong between ferroce (host) and rxe (guest). ROLE: ferroce-server | rxe-server.
 pingpong() { # ROLE SIZE MTU ITERS PORT [TAG]
@@ -73,26 +75,29 @@ matrix() { # MTU TAG [ENV...]
     return
   fi
   cp "$PEER_BIN" "$RUN/g1/rdma_peer"
-  local pid i n=0 verdict rest
+  local pid i n=0 bad=0 verdict rest
   pid=$(gspawn 1 "/host/rdma_peer 18600 9437184")
   for i in $(seq 1 100); do grep -q LISTENING "$RUN/g1/out/$pid.out" 2>/dev/null && break; sleep 0.1; done
-  local pcap; pcap="$OUT/matrix_mtu-$mtu$(echo "${tag:+_$tag}" | tr ' =%' '_--').pcap"
+  # One capture for the whole matrix; kept, with its decoding, when any scenario in it fails.
+  local pcap; pcap="$OUT/matrix_mtu-$mtu$(echo "${tag:+_$tag}" | sed 's/[ =%]/-/g').pcap"
   cap_start "$pcap"
   nsexec env FERROCE_RXE_PEER=$G:18600 FERROCE_RXE_LOCAL=10.77.0.1 FERROCE_RXE_MTU=$mtu FERROCE_RXE_TAG="$tag" "$@" \
     timeout 900 "$MATRIX_BIN" --ignored --exact rxe_peer_matrix --nocapture >"$OUT/matrix.$$.txt" 2>&1
   while read -r verdict rest; do
     n=$((n+1))
-    if [ "$verdict" = PASS ]; then result "$rest" 1 ""; else result "${rest%%:*}" 0 ":${rest#*:}"; fi
+    if [ "$verdict" = PASS ]; then result "$rest" 1 ""; else bad=1; result "${rest%%:*}" 0 "(${rest#*: }; capture: $pcap)"; fi
   done < <(grep -E '^(PASS|FAIL) ' "$OUT/matrix.$$.txt")
+  [ $n -gt 0 ] || bad=1
   [ $n -gt 0 ] || result "operation matrix vs rdma_peer mtu=$mtu $tag" 0 "(no result: $(tail -n 3 "$OUT/matrix.$$.txt" | tr '\n' ' '))"
   cap_stop
   # Every RoCE packet of the whole matrix, rxe's and ferroce's, must decode with a right ICRC.
   local pc; pc=$("$FERROCE" pcap --strict "$pcap" 2>&1 | tail -n 1)
   if echo "$pc" | grep -Eq '^[1-9][0-9]* packets, [0-9]+ icrc ok, 0 icrc bad, 0 malformed$'; then
-    result "operation matrix capture mtu=$mtu${tag:+ $tag}: $pc" 1 ""; rm -f "$pcap"
+    result "operation matrix capture mtu=$mtu${tag:+ $tag}: $pc" 1 ""
   else
-    result "operation matrix capture mtu=$mtu $tag" 0 "($pc; capture kept: $pcap)"
+    bad=1; result "operation matrix capture mtu=$mtu $tag" 0 "($pc; capture kept: $pcap)"
   fi
+  if [ $bad = 0 ]; then rm -f "$pcap" "$pcap.log"; else "$FERROCE" pcap "$pcap" > "${pcap%.pcap}.txt" 2>&1; fi
   gwait 1 "$pid" 30 >/dev/null
   rm -f "$OUT/matrix.$$.txt"
 }
@@ -103,20 +108,25 @@ for mtu_link in 1500 4200; do
   gexec 1 "ibv_devinfo -d rxe0 | grep -q 'active_mtu:.*$mtu'" 30 >/dev/null; result "rxe0 active MTU $mtu on bridge MTU $mtu_link" $([ $? = 0 ] && echo 1 || echo 0) ""
   port=18515
   for role in ferroce-server rxe-server; do
+    want pingpong || break
     for size in 1 4096 65536; do
       iters=20; [ $size = 65536 ] && iters=4
       pingpong $role $size $mtu $iters $port
       port=$((port+1))
     done
   done
-  matrix $mtu ""
-  if [ $mtu_link = 1500 ]; then
+  want matrix && matrix $mtu ""
+  if [ $mtu_link = 1500 ] && want loss; then
     # Loss: netem 5 % on the guest's eth0 (rxe -> ferroce), and ferroce's own fault injection
     # for the other direction (the host kernel here has no sch_netem). The operation matrix,
     # not rc_pingpong: ibv_rc_pingpong cannot finish under loss when its peer leaves first (the
     # last ACK may be lost and nobody is left to answer), whereas rdma_peer stays until told.
-    if gexec 1 "modprobe sch_netem && tc qdisc add dev eth0 root netem loss 5%" 30 >/dev/null; then
-      matrix $mtu "loss=5%" FERROCE_FAULTS=loss=0.05 FERROCE_RXE_MAX=65536
+    # ARP is pinned both ways first: netem would drop ARP too, and a lost reply queues packets
+    # for a second or more, longer than a requester's whole retry budget.
+    local_mac=$(ip -n "$NS" -o link show br0 | grep -o 'link/ether [0-9a-f:]*' | cut -d' ' -f2)
+    ip -n "$NS" neigh replace $G lladdr 52:54:00:77:00:0b dev br0 nud permanent
+    if gexec 1 "ip neigh replace 10.77.0.1 lladdr $local_mac dev eth0 nud permanent && modprobe sch_netem && tc qdisc add dev eth0 root netem loss 5%" 30 >/dev/null; then
+      matrix $mtu "loss=5%" FERROCE_FAULTS=loss=0.05 FERROCE_RXE_MAX=65536 FERROCE_RXE_LOSSY=1
       gexec 1 "tc qdisc del dev eth0 root" 30 >/dev/null
     else
       result "netem loss set-up" 0 ""
