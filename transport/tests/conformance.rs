@@ -238,6 +238,46 @@ fn rnr_retry_7_waits_for_a_receive() {
     );
 }
 
+/// An RNR NAK is a response: it proves the responder alive, so it restores retry_cnt. A long
+/// rnr_retry 7 wait on a lossy link (here every third RNR NAK lost, retry_cnt 1) loses many
+/// NAKs in total but never two in a row, and must not end in RetryExcErr (seen against kernel rxe
+/// under 5% loss before the fix).
+#[test]
+fn rnr_naks_restore_retry_cnt_during_a_long_rnr_wait() {
+    let opts = Opts {
+        rnr_retry: 7,
+        retry_cnt: 1,
+        min_rnr_timer: 1,
+        ..Opts::default()
+    };
+    let mut p = pair(31, lossless(), opts);
+    let sc = Script::install(&mut p.net);
+    let mut nth = 0u32;
+    sc.borrow_mut().drop(20, move |s| {
+        if matches!(s.ack, Some(AckType::RnrNak { .. })) {
+            nth += 1;
+            nth % 3 == 0
+        } else {
+            false
+        }
+    });
+    p.post_send(0, p.wr(1, WrOpcode::Send, 0, 10, 0));
+    p.net.drive_until(STEPS, |net| {
+        net.nodes[0].endpoint.counters().rcvd_rnr_err >= 60
+    });
+    assert!(p.send_wcs(0).is_empty(), "{:?}", p.send_wcs(0));
+    assert_eq!(
+        sc.borrow()
+            .count(|s| s.dropped && matches!(s.ack, Some(AckType::RnrNak { .. }))),
+        20
+    );
+    p.post_recv(1, 9, 0, 100);
+    assert!(p.run_until_send_wcs(1, STEPS));
+    assert_eq!(statuses(&p.send_wcs(0)), vec![WcStatus::Success]);
+    assert_eq!(p.recv_wcs(1)[0].byte_len, 10);
+    assert_eq!(p.counters(0).retry_exceeded_err, 0);
+}
+
 /// A vanished peer: retry_cnt retries after as many timeouts, then RetryExcErr for the WR in
 /// flight and WrFlushErr for the rest; the QP is in ERR.
 #[test]

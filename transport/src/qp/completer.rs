@@ -165,6 +165,9 @@ impl Qp {
         if self.attr.rnr_retry != 7 {
             self.rnr_left -= 1;
         }
+        // The RNR NAK answers the request we (re)sent: the responder is alive, so the timeouts
+        // that retry_cnt counts start again (IBTA counts consecutive unanswered attempts).
+        self.retry_left = self.attr.retry_cnt;
         self.retrans_at = None;
         self.rnr_wait_until = Some(ctx.now + timer::rnr_timer(timer_index));
         self.rewind();
