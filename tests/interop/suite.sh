@@ -126,7 +126,7 @@ for mtu_link in 1500 4200; do
     local_mac=$(ip -n "$NS" -o link show br0 | grep -o 'link/ether [0-9a-f:]*' | cut -d' ' -f2)
     ip -n "$NS" neigh replace $G lladdr 52:54:00:77:00:0b dev br0 nud permanent
     if gexec 1 "ip neigh replace 10.77.0.1 lladdr $local_mac dev eth0 nud permanent && modprobe sch_netem && tc qdisc add dev eth0 root netem loss 5%" 30 >/dev/null; then
-      matrix $mtu "loss=5%" FERROCE_FAULTS=loss=0.05 FERROCE_RXE_MAX=65536 FERROCE_RXE_LOSSY=1
+      matrix $mtu "loss=5%" FERROCE_FAULTS=loss=0.05 FERROCE_RXE_LOSSY=1
       gexec 1 "tc qdisc del dev eth0 root" 30 >/dev/null
     else
       result "netem loss set-up" 0 ""
