@@ -501,6 +501,12 @@ impl ProtectionDomain {
         })
     }
 
+    /// Whether memory regions, QPs, AHs or other handles still hold the PD (what makes
+    /// [`ProtectionDomain::dealloc`] refuse with EBUSY).
+    pub fn in_use(&self) -> bool {
+        Arc::strong_count(&self.inner) > 1
+    }
+
     /// `ibv_dealloc_pd`: checks nothing still uses the PD, then drops this handle.
     ///
     /// # Errors

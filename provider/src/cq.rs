@@ -133,6 +133,11 @@ impl CompletionQueue {
         self.inner.acked_events.fetch_add(n, Ordering::SeqCst);
     }
 
+    /// The CQ's handle number (`ibv_cq.handle`; unique within its context).
+    pub fn handle(&self) -> u32 {
+        self.inner.handle
+    }
+
     /// The number of completions the CQ holds (`cqe`).
     pub fn cqe(&self) -> usize {
         self.inner.cqe
@@ -193,7 +198,7 @@ impl CompletionChannel {
             inner: Arc::new(ChannelInner {
                 pending: Mutex::new(VecDeque::new()),
                 cond: Condvar::new(),
-                fd: EventFd::new()?,
+                fd: EventFd::new_blocking()?,
             }),
             ctx: ctx.clone(),
         })
@@ -225,6 +230,12 @@ impl CompletionChannel {
             inner: cq,
             ctx: self.ctx.clone(),
         })
+    }
+
+    /// Whether CQs still use the channel (what makes `ibv_destroy_comp_channel` refuse with
+    /// EBUSY).
+    pub fn in_use(&self) -> bool {
+        Arc::strong_count(&self.inner) > 1
     }
 
     /// The channel's file descriptor (readable while an event is pending).

@@ -157,7 +157,7 @@ impl Shared {
             busy_poll: cfg.busy_poll,
             events: Mutex::new(VecDeque::new()),
             events_cond: Condvar::new(),
-            events_fd: EventFd::new()?,
+            events_fd: EventFd::new_blocking()?,
             receive_batch: Mutex::new(RecvBatch::new(BATCH, MAX_PACKET)),
         });
         let s2 = shared.clone();

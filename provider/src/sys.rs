@@ -320,9 +320,22 @@ pub(crate) fn poll_fds(fds: &[RawFd], events: i16, timeout: Option<Duration>) ->
 pub(crate) struct EventFd(OwnedFd);
 
 impl EventFd {
+    /// A non-blocking eventfd (the runtime's own wake-up).
     pub(crate) fn new() -> io::Result<EventFd> {
+        EventFd::with_flags(libc::EFD_NONBLOCK | libc::EFD_CLOEXEC)
+    }
+
+    /// A blocking eventfd handed to programs (completion channels, async events): a program
+    /// that wants non-blocking `ibv_get_cq_event` sets O_NONBLOCK on it itself, as with
+    /// libibverbs, and the C ABI reads that flag to choose. [`EventFd::drain`] never blocks on
+    /// it.
+    pub(crate) fn new_blocking() -> io::Result<EventFd> {
+        EventFd::with_flags(libc::EFD_CLOEXEC)
+    }
+
+    fn with_flags(flags: libc::c_int) -> io::Result<EventFd> {
         // SAFETY: plain system call; a non-negative result is a new descriptor we own.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        let fd = unsafe { libc::eventfd(0, flags) };
         if fd < 0 {
             return Err(io::Error::last_os_error());
         }
@@ -339,8 +352,18 @@ impl EventFd {
 
     /// Resets the counter to zero (makes the fd unreadable).
     pub(crate) fn drain(&self) {
+        let mut p = libc::pollfd {
+            fd: self.0.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: polls one live pollfd of our own descriptor without waiting.
+        if unsafe { libc::poll(&raw mut p, 1, 0) } != 1 {
+            return; // already zero: a read would block on a blocking eventfd
+        }
         let mut v: u64 = 0;
-        // SAFETY: reads at most 8 bytes into a live u64 from our own non-blocking descriptor.
+        // SAFETY: reads at most 8 bytes into a live u64 from our own descriptor, which poll
+        // just found readable (only ferroce reads it), so this does not block.
         let _ = unsafe { libc::read(self.0.as_raw_fd(), (&raw mut v).cast(), 8) };
     }
 
@@ -459,6 +482,23 @@ mod tests {
         assert!(poll_fds(&[e.raw()], libc::POLLIN, Some(Duration::ZERO)).unwrap());
         e.drain();
         assert!(!poll_fds(&[e.raw()], libc::POLLIN, Some(Duration::ZERO)).unwrap());
+    }
+
+    /// The blocking eventfd programs get: drain on a zero counter returns at once (a plain
+    /// read would hang this test), and signal/drain work as on the non-blocking one.
+    #[test]
+    fn blocking_eventfd_drains_without_blocking() {
+        let e = EventFd::new_blocking().unwrap();
+        // SAFETY: F_GETFL on our own descriptor.
+        let fl = unsafe { libc::fcntl(e.raw(), libc::F_GETFL) };
+        assert_eq!(fl & libc::O_NONBLOCK, 0, "programs see a blocking fd");
+        e.drain();
+        e.signal();
+        e.signal();
+        assert!(poll_fds(&[e.raw()], libc::POLLIN, Some(Duration::ZERO)).unwrap());
+        e.drain();
+        assert!(!poll_fds(&[e.raw()], libc::POLLIN, Some(Duration::ZERO)).unwrap());
+        e.drain();
     }
 
     #[test]

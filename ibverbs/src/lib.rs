@@ -1,0 +1,36 @@
+//! `libibverbs.so.1` on ferroce: the C ABI of rdma-core 44's libibverbs, implemented over the
+//! ferroce provider, so that unmodified verbs programs (`ibv_rc_pingpong`, perftest, your own)
+//! run on plain UDP with `LD_LIBRARY_PATH` pointing at the library `ibverbs/build.sh` makes.
+//!
+//! * Devices come from `FERROCE_DEVICES` (comma-separated local addresses, exposed as
+//!   `ferroce0`, `ferroce1`, ... in that order), or else every non-loopback address of the
+//!   host, or else 127.0.0.1 ([`device`]).
+//! * Every verbs object is a `#[repr(C)]` box whose first field is the C struct the program
+//!   sees (`ibv_qp`, `ibv_cq`, ...) followed by the ferroce handle it stands for ([`objects`]).
+//!   The data path (`ibv_post_send`, `ibv_poll_cq`, ... which verbs.h inlines through
+//!   `ibv_context.ops`) converts work requests and completions ([`data`]).
+//! * Symbols carry libibverbs' version nodes (IBVERBS_1.0 … IBVERBS_1.14 and the private
+//!   IBVERBS_PRIVATE_34 that Debian's libmlx5, libefa and librdmacm import); what ferroce does
+//!   not do fails with EOPNOTSUPP ([`unsupported`]).
+//!
+//! This crate is all FFI: every `unsafe` block says which caller promise it relies on.
+
+pub mod abi;
+pub mod data;
+pub mod device;
+pub mod objects;
+pub mod strings;
+pub mod unsupported;
+
+use core::ffi::c_int;
+
+/// Sets the calling thread's `errno`.
+pub(crate) fn set_errno(e: c_int) {
+    // SAFETY: __errno_location returns the calling thread's errno slot, always valid.
+    unsafe { *libc::__errno_location() = e };
+}
+
+/// Maps a ferroce error to the errno verbs would give.
+pub(crate) fn errno_of(e: &ferroce::Error) -> c_int {
+    e.errno()
+}

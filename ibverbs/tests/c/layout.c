@@ -1,0 +1,54 @@
+/* Prints the size and field offsets of the libibverbs structures ferroce's C ABI mirrors, as
+   the real <infiniband/verbs.h> lays them out; tests/layout.rs compares them with the Rust
+   definitions. One line per item: "name value". */
+#include <stddef.h>
+#include <stdio.h>
+#include <infiniband/verbs.h>
+
+#define S(t) printf("sizeof %s %zu\n", #t, sizeof(struct t))
+#define O(t, f) printf("offsetof %s.%s %zu\n", #t, #f, offsetof(struct t, f))
+
+int main(void)
+{
+	S(ibv_device); O(ibv_device, node_type); O(ibv_device, name); O(ibv_device, ibdev_path);
+	S(ibv_context_ops); O(ibv_context_ops, alloc_mw); O(ibv_context_ops, poll_cq);
+	O(ibv_context_ops, req_notify_cq); O(ibv_context_ops, post_srq_recv);
+	O(ibv_context_ops, post_send); O(ibv_context_ops, post_recv);
+	S(ibv_context); O(ibv_context, ops); O(ibv_context, cmd_fd); O(ibv_context, async_fd);
+	O(ibv_context, num_comp_vectors); O(ibv_context, mutex); O(ibv_context, abi_compat);
+	S(verbs_context); O(verbs_context, query_port); O(verbs_context, priv);
+	O(verbs_context, query_device_ex); O(verbs_context, create_qp_ex); O(verbs_context, sz);
+	O(verbs_context, context);
+	S(ibv_device_attr); O(ibv_device_attr, node_guid); O(ibv_device_attr, max_qp);
+	O(ibv_device_attr, atomic_cap); O(ibv_device_attr, max_pkeys); O(ibv_device_attr, phys_port_cnt);
+	S(ibv_port_attr); O(ibv_port_attr, pkey_tbl_len); O(ibv_port_attr, link_layer);
+	O(ibv_port_attr, port_cap_flags2);
+	S(ibv_async_event); O(ibv_async_event, event_type);
+	S(ibv_wc); O(ibv_wc, status); O(ibv_wc, imm_data); O(ibv_wc, wc_flags); O(ibv_wc, sl);
+	S(ibv_pd); S(ibv_mr); O(ibv_mr, length); O(ibv_mr, lkey); O(ibv_mr, rkey);
+	S(ibv_global_route); S(ibv_grh); S(ibv_ah_attr); O(ibv_ah_attr, dlid); O(ibv_ah_attr, is_global);
+	O(ibv_ah_attr, port_num);
+	S(ibv_srq_attr); S(ibv_srq_init_attr); S(ibv_qp_cap);
+	S(ibv_qp_init_attr); O(ibv_qp_init_attr, cap); O(ibv_qp_init_attr, qp_type);
+	O(ibv_qp_init_attr, sq_sig_all);
+	S(ibv_qp_init_attr_ex); O(ibv_qp_init_attr_ex, comp_mask); O(ibv_qp_init_attr_ex, pd);
+	O(ibv_qp_init_attr_ex, create_flags); O(ibv_qp_init_attr_ex, rx_hash_conf);
+	O(ibv_qp_init_attr_ex, source_qpn); O(ibv_qp_init_attr_ex, send_ops_flags);
+	S(ibv_qp_attr); O(ibv_qp_attr, qp_access_flags); O(ibv_qp_attr, cap); O(ibv_qp_attr, ah_attr);
+	O(ibv_qp_attr, alt_ah_attr); O(ibv_qp_attr, pkey_index); O(ibv_qp_attr, max_rd_atomic);
+	O(ibv_qp_attr, timeout); O(ibv_qp_attr, rnr_retry); O(ibv_qp_attr, rate_limit);
+	S(ibv_sge); S(ibv_send_wr); O(ibv_send_wr, num_sge); O(ibv_send_wr, send_flags);
+	O(ibv_send_wr, imm_data); O(ibv_send_wr, wr); O(ibv_send_wr, wr.atomic.swap);
+	O(ibv_send_wr, wr.atomic.rkey); O(ibv_send_wr, wr.ud.remote_qkey); O(ibv_send_wr, qp_type);
+	O(ibv_send_wr, bind_mw);
+	S(ibv_recv_wr); O(ibv_recv_wr, num_sge);
+	S(ibv_srq); O(ibv_srq, handle); O(ibv_srq, mutex); O(ibv_srq, cond); O(ibv_srq, events_completed);
+	S(ibv_qp); O(ibv_qp, qp_num); O(ibv_qp, state); O(ibv_qp, qp_type); O(ibv_qp, mutex);
+	O(ibv_qp, events_completed);
+	S(ibv_comp_channel); O(ibv_comp_channel, fd);
+	S(ibv_cq); O(ibv_cq, cqe); O(ibv_cq, mutex); O(ibv_cq, comp_events_completed);
+	O(ibv_cq, async_events_completed);
+	S(ibv_ah); O(ibv_ah, handle);
+	S(ibv_gid_entry); O(ibv_gid_entry, gid_type);
+	return 0;
+}

@@ -1,0 +1,185 @@
+//! The Rust mirrors of libibverbs' structures have the layout of the real header: a C program
+//! compiled against `<infiniband/verbs.h>` prints every size and offset, and each must equal
+//! the Rust one.
+
+use std::collections::HashMap;
+use std::mem::{offset_of, size_of};
+use std::process::Command;
+
+use ferroce_ibverbs::abi::*;
+
+fn c_layout() -> HashMap<String, usize> {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let exe = dir.join("ferroce-ibverbs-layout");
+    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/c/layout.c");
+    let st = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
+        .args([src, "-o"])
+        .arg(&exe)
+        .status()
+        .expect("a C compiler (cc) and libibverbs-dev's <infiniband/verbs.h>");
+    assert!(st.success(), "compiling {src}");
+    let out = Command::new(&exe).output().unwrap();
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let mut w = l.split_whitespace();
+            let (_, name, v) = (w.next(), w.next().unwrap(), w.next().unwrap());
+            (name.to_string(), v.parse().unwrap())
+        })
+        .collect()
+}
+
+#[test]
+fn structures_match_verbs_h() {
+    let c = c_layout();
+    let mut checked = 0;
+    let mut bad = Vec::new();
+    let mut check = |name: &str, rust: usize| {
+        match c.get(name) {
+            Some(&v) if v == rust => {}
+            Some(&v) => bad.push(format!("{name}: C {v}, Rust {rust}")),
+            None => bad.push(format!("{name}: not printed by layout.c")),
+        }
+        checked += 1;
+    };
+    macro_rules! s {
+        ($t:ident) => {
+            check(stringify!($t), size_of::<$t>())
+        };
+    }
+    macro_rules! o {
+        ($t:ident, $f:ident) => {
+            check(
+                concat!(stringify!($t), ".", stringify!($f)),
+                offset_of!($t, $f),
+            )
+        };
+        ($t:ident, $f:ident, $name:literal) => {
+            check(concat!(stringify!($t), ".", $name), offset_of!($t, $f))
+        };
+    }
+    s!(ibv_device);
+    o!(ibv_device, node_type);
+    o!(ibv_device, name);
+    o!(ibv_device, ibdev_path);
+    s!(ibv_context_ops);
+    o!(ibv_context_ops, alloc_mw);
+    o!(ibv_context_ops, poll_cq);
+    o!(ibv_context_ops, req_notify_cq);
+    o!(ibv_context_ops, post_srq_recv);
+    o!(ibv_context_ops, post_send);
+    o!(ibv_context_ops, post_recv);
+    s!(ibv_context);
+    o!(ibv_context, ops);
+    o!(ibv_context, cmd_fd);
+    o!(ibv_context, async_fd);
+    o!(ibv_context, num_comp_vectors);
+    o!(ibv_context, mutex);
+    o!(ibv_context, abi_compat);
+    s!(verbs_context);
+    o!(verbs_context, query_port);
+    o!(verbs_context, priv_, "priv");
+    o!(verbs_context, query_device_ex);
+    o!(verbs_context, create_qp_ex);
+    o!(verbs_context, sz);
+    o!(verbs_context, context);
+    s!(ibv_device_attr);
+    o!(ibv_device_attr, node_guid);
+    o!(ibv_device_attr, max_qp);
+    o!(ibv_device_attr, atomic_cap);
+    o!(ibv_device_attr, max_pkeys);
+    o!(ibv_device_attr, phys_port_cnt);
+    s!(ibv_port_attr);
+    o!(ibv_port_attr, pkey_tbl_len);
+    o!(ibv_port_attr, link_layer);
+    o!(ibv_port_attr, port_cap_flags2);
+    s!(ibv_async_event);
+    o!(ibv_async_event, event_type);
+    s!(ibv_wc);
+    o!(ibv_wc, status);
+    o!(ibv_wc, imm_data);
+    o!(ibv_wc, wc_flags);
+    o!(ibv_wc, sl);
+    s!(ibv_pd);
+    s!(ibv_mr);
+    o!(ibv_mr, length);
+    o!(ibv_mr, lkey);
+    o!(ibv_mr, rkey);
+    s!(ibv_global_route);
+    s!(ibv_grh);
+    s!(ibv_ah_attr);
+    o!(ibv_ah_attr, dlid);
+    o!(ibv_ah_attr, is_global);
+    o!(ibv_ah_attr, port_num);
+    s!(ibv_srq_attr);
+    s!(ibv_srq_init_attr);
+    s!(ibv_qp_cap);
+    s!(ibv_qp_init_attr);
+    o!(ibv_qp_init_attr, cap);
+    o!(ibv_qp_init_attr, qp_type);
+    o!(ibv_qp_init_attr, sq_sig_all);
+    s!(ibv_qp_init_attr_ex);
+    o!(ibv_qp_init_attr_ex, comp_mask);
+    o!(ibv_qp_init_attr_ex, pd);
+    o!(ibv_qp_init_attr_ex, create_flags);
+    o!(ibv_qp_init_attr_ex, rx_hash_function, "rx_hash_conf");
+    o!(ibv_qp_init_attr_ex, source_qpn);
+    o!(ibv_qp_init_attr_ex, send_ops_flags);
+    s!(ibv_qp_attr);
+    o!(ibv_qp_attr, qp_access_flags);
+    o!(ibv_qp_attr, cap);
+    o!(ibv_qp_attr, ah_attr);
+    o!(ibv_qp_attr, alt_ah_attr);
+    o!(ibv_qp_attr, pkey_index);
+    o!(ibv_qp_attr, max_rd_atomic);
+    o!(ibv_qp_attr, timeout);
+    o!(ibv_qp_attr, rnr_retry);
+    o!(ibv_qp_attr, rate_limit);
+    s!(ibv_sge);
+    s!(ibv_send_wr);
+    o!(ibv_send_wr, num_sge);
+    o!(ibv_send_wr, send_flags);
+    o!(ibv_send_wr, imm_data);
+    o!(ibv_send_wr, wr);
+    check(
+        "ibv_send_wr.wr.atomic.swap",
+        offset_of!(ibv_send_wr, wr) + offset_of!(wr_atomic, swap),
+    );
+    check(
+        "ibv_send_wr.wr.atomic.rkey",
+        offset_of!(ibv_send_wr, wr) + offset_of!(wr_atomic, rkey),
+    );
+    check(
+        "ibv_send_wr.wr.ud.remote_qkey",
+        offset_of!(ibv_send_wr, wr) + offset_of!(wr_ud, remote_qkey),
+    );
+    o!(ibv_send_wr, remote_srqn, "qp_type");
+    o!(ibv_send_wr, _bind_mw_tso, "bind_mw");
+    s!(ibv_recv_wr);
+    o!(ibv_recv_wr, num_sge);
+    s!(ibv_srq);
+    o!(ibv_srq, handle);
+    o!(ibv_srq, mutex);
+    o!(ibv_srq, cond);
+    o!(ibv_srq, events_completed);
+    s!(ibv_qp);
+    o!(ibv_qp, qp_num);
+    o!(ibv_qp, state);
+    o!(ibv_qp, qp_type);
+    o!(ibv_qp, mutex);
+    o!(ibv_qp, events_completed);
+    s!(ibv_comp_channel);
+    o!(ibv_comp_channel, fd);
+    s!(ibv_cq);
+    o!(ibv_cq, cqe);
+    o!(ibv_cq, mutex);
+    o!(ibv_cq, comp_events_completed);
+    o!(ibv_cq, async_events_completed);
+    s!(ibv_ah);
+    o!(ibv_ah, handle);
+    s!(ibv_gid_entry);
+    o!(ibv_gid_entry, gid_type);
+    assert!(bad.is_empty(), "layout differences:\n{}", bad.join("\n"));
+    assert_eq!(checked, c.len(), "every line of layout.c is checked");
+}
