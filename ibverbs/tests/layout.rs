@@ -2,6 +2,8 @@
 //! compiled against `<infiniband/verbs.h>` prints every size and offset, and each must equal
 //! the Rust one.
 
+#![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
+
 use std::collections::HashMap;
 use std::mem::{offset_of, size_of};
 use std::process::Command;

@@ -1,0 +1,360 @@
+/* A verbs program of ours that exercises ferroce's libibverbs ABI in one process: two devices
+   (FERROCE_DEVICES=a,b), a pair of RC QPs between them, every operation with data and
+   completion checks, completion events, and the error paths verbs defines. Built against
+   Debian's libibverbs-dev and linked with -libverbs like any program; run with
+   LD_LIBRARY_PATH pointing at ferroce's libibverbs.so.1. Prints "abi_test OK: N checks". */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <infiniband/verbs.h>
+
+static int checks;
+
+#define CHECK(cond, ...)                                                        \
+	do {                                                                    \
+		checks++;                                                       \
+		if (!(cond)) {                                                  \
+			fprintf(stderr, "FAIL line %d: %s: ", __LINE__, #cond); \
+			fprintf(stderr, __VA_ARGS__);                           \
+			fprintf(stderr, "\n");                                  \
+			exit(1);                                                \
+		}                                                               \
+	} while (0)
+
+#define LEN (1 << 20)
+#define ACCESS (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | \
+		IBV_ACCESS_REMOTE_ATOMIC)
+
+struct side {
+	struct ibv_context *ctx;
+	struct ibv_pd *pd;
+	struct ibv_comp_channel *ch;
+	struct ibv_cq *cq;
+	struct ibv_qp *qp;
+	struct ibv_mr *mr;
+	uint8_t *buf;
+	union ibv_gid gid;
+};
+
+static struct ibv_wc wait_wc(struct ibv_cq *cq)
+{
+	struct ibv_wc wc;
+	struct timespec t0, t;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (;;) {
+		int n = ibv_poll_cq(cq, 1, &wc);
+		if (n == 1)
+			return wc;
+		clock_gettime(CLOCK_MONOTONIC, &t);
+		if (n < 0 || t.tv_sec - t0.tv_sec >= 20)
+			CHECK(0, "poll_cq gave %d, or no completion within 20 s", n);
+	}
+}
+
+static struct ibv_qp *make_qp(struct side *s)
+{
+	struct ibv_qp_init_attr ia = {
+		.send_cq = s->cq, .recv_cq = s->cq, .qp_type = IBV_QPT_RC, .qp_context = s,
+		.cap = { .max_send_wr = 16, .max_recv_wr = 16, .max_send_sge = 2, .max_recv_sge = 2 },
+	};
+	struct ibv_qp *qp = ibv_create_qp(s->pd, &ia);
+	CHECK(qp, "create_qp errno %d", errno);
+	CHECK(qp->qp_num > 0 && qp->state == IBV_QPS_RESET && qp->qp_context == s, "qp fields");
+	return qp;
+}
+
+static void connect_qp(struct ibv_qp *qp, uint32_t dest_qpn, union ibv_gid *dgid)
+{
+	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .pkey_index = 0, .port_num = 1,
+				 .qp_access_flags = ACCESS };
+	CHECK(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+					   IBV_QP_ACCESS_FLAGS) == 0, "INIT");
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTR;
+	a.path_mtu = IBV_MTU_1024;
+	a.dest_qp_num = dest_qpn;
+	a.rq_psn = 100;
+	a.max_dest_rd_atomic = 4;
+	a.min_rnr_timer = 1;
+	a.ah_attr.is_global = 1;
+	a.ah_attr.grh.dgid = *dgid;
+	a.ah_attr.grh.sgid_index = 1;
+	a.ah_attr.grh.hop_limit = 1;
+	a.ah_attr.port_num = 1;
+	/* RTR without MIN_RNR_TIMER: the transition requires it. */
+	CHECK(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+					   IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC) == EINVAL,
+	      "RTR with a missing attribute is EINVAL");
+	CHECK(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+					   IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
+					   IBV_QP_MIN_RNR_TIMER) == 0, "RTR");
+	a.qp_state = IBV_QPS_RTS;
+	a.sq_psn = 100;
+	a.timeout = 12;
+	a.retry_cnt = 7;
+	a.rnr_retry = 7;
+	a.max_rd_atomic = 4;
+	CHECK(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+					   IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC) == 0,
+	      "RTS");
+	CHECK(qp->state == IBV_QPS_RTS, "qp->state follows");
+}
+
+static void setup(struct side *s, struct ibv_device *dev)
+{
+	s->ctx = ibv_open_device(dev);
+	CHECK(s->ctx, "open_device errno %d", errno);
+	s->pd = ibv_alloc_pd(s->ctx);
+	CHECK(s->pd, "alloc_pd");
+	s->buf = aligned_alloc(4096, LEN);
+	memset(s->buf, 0, LEN);
+	s->mr = ibv_reg_mr(s->pd, s->buf, LEN, ACCESS);
+	CHECK(s->mr && s->mr->addr == s->buf && s->mr->length == LEN, "reg_mr errno %d", errno);
+	s->ch = ibv_create_comp_channel(s->ctx);
+	CHECK(s->ch && s->ch->fd >= 0, "comp channel");
+	s->cq = ibv_create_cq(s->ctx, 64, s, s->ch, 0);
+	CHECK(s->cq && s->cq->cqe >= 64 && s->cq->cq_context == s, "create_cq");
+	CHECK(ibv_query_gid(s->ctx, 1, 1, &s->gid) == 0, "query_gid");
+	s->qp = make_qp(s);
+}
+
+static void post(struct ibv_qp *qp, enum ibv_wr_opcode op, uint64_t wr_id, void *addr,
+		 uint32_t len, uint32_t lkey, uint64_t raddr, uint32_t rkey)
+{
+	struct ibv_sge sge = { .addr = (uintptr_t)addr, .length = len, .lkey = lkey };
+	struct ibv_send_wr wr = { .wr_id = wr_id, .sg_list = &sge, .num_sge = 1, .opcode = op,
+				  .send_flags = IBV_SEND_SIGNALED }, *bad = NULL;
+	if (op == IBV_WR_ATOMIC_CMP_AND_SWP || op == IBV_WR_ATOMIC_FETCH_AND_ADD) {
+		wr.wr.atomic.remote_addr = raddr;
+		wr.wr.atomic.rkey = rkey;
+	} else {
+		wr.wr.rdma.remote_addr = raddr;
+		wr.wr.rdma.rkey = rkey;
+	}
+	wr.imm_data = htonl(0x12345678);
+	CHECK(ibv_post_send(qp, &wr, &bad) == 0 && !bad, "post_send op %d", op);
+}
+
+static void post_recv(struct side *s, uint64_t wr_id, uint32_t off, uint32_t len)
+{
+	struct ibv_sge sge = { .addr = (uintptr_t)(s->buf + off), .length = len, .lkey = s->mr->lkey };
+	struct ibv_recv_wr wr = { .wr_id = wr_id, .sg_list = &sge, .num_sge = 1 }, *bad = NULL;
+	CHECK(ibv_post_recv(s->qp, &wr, &bad) == 0, "post_recv");
+}
+
+int main(void)
+{
+	int n = 0;
+	struct ibv_device **list = ibv_get_device_list(&n);
+	CHECK(list && n == 2 && list[2] == NULL, "two devices from FERROCE_DEVICES, got %d", n);
+	CHECK(strcmp(ibv_get_device_name(list[0]), "ferroce0") == 0, "name %s",
+	      ibv_get_device_name(list[0]));
+	CHECK(strcmp(ibv_get_device_name(list[1]), "ferroce1") == 0, "name 1");
+	CHECK(ibv_get_device_guid(list[0]) != 0, "guid");
+	CHECK(list[0]->transport_type == IBV_TRANSPORT_IB && list[0]->node_type == IBV_NODE_CA,
+	      "device types");
+
+	struct side a = { 0 }, b = { 0 };
+	setup(&a, list[0]);
+	setup(&b, list[1]);
+	ibv_free_device_list(list);
+
+	/* Queries. */
+	struct ibv_device_attr da;
+	CHECK(ibv_query_device(a.ctx, &da) == 0 && da.max_qp > 0 && da.phys_port_cnt == 1 &&
+		      da.atomic_cap == IBV_ATOMIC_HCA, "query_device");
+	struct ibv_device_attr_ex dx;
+	CHECK(ibv_query_device_ex(a.ctx, NULL, &dx) == 0 && dx.orig_attr.max_qp == da.max_qp,
+	      "query_device_ex");
+	struct ibv_port_attr pa;
+	CHECK(ibv_query_port(a.ctx, 1, &pa) == 0 && pa.state == IBV_PORT_ACTIVE &&
+		      pa.link_layer == IBV_LINK_LAYER_ETHERNET && pa.gid_tbl_len == 2,
+	      "query_port");
+	CHECK(ibv_query_port(a.ctx, 2, &pa) != 0, "port 2 does not exist");
+	CHECK(a.gid.raw[10] == 0xff && a.gid.raw[11] == 0xff, "GID 1 is IPv4-mapped");
+	struct ibv_gid_entry ge;
+	CHECK(ibv_query_gid_ex(a.ctx, 1, 1, &ge, 0) == 0 && ge.gid_type == IBV_GID_TYPE_ROCE_V2 &&
+		      memcmp(&ge.gid, &a.gid, 16) == 0, "query_gid_ex");
+	struct ibv_gid_entry tbl[4];
+	CHECK(ibv_query_gid_table(a.ctx, tbl, 4, 0) == 2, "query_gid_table");
+	uint16_t pkey;
+	CHECK(ibv_query_pkey(a.ctx, 1, 0, &pkey) == 0 && pkey == 0xffff, "query_pkey");
+
+	connect_qp(a.qp, b.qp->qp_num, &b.gid);
+	connect_qp(b.qp, a.qp->qp_num, &a.gid);
+	struct ibv_qp_attr qa;
+	struct ibv_qp_init_attr qia;
+	CHECK(ibv_query_qp(a.qp, &qa, IBV_QP_STATE, &qia) == 0 && qa.qp_state == IBV_QPS_RTS &&
+		      qa.dest_qp_num == b.qp->qp_num && qa.path_mtu == IBV_MTU_1024 &&
+		      qa.retry_cnt == 7 && qia.send_cq == a.cq, "query_qp");
+
+	/* RDMA WRITE 64 KiB a -> b, then READ it back into another part of a. */
+	for (int i = 0; i < 65536; i++)
+		a.buf[i] = (uint8_t)(i * 7 + 3);
+	post(a.qp, IBV_WR_RDMA_WRITE, 1, a.buf, 65536, a.mr->lkey, (uintptr_t)b.buf, b.mr->rkey);
+	struct ibv_wc wc = wait_wc(a.cq);
+	CHECK(wc.status == IBV_WC_SUCCESS && wc.wr_id == 1 && wc.opcode == IBV_WC_RDMA_WRITE &&
+		      wc.qp_num == a.qp->qp_num, "write wc %s", ibv_wc_status_str(wc.status));
+	CHECK(memcmp(a.buf, b.buf, 65536) == 0, "written bytes");
+	post(a.qp, IBV_WR_RDMA_READ, 2, a.buf + 65536, 65536, a.mr->lkey, (uintptr_t)b.buf,
+	     b.mr->rkey);
+	wc = wait_wc(a.cq);
+	CHECK(wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_RDMA_READ && wc.byte_len == 65536,
+	      "read wc");
+	CHECK(memcmp(a.buf, a.buf + 65536, 65536) == 0, "read bytes");
+
+	/* SEND_WITH_IMM: receive completion with byte_len, imm in network order, flags. */
+	post_recv(&b, 77, 200000, 5000);
+	post(a.qp, IBV_WR_SEND_WITH_IMM, 3, a.buf, 3000, a.mr->lkey, 0, 0);
+	CHECK(wait_wc(a.cq).status == IBV_WC_SUCCESS, "send wc");
+	wc = wait_wc(b.cq);
+	CHECK(wc.status == IBV_WC_SUCCESS && wc.wr_id == 77 && wc.opcode == IBV_WC_RECV &&
+		      wc.byte_len == 3000 && (wc.wc_flags & IBV_WC_WITH_IMM) &&
+		      ntohl(wc.imm_data) == 0x12345678 && wc.src_qp == a.qp->qp_num,
+	      "recv wc: opcode %d len %u flags %u imm %x", wc.opcode, wc.byte_len, wc.wc_flags,
+	      ntohl(wc.imm_data));
+	CHECK(memcmp(a.buf, b.buf + 200000, 3000) == 0, "sent bytes");
+
+	/* RDMA_WRITE_WITH_IMM consumes a receive and reports RECV_RDMA_WITH_IMM. */
+	post_recv(&b, 78, 0, 0);
+	post(a.qp, IBV_WR_RDMA_WRITE_WITH_IMM, 4, a.buf, 100, a.mr->lkey, (uintptr_t)b.buf + 300000,
+	     b.mr->rkey);
+	CHECK(wait_wc(a.cq).status == IBV_WC_SUCCESS, "write imm wc");
+	wc = wait_wc(b.cq);
+	CHECK(wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM && wc.wr_id == 78 &&
+		      ntohl(wc.imm_data) == 0x12345678, "write-with-imm recv wc");
+
+	/* Atomics: CMP_SWAP then FETCH_ADD, originals returned into a. */
+	uint64_t *target = (uint64_t *)(b.buf + 400000), *orig = (uint64_t *)(a.buf + 400000);
+	*target = 5;
+	struct ibv_sge sge = { .addr = (uintptr_t)orig, .length = 8, .lkey = a.mr->lkey };
+	struct ibv_send_wr wr = { .wr_id = 5, .sg_list = &sge, .num_sge = 1,
+				  .opcode = IBV_WR_ATOMIC_CMP_AND_SWP,
+				  .send_flags = IBV_SEND_SIGNALED }, *bad;
+	wr.wr.atomic.remote_addr = (uintptr_t)target;
+	wr.wr.atomic.rkey = b.mr->rkey;
+	wr.wr.atomic.compare_add = 5;
+	wr.wr.atomic.swap = 40;
+	CHECK(ibv_post_send(a.qp, &wr, &bad) == 0, "post cmp_swap");
+	wc = wait_wc(a.cq);
+	CHECK(wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_COMP_SWAP && *orig == 5 &&
+		      *target == 40, "cmp_swap: orig %llu target %llu", (unsigned long long)*orig,
+	      (unsigned long long)*target);
+	wr.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
+	wr.wr.atomic.compare_add = 2;
+	CHECK(ibv_post_send(a.qp, &wr, &bad) == 0, "post fetch_add");
+	wc = wait_wc(a.cq);
+	CHECK(wc.opcode == IBV_WC_FETCH_ADD && *orig == 40 && *target == 42, "fetch_add");
+
+	/* A linked list of three WRITEs, only the last signaled, two SGEs each. */
+	struct ibv_sge sg2[3][2];
+	struct ibv_send_wr wl[3];
+	memset(wl, 0, sizeof(wl));
+	for (int i = 0; i < 3; i++) {
+		sg2[i][0] = (struct ibv_sge){ (uintptr_t)a.buf + i * 100, 50, a.mr->lkey };
+		sg2[i][1] = (struct ibv_sge){ (uintptr_t)a.buf + i * 100 + 50, 50, a.mr->lkey };
+		wl[i].wr_id = 10 + i;
+		wl[i].sg_list = sg2[i];
+		wl[i].num_sge = 2;
+		wl[i].opcode = IBV_WR_RDMA_WRITE;
+		wl[i].wr.rdma.remote_addr = (uintptr_t)b.buf + 500000 + i * 100;
+		wl[i].wr.rdma.rkey = b.mr->rkey;
+		wl[i].next = i < 2 ? &wl[i + 1] : NULL;
+	}
+	wl[2].send_flags = IBV_SEND_SIGNALED;
+	CHECK(ibv_post_send(a.qp, wl, &bad) == 0, "post list");
+	wc = wait_wc(a.cq);
+	CHECK(wc.wr_id == 12 && wc.status == IBV_WC_SUCCESS, "only the signaled WR completes");
+	CHECK(memcmp(a.buf, b.buf + 500000, 300) == 0, "list bytes");
+
+	/* Completion events: arm, send, the event names our CQ and its context. */
+	CHECK(ibv_req_notify_cq(a.cq, 0) == 0, "req_notify");
+	post(a.qp, IBV_WR_RDMA_WRITE, 20, a.buf, 10, a.mr->lkey, (uintptr_t)b.buf, b.mr->rkey);
+	struct ibv_cq *ev_cq;
+	void *ev_ctx;
+	CHECK(ibv_get_cq_event(a.ch, &ev_cq, &ev_ctx) == 0 && ev_cq == a.cq && ev_ctx == &a,
+	      "get_cq_event");
+	CHECK(ibv_destroy_cq(a.cq) == EBUSY, "a CQ with a QP (and an unacked event) is busy");
+	ibv_ack_cq_events(a.cq, 1);
+	CHECK(wait_wc(a.cq).wr_id == 20, "the event's completion");
+	fcntl(a.ch->fd, F_SETFL, fcntl(a.ch->fd, F_GETFL) | O_NONBLOCK);
+	CHECK(ibv_get_cq_event(a.ch, &ev_cq, &ev_ctx) == -1 && errno == EAGAIN,
+	      "non-blocking channel without events gives EAGAIN");
+
+	/* Immediate errors: a full send queue gives ENOMEM and bad_wr at the first WR that did not
+	   fit (the QP's peer QPN does not exist, so nothing is ever acknowledged: exactly
+	   max_send_wr = 16 fit), too many SGEs give EINVAL. */
+	struct ibv_cq *cq3 = ibv_create_cq(a.ctx, 64, NULL, NULL, 0);
+	struct side s3 = a;
+	s3.cq = cq3;
+	struct ibv_qp *a3 = make_qp(&s3);
+	connect_qp(a3, 0xfffff0, &b.gid);
+	struct ibv_send_wr many[20];
+	memset(many, 0, sizeof(many));
+	for (int i = 0; i < 20; i++) {
+		many[i].wr_id = 100 + i;
+		many[i].opcode = IBV_WR_RDMA_WRITE;
+		many[i].wr.rdma.rkey = b.mr->rkey;
+		many[i].wr.rdma.remote_addr = (uintptr_t)b.buf;
+		many[i].next = i < 19 ? &many[i + 1] : NULL;
+	}
+	bad = NULL;
+	int r = ibv_post_send(a3, many, &bad);
+	CHECK(r == ENOMEM && bad == &many[16], "full queue: r %d bad index %ld", r,
+	      bad ? (long)(bad - many) : -1L);
+	struct ibv_sge three[3] = { 0 };
+	struct ibv_send_wr w3 = { .wr_id = 9, .sg_list = three, .num_sge = 3,
+				  .opcode = IBV_WR_SEND };
+	CHECK(ibv_post_send(b.qp, &w3, &bad) == EINVAL && bad == &w3, "too many SGEs");
+	CHECK(ibv_destroy_qp(a3) == 0 && ibv_destroy_cq(cq3) == 0, "destroy the stuck QP");
+
+	/* Completion errors: a bad lkey is LOC_PROT_ERR; then the QP is in ERR and the rest flush. */
+	post(a.qp, IBV_WR_RDMA_WRITE, 40, a.buf, 8, a.mr->lkey ^ 0x5a5a00, (uintptr_t)b.buf,
+	     b.mr->rkey);
+	wc = wait_wc(a.cq);
+	CHECK(wc.wr_id == 40 && wc.status == IBV_WC_LOC_PROT_ERR, "bad lkey: %s",
+	      ibv_wc_status_str(wc.status));
+	CHECK(ibv_query_qp(a.qp, &qa, IBV_QP_STATE, &qia) == 0 && qa.qp_state == IBV_QPS_ERR,
+	      "QP in ERR");
+
+	/* A bad rkey on a fresh pair is REM_ACCESS_ERR at the requester. */
+	struct ibv_qp *a2 = make_qp(&a), *b2 = make_qp(&b);
+	connect_qp(a2, b2->qp_num, &b.gid);
+	connect_qp(b2, a2->qp_num, &a.gid);
+	post(a2, IBV_WR_RDMA_WRITE, 50, a.buf, 8, a.mr->lkey, (uintptr_t)b.buf, b.mr->rkey + 1);
+	wc = wait_wc(a.cq);
+	CHECK(wc.wr_id == 50 && wc.status == IBV_WC_REM_ACCESS_ERR, "bad rkey: %s",
+	      ibv_wc_status_str(wc.status));
+	CHECK(strcmp(ibv_wc_status_str(IBV_WC_SUCCESS), "success") == 0, "status string");
+
+	/* Busy parents and what ferroce does not offer. */
+	CHECK(ibv_dealloc_pd(a.pd) == EBUSY, "PD with children is busy");
+	CHECK(ibv_destroy_comp_channel(a.ch) == EBUSY, "channel with a CQ is busy");
+	struct ibv_qp_init_attr xrc = { .send_cq = a.cq, .recv_cq = a.cq, .qp_type = IBV_QPT_XRC_SEND,
+					.cap = { .max_send_wr = 1, .max_send_sge = 1 } };
+	CHECK(!ibv_create_qp(a.pd, &xrc) && errno == EOPNOTSUPP, "XRC is EOPNOTSUPP");
+	CHECK(ibv_attach_mcast(a.qp, &a.gid, 0) == EOPNOTSUPP, "multicast is EOPNOTSUPP");
+	CHECK(!ibv_reg_dmabuf_mr(a.pd, 0, 4096, 0, -1, ACCESS) && errno == EOPNOTSUPP, "dmabuf");
+	CHECK(!ibv_reg_mr(a.pd, NULL, 4096, ACCESS) && errno == EINVAL, "NULL memory");
+
+	/* Teardown in verbs order; every call succeeds. */
+	struct side *sides[2] = { &a, &b };
+	struct ibv_qp *extra[2] = { a2, b2 };
+	for (int i = 0; i < 2; i++) {
+		struct side *s = sides[i];
+		CHECK(ibv_destroy_qp(s->qp) == 0 && ibv_destroy_qp(extra[i]) == 0, "destroy_qp");
+		CHECK(ibv_destroy_cq(s->cq) == 0, "destroy_cq");
+		CHECK(ibv_destroy_comp_channel(s->ch) == 0, "destroy channel");
+		CHECK(ibv_dereg_mr(s->mr) == 0, "dereg_mr");
+		CHECK(ibv_dealloc_pd(s->pd) == 0, "dealloc_pd");
+		CHECK(ibv_close_device(s->ctx) == 0, "close_device");
+		free(s->buf);
+	}
+	printf("abi_test OK: %d checks\n", checks);
+	return 0;
+}

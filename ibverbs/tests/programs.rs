@@ -1,0 +1,300 @@
+//! Unmodified verbs programs on ferroce's libibverbs.so.1, over loopback: our ABI test program,
+//! `ibv_devinfo`/`ibv_devices`, the four pingpongs and the seven perftest tools, each with two
+//! processes on two 127.0.x.y addresses and its own success output checked.
+//!
+//! The library is linked here from the static library cargo built for this test run (the same
+//! step as `ibverbs/build.sh`). Debian's ibverbs-utils and perftest provide the programs; where
+//! they are missing the tests say so and pass, except under CI (`CI` set), where `.ci/run`
+//! installs them and a missing program is a failure.
+
+#![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// The directory holding libibverbs.so.1, linked once per test run.
+fn lib_dir() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        // target/<profile>/deps/programs-xxxx -> target/<profile>
+        let exe = std::env::current_exe().unwrap();
+        let profile_dir = exe.parent().unwrap().parent().unwrap();
+        let archive = profile_dir.join("libferroce_ibverbs.a");
+        assert!(archive.exists(), "{} was not built", archive.display());
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("ferroce-ibverbs");
+        std::fs::create_dir_all(&dir).unwrap();
+        let st = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/link.sh"))
+            .arg(&archive)
+            .arg(dir.join("libibverbs.so.1"))
+            .status()
+            .unwrap();
+        assert!(st.success(), "linking libibverbs.so.1");
+        dir
+    })
+}
+
+/// Whether `prog` is installed; if not, a loud skip (or a failure under CI).
+fn have(prog: &str) -> bool {
+    let found = Command::new("sh")
+        .args(["-c", &format!("command -v {prog}")])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "{prog} is not installed (apt-get install ibverbs-utils perftest)"
+        );
+        eprintln!("SKIPPED: {prog} is not installed (apt-get install ibverbs-utils perftest)");
+    }
+    found
+}
+
+fn command(prog: &str, devices: &str) -> Command {
+    let mut c = Command::new(prog);
+    c.env("LD_LIBRARY_PATH", lib_dir())
+        .env("FERROCE_DEVICES", devices)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    c
+}
+
+/// Waits at most `limit` for `child`, killing it after; returns (success, stdout + stderr).
+fn finish(mut child: Child, limit: Duration) -> (bool, String) {
+    let start = Instant::now();
+    let ok = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st.success();
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            break false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut out = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    (ok, out)
+}
+
+const LIMIT: Duration = Duration::from_secs(90);
+
+/// Runs a server on `net.1` and a client on `net.2` that connects to it over TCP `port`; the
+/// client is retried while the server is not listening yet. Returns both outputs.
+fn pair(prog: &str, args: &[&str], net: &str, port: u16) -> (String, String) {
+    // One pair at a time: the programs busy-poll, and two cores shared by many would measure
+    // the scheduler rather than ferroce.
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let (srv_ip, cli_ip) = (format!("{net}.1"), format!("{net}.2"));
+    let port_s = port.to_string();
+    let mut server = command(prog, &srv_ip);
+    server.args(args).args(["-d", "ferroce0", "-p", &port_s]);
+    let server = server.spawn().unwrap();
+    let mut attempt = 0;
+    let (cok, cout) = loop {
+        std::thread::sleep(Duration::from_millis(300));
+        let mut client = command(prog, &cli_ip);
+        client
+            .args(args)
+            .args(["-d", "ferroce0", "-p", &port_s, &srv_ip]);
+        let (ok, out) = finish(client.spawn().unwrap(), LIMIT);
+        attempt += 1;
+        let refused =
+            out.contains("Couldn't connect") || out.contains("Unable to open file descriptor");
+        if ok || !refused || attempt == 20 {
+            break (ok, out);
+        }
+    };
+    let (sok, sout) = finish(server, LIMIT);
+    assert!(
+        cok && sok,
+        "{prog} {args:?}: client ok {cok}, server ok {sok}\n--- server\n{sout}\n--- client\n{cout}"
+    );
+    (sout, cout)
+}
+
+#[test]
+fn abi_test_program() {
+    let exe = Path::new(env!("CARGO_TARGET_TMPDIR")).join("ferroce-abi-test");
+    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/c/abi_test.c");
+    let st = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
+        .args(["-Wall", "-Werror", "-O1", src, "-o"])
+        .arg(&exe)
+        .arg("-libverbs")
+        .status()
+        .expect("a C compiler and libibverbs-dev");
+    assert!(st.success(), "compiling abi_test.c against libibverbs-dev");
+    let (ok, out) = finish(
+        command(exe.to_str().unwrap(), "127.0.9.1,127.0.9.2")
+            .spawn()
+            .unwrap(),
+        LIMIT,
+    );
+    assert!(ok && out.contains("abi_test OK"), "{out}");
+}
+
+#[test]
+fn ibv_devices_and_devinfo_list_ferroce_devices() {
+    if !have("ibv_devinfo") {
+        return;
+    }
+    let (ok, out) = finish(
+        command("ibv_devices", "127.0.10.1,127.0.10.2")
+            .spawn()
+            .unwrap(),
+        LIMIT,
+    );
+    assert!(
+        ok && out.contains("ferroce0") && out.contains("ferroce1"),
+        "{out}"
+    );
+    let mut c = command("ibv_devinfo", "127.0.10.1,127.0.10.2");
+    c.arg("-v");
+    let (ok, out) = finish(c.spawn().unwrap(), LIMIT);
+    assert!(ok, "{out}");
+    for want in [
+        "hca_id:\tferroce0",
+        "hca_id:\tferroce1",
+        "PORT_ACTIVE (4)",
+        "link_layer:\t\tEthernet",
+        "GID[  1]:\t\t::ffff:127.0.10.1, RoCE v2",
+        "GID[  1]:\t\t::ffff:127.0.10.2, RoCE v2",
+        "atomic_cap:\t\t\tATOMIC_HCA (1)",
+    ] {
+        assert!(out.contains(want), "ibv_devinfo -v lacks {want:?}:\n{out}");
+    }
+}
+
+/// The pingpongs print "<n> bytes in <t> seconds = ..." and "<iters> iters in ..." on both
+/// sides when every exchange completed and was verified.
+fn pingpong(prog: &str, extra: &[&str], net: &str, port: u16) {
+    if !have(prog) {
+        return;
+    }
+    let mut args = vec!["-g", "1", "-n", "200"];
+    args.extend_from_slice(extra);
+    let (s, c) = pair(prog, &args, net, port);
+    for (side, out) in [("server", &s), ("client", &c)] {
+        assert!(
+            out.contains("200 iters in") && out.contains(" bytes in "),
+            "{prog} {side}:\n{out}"
+        );
+    }
+}
+
+#[test]
+fn ibv_rc_pingpong() {
+    pingpong("ibv_rc_pingpong", &[], "127.0.11", 18611);
+}
+
+#[test]
+fn ibv_rc_pingpong_with_events_and_4k_messages() {
+    pingpong(
+        "ibv_rc_pingpong",
+        &["-e", "-s", "65536", "-m", "4096"],
+        "127.0.12",
+        18612,
+    );
+}
+
+#[test]
+fn ibv_uc_pingpong() {
+    pingpong("ibv_uc_pingpong", &[], "127.0.13", 18613);
+}
+
+#[test]
+fn ibv_ud_pingpong() {
+    pingpong("ibv_ud_pingpong", &[], "127.0.14", 18614);
+}
+
+#[test]
+fn ibv_srq_pingpong() {
+    pingpong("ibv_srq_pingpong", &[], "127.0.15", 18615);
+}
+
+/// perftest's result table: a header line starting " #bytes" and a line of figures after it,
+/// on both sides (the passive side of a READ latency test prints none).
+fn perftest(prog: &str, extra: &[&str], net: &str, port: u16) {
+    if !have(prog) {
+        return;
+    }
+    let mut args = vec!["-x", "1", "-n", "200"];
+    args.extend_from_slice(extra);
+    let (s, c) = pair(prog, &args, net, port);
+    for (side, out) in [("server", &s), ("client", &c)] {
+        assert!(
+            !out.contains("Couldn't") && !out.contains("Failed"),
+            "{prog} {side}:\n{out}"
+        );
+        if side == "server" && prog == "ib_read_lat" {
+            continue;
+        }
+        let mut lines = out
+            .lines()
+            .skip_while(|l| !l.trim_start().starts_with("#bytes"));
+        let header = lines.next();
+        let figures = lines.next().unwrap_or("");
+        let first = figures.split_whitespace().next().unwrap_or("");
+        assert!(
+            header.is_some()
+                && first.parse::<u64>().is_ok()
+                && figures.split_whitespace().count() >= 4,
+            "{prog} {side}: no result line:\n{out}"
+        );
+        assert!(
+            !out.contains("Couldn't") && !out.contains("Failed"),
+            "{prog} {side}:\n{out}"
+        );
+    }
+}
+
+#[test]
+fn ib_write_bw() {
+    perftest("ib_write_bw", &[], "127.0.16", 18616);
+}
+
+#[test]
+fn ib_read_bw() {
+    perftest("ib_read_bw", &[], "127.0.17", 18617);
+}
+
+#[test]
+fn ib_send_bw() {
+    perftest("ib_send_bw", &[], "127.0.18", 18618);
+}
+
+#[test]
+fn ib_atomic_bw() {
+    perftest("ib_atomic_bw", &[], "127.0.19", 18619);
+}
+
+#[test]
+fn ib_send_lat() {
+    perftest("ib_send_lat", &[], "127.0.20", 18620);
+}
+
+#[test]
+fn ib_write_lat() {
+    perftest("ib_write_lat", &[], "127.0.21", 18621);
+}
+
+#[test]
+fn ib_read_lat() {
+    perftest("ib_read_lat", &[], "127.0.22", 18622);
+}
