@@ -10,6 +10,7 @@ use ferroce::transport::{
 use crate::abi::*;
 use crate::errno_of;
 use crate::objects::{Ah, Cq, Qp, Srq};
+use ferroce::context::limits::MAX_INLINE;
 
 /// The ops table every context gets.
 pub fn context_ops() -> ibv_context_ops {
@@ -83,6 +84,27 @@ unsafe fn send_wr(w: &ibv_send_wr, ud: bool) -> Result<SendWr, c_int> {
     // SAFETY: forwarded contract.
     s.sg_list = unsafe { sges(w.sg_list, w.num_sge) }?;
     s.imm_data = u32::from_be(w.imm_data);
+    if s.send_flags.contains(SendFlags::INLINE) && !opcode.is_read_or_atomic() {
+        // verbs: inline data is read at post time and the SGEs' lkeys are ignored, so the
+        // program may point them at any memory of its own. Longer than any QP's
+        // max_inline_data, it is left to the QP to refuse.
+        let total: u64 = s.sg_list.iter().map(|g| u64::from(g.length)).sum();
+        if total <= u64::from(MAX_INLINE) {
+            let mut data = Vec::with_capacity(total as usize);
+            for g in &s.sg_list {
+                if g.length == 0 {
+                    continue;
+                }
+                // SAFETY: verbs' contract for IBV_SEND_INLINE: each SGE's addr..addr+length is
+                // readable program memory during ibv_post_send.
+                let bytes = unsafe {
+                    core::slice::from_raw_parts(g.addr as usize as *const u8, g.length as usize)
+                };
+                data.extend_from_slice(bytes);
+            }
+            s.inline_data = Some(data);
+        }
+    }
     if opcode.is_atomic() {
         // SAFETY: the atomic member is the one an atomic request fills.
         let a = unsafe { w.wr.atomic };
@@ -129,8 +151,12 @@ unsafe extern "C" fn post_send(
         // SAFETY: the program's list is valid up to its NULL `next`.
         let w = unsafe { &*cur };
         // SAFETY: as above.
-        let r =
-            unsafe { send_wr(w, ud) }.and_then(|s| q.qp.post_send(&s).map_err(|e| errno_of(&e)));
+        let r = unsafe { send_wr(w, ud) }.and_then(|s| {
+            q.qp.post_send(&s).map_err(|e| {
+                log::debug!("ibv_post_send on QP {:#x}: {e}", q.ibv.qp_num);
+                errno_of(&e)
+            })
+        });
         if let Err(e) = r {
             if !bad_wr.is_null() {
                 // SAFETY: bad_wr is valid for writing.

@@ -136,6 +136,7 @@ fn dev_of(device: *mut ibv_device) -> Option<&'static Dev> {
 /// `num_devices` is NULL or valid for writing.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ibv_get_device_list(num_devices: *mut c_int) -> *mut *mut ibv_device {
+    crate::init_logging();
     let devs = all();
     let mut v: Vec<*mut ibv_device> = devs.iter().map(|d| d.0.cast()).collect();
     v.push(core::ptr::null_mut());

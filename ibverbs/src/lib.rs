@@ -30,6 +30,35 @@ pub(crate) fn set_errno(e: c_int) {
     unsafe { *libc::__errno_location() = e };
 }
 
+/// Diagnostics to stderr when `FERROCE_LOG` names a level (`error`, `warn`, `info`, `debug`,
+/// `trace`): why a verb failed, QP transitions. Set up once, at the first device listing.
+pub(crate) fn init_logging() {
+    struct Stderr;
+    impl log::Log for Stderr {
+        fn enabled(&self, m: &log::Metadata<'_>) -> bool {
+            m.level() <= log::max_level()
+        }
+        fn log(&self, r: &log::Record<'_>) {
+            if self.enabled(r.metadata()) {
+                eprintln!("ferroce {} {}: {}", r.level(), r.target(), r.args());
+            }
+        }
+        fn flush(&self) {}
+    }
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let Some(level) = std::env::var("FERROCE_LOG")
+            .ok()
+            .and_then(|v| v.parse::<log::LevelFilter>().ok())
+        else {
+            return;
+        };
+        if log::set_logger(&Stderr).is_ok() {
+            log::set_max_level(level);
+        }
+    });
+}
+
 /// Maps a ferroce error to the errno verbs would give.
 pub(crate) fn errno_of(e: &ferroce::Error) -> c_int {
     e.errno()

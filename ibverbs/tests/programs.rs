@@ -19,9 +19,24 @@ use std::time::{Duration, Instant};
 fn lib_dir() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
-        // target/<profile>/deps/programs-xxxx -> target/<profile>
+        // target/<profile>/deps/programs-xxxx -> target/<profile>. `cargo test` builds only
+        // the rlib for tests, so the static library is brought up to date here (cargo's lock
+        // is free while tests run).
         let exe = std::env::current_exe().unwrap();
         let profile_dir = exe.parent().unwrap().parent().unwrap();
+        let release = profile_dir.file_name().is_some_and(|n| n == "release");
+        let mut cargo = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+        cargo
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .args(["build", "-q", "-p", "ferroce-ibverbs", "--lib"])
+            .env("CARGO_TARGET_DIR", profile_dir.parent().unwrap());
+        if release {
+            cargo.arg("--release");
+        }
+        assert!(
+            cargo.status().unwrap().success(),
+            "building libferroce_ibverbs.a"
+        );
         let archive = profile_dir.join("libferroce_ibverbs.a");
         assert!(archive.exists(), "{} was not built", archive.display());
         let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("ferroce-ibverbs");

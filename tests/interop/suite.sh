@@ -4,7 +4,7 @@
 # lab's namespace); kernel rxe in guest g1 (10.77.0.11). A failing scenario keeps its pcap under
 # $FERROCE_LAB_OUT (default /tmp/ferroce-interop) and `ferroce pcap` decodes it.
 #   tests/interop/suite.sh            build (or reuse) the image, run every scenario
-#   SCENARIOS="pingpong matrix loss"  a subset of these groups (default: all three)
+#   SCENARIOS="pingpong matrix loss programs"  a subset of these groups (default: all four)
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 TOP=$(cd "$HERE/../.." && pwd)
@@ -30,8 +30,14 @@ result() { # NAME OK DETAIL
   if [ "$2" = 1 ]; then PASS=$((PASS+1)); echo "PASS $1"; else FAIL=$((FAIL+1)); echo "FAIL $1 $3"; fi
 }
 G=10.77.0.11
-SCENARIOS=${SCENARIOS:-pingpong matrix loss}
+SCENARIOS=${SCENARIOS:-pingpong matrix loss programs}
 want() { [[ " $SCENARIOS " == *" $1 "* ]]; }
+# ferroce's libibverbs.so.1 (ibverbs/build.sh) for the unmodified-programs group.
+IBV_DIR=
+if want programs; then
+  IBV_DIR=$OUT/ibverbs
+  "$TOP/ibverbs/build.sh" "$IBV_DIR" >"$OUT/ibverbs.build.log" 2>&1 || IBV_DIR=
+fi
 
 # ibv_rc_pingpong between ferroce (host) and rxe (guest). ROLE: ferroce-server | rxe-server.
 pingpong() { # ROLE SIZE MTU ITERS PORT [TAG]
@@ -58,6 +64,51 @@ pingpong() { # ROLE SIZE MTU ITERS PORT [TAG]
   local pc; pc=$("$FERROCE" pcap --strict "$pcap" 2>&1 | tail -n 1)
   if [ $frc = 0 ] && [ $grc = 0 ] && grep -q "^$iters iters in" "$fo" && echo "$go" | grep -q "^$iters iters in" \
      && grep -q "^$bytes bytes in" "$fo" && echo "$go" | grep -q "^$bytes bytes in" \
+     && echo "$pc" | grep -Eq '^[1-9][0-9]* packets, [0-9]+ icrc ok, 0 icrc bad, 0 malformed$'; then
+    ok=1; rm -f "$pcap"
+  else
+    { echo "== ferroce (rc=$frc)"; cat "$fo"; echo "== rxe (rc=$grc)"; echo "$go"; echo "== ferroce pcap"; "$FERROCE" pcap "$pcap" | tail -n 5; } > "${pcap%.pcap}.txt" 2>&1
+  fi
+  rm -f "$fo"
+  result "$name" $ok "(see ${pcap%.pcap}.txt)"
+}
+
+# An unmodified rdma-core or perftest program on ferroce (through ferroce's libibverbs.so.1,
+# device ferroce0 = 10.77.0.1) against the same program on rxe0. ROLE: ferroce-server |
+# rxe-server. Passes when both exit 0 with their own success output (the passive side of
+# ib_read_lat prints no figures) and every packet of the run has a right ICRC.
+program() { # ROLE PROG PORT ARGS...
+  local role=$1 prog=$2 port=$3; shift 3
+  local args="$* -p $port" name fo="$OUT/prog.$$.ferroce" go ok=0
+  name="$prog $role${*:+ $*}"
+  if [ -z "$IBV_DIR" ]; then result "$name" 0 "(ferroce's libibverbs did not build: $OUT/ibverbs.build.log)"; return; fi
+  local pcap="$OUT/$(echo "$name" | tr ' =' '_-').pcap"
+  local fenv="LD_LIBRARY_PATH=$IBV_DIR FERROCE_DEVICES=10.77.0.1"
+  cap_start "$pcap"
+  if [ "$role" = ferroce-server ]; then
+    nsexec env $fenv timeout 300 "$prog" -d ferroce0 $args >"$fo" 2>&1 &
+    local fp=$!
+    for i in $(seq 1 100); do nsexec ss -Htln "sport = :$port" | grep -q . && break; sleep 0.1; done
+    go=$(gexec 1 "timeout 280 $prog -d rxe0 $args 10.77.0.1" 300); local grc=$?
+    wait $fp; local frc=$?
+  else
+    local id; id=$(gspawn 1 "timeout 280 $prog -d rxe0 $args")
+    gexec 1 "for i in \$(seq 1 100); do ss -Htln 'sport = :$port' | grep -q . && exit 0; sleep 0.1; done" 30 >/dev/null
+    nsexec env $fenv timeout 300 "$prog" -d ferroce0 $args $G >"$fo" 2>&1; local frc=$?
+    go=$(gwait 1 "$id" 300); local grc=$?
+  fi
+  cap_stop
+  local pc; pc=$("$FERROCE" pcap --strict "$pcap" 2>&1 | tail -n 1)
+  reported() { # OUTPUT PASSIVE
+    case $prog in
+      ibv_*) echo "$1" | grep -q ' iters in ' ;;
+      ib_read_lat) [ "$2" = 1 ] || echo "$1" | grep -A1 '#bytes' | tail -n 1 | grep -Eq '^ *[0-9]+ +[0-9]+' ;;
+      *) echo "$1" | grep -A1 '#bytes' | tail -n 1 | grep -Eq '^ *[0-9]+ +[0-9]+' ;;
+    esac
+  }
+  local fpassive=0 gpassive=0
+  [ "$role" = ferroce-server ] && fpassive=1 || gpassive=1
+  if [ $frc = 0 ] && [ $grc = 0 ] && reported "$(cat "$fo")" $fpassive && reported "$go" $gpassive \
      && echo "$pc" | grep -Eq '^[1-9][0-9]* packets, [0-9]+ icrc ok, 0 icrc bad, 0 malformed$'; then
     ok=1; rm -f "$pcap"
   else
@@ -116,6 +167,19 @@ for mtu_link in 1500 4200; do
     done
   done
   want matrix && matrix $mtu ""
+  if [ $mtu_link = 4200 ] && want programs; then
+    port=18700
+    for role in ferroce-server rxe-server; do
+      for p in "ibv_rc_pingpong -g 1 -n 20" "ibv_uc_pingpong -g 1 -n 20" "ibv_ud_pingpong -g 1 -n 20" \
+               "ibv_srq_pingpong -g 1 -n 20 -q 4" "ibv_rc_pingpong -g 1 -n 20 -e" \
+               "ib_write_bw -x 1 -n 50 -s 65536" "ib_read_bw -x 1 -n 50 -s 65536" "ib_send_bw -x 1 -n 50 -s 65536" \
+               "ib_atomic_bw -x 1 -n 50" "ib_send_lat -x 1 -n 50" "ib_write_lat -x 1 -n 50" "ib_read_lat -x 1 -n 50"; do
+        # shellcheck disable=SC2086
+        program $role ${p%% *} $port ${p#* }
+        port=$((port+1))
+      done
+    done
+  fi
   if [ $mtu_link = 1500 ] && want loss; then
     # Loss: netem 5 % on the guest's eth0 (rxe -> ferroce), and ferroce's own fault injection
     # for the other direction (the host kernel here has no sch_netem). The operation matrix,

@@ -602,6 +602,11 @@ pub struct SendWr {
     pub swap: u64,
     /// `wr.ud` (UD QPs only).
     pub ud: Option<UdDest>,
+    /// The message bytes of an `IBV_SEND_INLINE` request, already gathered by the caller: verbs
+    /// reads inline SGEs at post time and ignores their lkeys, so a C caller may point them at
+    /// unregistered memory. When set (with INLINE), it is the payload and `sg_list` is unused;
+    /// when `None`, an inline request is gathered from `sg_list` through registered memory.
+    pub inline_data: Option<Vec<u8>>,
 }
 
 impl SendWr {
@@ -617,12 +622,16 @@ impl SendWr {
             compare_add: 0,
             swap: 0,
             ud: None,
+            inline_data: None,
         }
     }
 
-    /// The message length: the sum of the SGE lengths.
+    /// The message length: the inline bytes given, or the sum of the SGE lengths.
     pub fn length(&self) -> u64 {
-        self.sg_list.iter().map(|s| u64::from(s.length)).sum()
+        match &self.inline_data {
+            Some(d) if self.send_flags.contains(SendFlags::INLINE) => d.len() as u64,
+            _ => self.sg_list.iter().map(|s| u64::from(s.length)).sum(),
+        }
     }
 }
 

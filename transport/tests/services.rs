@@ -634,3 +634,30 @@ fn comm_est_event() {
         1
     );
 }
+
+/// IBV_SEND_INLINE with the bytes given by the caller (`inline_data`, as the C ABI gathers
+/// them at post time): the SGE's lkey is not used (verbs ignores inline lkeys), and the
+/// receiver gets exactly those bytes; without `inline_data` the same bad lkey fails the post.
+#[test]
+fn inline_data_given_by_the_caller_ignores_the_lkey() {
+    let mut p = pair(41, lossless(), Opts::default());
+    p.post_recv(1, 9, 0, 256);
+    let mut w = p.wr(1, WrOpcode::Send, 0, 100, 0);
+    w.send_flags = SendFlags::INLINE | SendFlags::SIGNALED;
+    w.sg_list[0].lkey ^= 0x00ab_cd00;
+    let bad_lkey = w.clone();
+    w.inline_data = Some((0..100u8).map(|i| i ^ 0x5a).collect());
+    p.post_send(0, w);
+    assert!(p.run_until_send_wcs(1, STEPS));
+    assert_eq!(statuses(&p.send_wcs(0)), vec![WcStatus::Success]);
+    let r = p.recv_wcs(1);
+    assert_eq!((r[0].wr_id, r[0].byte_len), (9, 100));
+    let want: Vec<u8> = (0..100u8).map(|i| i ^ 0x5a).collect();
+    assert_eq!(p.bytes(1)[..100], want[..]);
+    let now = p.net.now;
+    let n = &mut p.net.nodes[0];
+    assert_eq!(
+        n.endpoint.post_send(p.qa, bad_lkey, &n.mem, now),
+        Err(VerbError::Post(PostError::InlineGatherFailed))
+    );
+}

@@ -60,7 +60,8 @@ static struct ibv_qp *make_qp(struct side *s)
 {
 	struct ibv_qp_init_attr ia = {
 		.send_cq = s->cq, .recv_cq = s->cq, .qp_type = IBV_QPT_RC, .qp_context = s,
-		.cap = { .max_send_wr = 16, .max_recv_wr = 16, .max_send_sge = 2, .max_recv_sge = 2 },
+		.cap = { .max_send_wr = 16, .max_recv_wr = 16, .max_send_sge = 2, .max_recv_sge = 2,
+			 .max_inline_data = 64 },
 	};
 	struct ibv_qp *qp = ibv_create_qp(s->pd, &ia);
 	CHECK(qp, "create_qp errno %d", errno);
@@ -219,6 +220,22 @@ int main(void)
 	      "recv wc: opcode %d len %u flags %u imm %x", wc.opcode, wc.byte_len, wc.wc_flags,
 	      ntohl(wc.imm_data));
 	CHECK(memcmp(a.buf, b.buf + 200000, 3000) == 0, "sent bytes");
+
+	/* IBV_SEND_INLINE from a stack buffer with no lkey: read at post time, lkey ignored. */
+	char note[48];
+	snprintf(note, sizeof(note), "inline bytes from the stack %d", 42);
+	struct ibv_sge isge = { .addr = (uintptr_t)note, .length = sizeof(note), .lkey = 0 };
+	struct ibv_send_wr iwr = { .wr_id = 6, .sg_list = &isge, .num_sge = 1, .opcode = IBV_WR_SEND,
+				   .send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE }, *ibad;
+	post_recv(&b, 79, 250000, 100);
+	int ir = ibv_post_send(a.qp, &iwr, &ibad);
+	CHECK(ir == 0, "post inline: %d", ir);
+	memset(note, 0, sizeof(note)); /* verbs: the buffer is free once post_send returns */
+	CHECK(wait_wc(a.cq).status == IBV_WC_SUCCESS, "inline send wc");
+	wc = wait_wc(b.cq);
+	CHECK(wc.wr_id == 79 && wc.byte_len == sizeof(note) &&
+		      strcmp((char *)b.buf + 250000, "inline bytes from the stack 42") == 0,
+	      "inline bytes received: %.48s", (char *)b.buf + 250000);
 
 	/* RDMA_WRITE_WITH_IMM consumes a receive and reports RECV_RDMA_WITH_IMM. */
 	post_recv(&b, 78, 0, 0);

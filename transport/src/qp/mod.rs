@@ -383,7 +383,7 @@ impl Qp {
     /// Validates and queues a send work request (`ibv_post_send` for one WR).
     pub(crate) fn post_send<M: Memory + ?Sized>(
         &mut self,
-        wr: SendWr,
+        mut wr: SendWr,
         ctx: &mut Ctx<'_, M>,
     ) -> Result<(), PostError> {
         match self.state {
@@ -417,10 +417,15 @@ impl Qp {
             if len > u64::from(self.cap.max_inline_data) {
                 return Err(PostError::InlineTooLong);
             }
-            let mut data = vec![0u8; len as usize];
-            crate::memory::gather(ctx.mem, self.pd, &wr.sg_list, 0, &mut data)
-                .map_err(|_| PostError::InlineGatherFailed)?;
-            Some(data)
+            match wr.inline_data.take() {
+                Some(d) => Some(d),
+                None => {
+                    let mut data = vec![0u8; len as usize];
+                    crate::memory::gather(ctx.mem, self.pd, &wr.sg_list, 0, &mut data)
+                        .map_err(|_| PostError::InlineGatherFailed)?;
+                    Some(data)
+                }
+            }
         } else {
             None
         };
