@@ -145,7 +145,7 @@ unsafe extern "C" fn post_send(
 ) -> c_int {
     // SAFETY: verbs' contract: qp is a live QP (of ours, made by ibv_create_qp).
     let q = unsafe { &*qp.cast::<Qp>() };
-    let ud = q.ibv.qp_type == 4;
+    let ud = q.ibv.qp_base.qp_type == 4;
     let mut cur = wr;
     while !cur.is_null() {
         // SAFETY: the program's list is valid up to its NULL `next`.
@@ -153,7 +153,7 @@ unsafe extern "C" fn post_send(
         // SAFETY: as above.
         let r = unsafe { send_wr(w, ud) }.and_then(|s| {
             q.qp.post_send(&s).map_err(|e| {
-                log::debug!("ibv_post_send on QP {:#x}: {e}", q.ibv.qp_num);
+                log::debug!("ibv_post_send on QP {:#x}: {e}", q.ibv.qp_base.qp_num);
                 errno_of(&e)
             })
         });

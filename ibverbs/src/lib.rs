@@ -21,6 +21,7 @@ pub mod device;
 pub mod objects;
 pub mod strings;
 pub mod unsupported;
+pub mod wr;
 
 use core::ffi::c_int;
 

@@ -52,15 +52,20 @@ pub struct Cq {
     pub cq: ferroce::CompletionQueue,
 }
 
-/// A QP.
+/// A QP: every QP carries the `ibv_qp_ex` slots; `ibv_qp_to_qp_ex` hands them out for QPs
+/// created with send-ops flags, as libibverbs does.
 #[repr(C)]
 pub struct Qp {
-    /// What the program sees.
-    pub ibv: ibv_qp,
+    /// What the program sees (`ibv.qp_base` is the `ibv_qp`).
+    pub ibv: ibv_qp_ex,
     /// The ferroce QP.
     pub qp: ferroce::QueuePair,
     /// `sq_sig_all` as created (for `ibv_query_qp`).
     pub sq_sig_all: c_int,
+    /// Created with `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS` (the `ibv_wr_*` API is on).
+    pub ex: bool,
+    /// The `ibv_wr_*` batch between `ibv_wr_start` and `ibv_wr_complete`.
+    pub batch: parking_lot::Mutex<crate::wr::Batch>,
 }
 
 /// An SRQ.
@@ -500,7 +505,7 @@ unsafe fn create_qp(pd: *mut ibv_pd, a: &mut ibv_qp_init_attr) -> *mut ibv_qp {
     };
     let qpn = qp.qp_num();
     let b = Box::new(Qp {
-        ibv: ibv_qp {
+        ibv: crate::wr::qp_ex(ibv_qp {
             context: p.ibv.context,
             qp_context,
             pd,
@@ -514,9 +519,11 @@ unsafe fn create_qp(pd: *mut ibv_pd, a: &mut ibv_qp_init_attr) -> *mut ibv_qp {
             mutex: mutex_init(),
             cond: cond_init(),
             events_completed: 0,
-        },
+        }),
         qp,
         sq_sig_all,
+        ex: false,
+        batch: parking_lot::Mutex::new(crate::wr::Batch::default()),
     });
     let ptr = Box::into_raw(b);
     // SAFETY: the PD's context is live.
@@ -559,7 +566,12 @@ pub(crate) unsafe extern "C" fn vctx_create_qp_ex(
     if a.comp_mask & IBV_QP_INIT_ATTR_PD == 0 {
         return fail(libc::EINVAL);
     }
-    if a.comp_mask & !IBV_QP_INIT_ATTR_PD != 0 {
+    if a.comp_mask & !(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) != 0 {
+        return fail(libc::EOPNOTSUPP);
+    }
+    let ex = a.comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS != 0;
+    if ex && a.send_ops_flags & !crate::wr::SEND_OPS_SUPPORTED != 0 {
+        // LOCAL_INV, BIND_MW, SEND_WITH_INV, TSO, ATOMIC_WRITE.
         return fail(libc::EOPNOTSUPP);
     }
     let mut base = ibv_qp_init_attr {
@@ -574,7 +586,29 @@ pub(crate) unsafe extern "C" fn vctx_create_qp_ex(
     // SAFETY: forwarded contract.
     let qp = unsafe { create_qp(a.pd, &mut base) };
     a.cap = base.cap;
+    if ex && !qp.is_null() {
+        // SAFETY: qp is the Qp box create_qp just made.
+        unsafe { (*qp.cast::<Qp>()).ex = true };
+    }
     qp
+}
+
+/// `ibv_qp_to_qp_ex`: the `ibv_qp_ex` of a QP created by `ibv_create_qp_ex` with send-ops
+/// flags, NULL for any other (as libibverbs).
+///
+/// # Safety
+/// `qp` is a live QP of ours.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_qp_to_qp_ex(qp: *mut ibv_qp) -> *mut ibv_qp_ex {
+    if qp.is_null() {
+        return core::ptr::null_mut();
+    }
+    // SAFETY: a live Qp of ours.
+    if unsafe { (*qp.cast::<Qp>()).ex } {
+        qp.cast()
+    } else {
+        core::ptr::null_mut()
+    }
 }
 
 /// The IP address a GID stands for (`::ffff:a.b.c.d` is IPv4).
@@ -682,6 +716,7 @@ pub unsafe extern "C" fn ibv_modify_qp(
     }
     // SAFETY: qp is a live Qp of ours; attr is valid.
     let (q, a) = unsafe { (&mut *qp.cast::<Qp>(), &*attr) };
+    let q_ibv = &mut q.ibv.qp_base;
     let mask = QpAttrMask(mask);
     let qa = match qp_attr_from(a, mask) {
         Ok(x) => x,
@@ -689,11 +724,11 @@ pub unsafe extern "C" fn ibv_modify_qp(
     };
     match q.qp.modify(&qa, mask) {
         Ok(()) => {
-            q.ibv.state = q.qp.query().qp_state as c_int;
+            q_ibv.state = q.qp.query().qp_state as c_int;
             0
         }
         Err(e) => {
-            log::debug!("ibv_modify_qp({:#x}): {e}", q.ibv.qp_num);
+            log::debug!("ibv_modify_qp({:#x}): {e}", q_ibv.qp_num);
             errno_of(&e)
         }
     }
@@ -717,7 +752,7 @@ pub unsafe extern "C" fn ibv_query_qp(
     // SAFETY: qp is a live Qp of ours.
     let q = unsafe { &mut *qp.cast::<Qp>() };
     let a = q.qp.query();
-    q.ibv.state = a.qp_state as c_int;
+    q.ibv.qp_base.state = a.qp_state as c_int;
     let cap = ibv_qp_cap {
         max_send_wr: a.cap.max_send_wr,
         max_recv_wr: a.cap.max_recv_wr,
@@ -757,12 +792,12 @@ pub unsafe extern "C" fn ibv_query_qp(
     unsafe {
         attr.write(out);
         init_attr.write(ibv_qp_init_attr {
-            qp_context: q.ibv.qp_context,
-            send_cq: q.ibv.send_cq,
-            recv_cq: q.ibv.recv_cq,
-            srq: q.ibv.srq,
+            qp_context: q.ibv.qp_base.qp_context,
+            send_cq: q.ibv.qp_base.send_cq,
+            recv_cq: q.ibv.qp_base.recv_cq,
+            srq: q.ibv.qp_base.srq,
             cap,
-            qp_type: q.ibv.qp_type,
+            qp_type: q.ibv.qp_base.qp_type,
             sq_sig_all: q.sq_sig_all,
         });
     }
@@ -781,10 +816,10 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
     // SAFETY: the box ends here.
     let b = unsafe { Box::from_raw(qp.cast::<Qp>()) };
     // SAFETY: the QP's context outlives it.
-    unsafe { ctx_of(b.ibv.context) }
+    unsafe { ctx_of(b.ibv.qp_base.context) }
         .qps
         .lock()
-        .remove(&b.ibv.qp_num);
+        .remove(&b.ibv.qp_base.qp_num);
     drop(b);
     0
 }

@@ -58,7 +58,6 @@ errno_stubs!(
     ibv_set_ece,
 );
 null_stubs!(
-    ibv_qp_to_qp_ex,
     ibv_import_device,
     ibv_import_pd,
     ibv_import_mr,

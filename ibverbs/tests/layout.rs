@@ -171,6 +171,18 @@ fn structures_match_verbs_h() {
     o!(ibv_qp, qp_type);
     o!(ibv_qp, mutex);
     o!(ibv_qp, events_completed);
+    s!(ibv_qp_ex);
+    o!(ibv_qp_ex, comp_mask);
+    o!(ibv_qp_ex, wr_flags);
+    o!(ibv_qp_ex, wr_atomic_cmp_swp);
+    o!(ibv_qp_ex, wr_rdma_write);
+    o!(ibv_qp_ex, wr_set_ud_addr);
+    o!(ibv_qp_ex, wr_set_sge);
+    o!(ibv_qp_ex, wr_start);
+    o!(ibv_qp_ex, wr_complete);
+    o!(ibv_qp_ex, wr_abort);
+    o!(ibv_qp_ex, wr_atomic_write);
+    s!(ibv_data_buf);
     s!(ibv_comp_channel);
     o!(ibv_comp_channel, fd);
     s!(ibv_cq);

@@ -349,6 +349,72 @@ int main(void)
 	      ibv_wc_status_str(wc.status));
 	CHECK(strcmp(ibv_wc_status_str(IBV_WC_SUCCESS), "success") == 0, "status string");
 
+	/* The extended send API: ibv_create_qp_ex with send-ops flags, ibv_wr_* batches. */
+	struct ibv_qp_init_attr_ex xa = {
+		.send_cq = a.cq, .recv_cq = a.cq, .qp_type = IBV_QPT_RC,
+		.cap = { .max_send_wr = 16, .max_recv_wr = 16, .max_send_sge = 2, .max_recv_sge = 2,
+			 .max_inline_data = 64 },
+		.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS, .pd = a.pd,
+		.send_ops_flags = IBV_QP_EX_WITH_BIND_MW,
+	};
+	CHECK(!ibv_create_qp_ex(a.ctx, &xa) && errno == EOPNOTSUPP, "BIND_MW send op refused");
+	xa.send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_SEND_WITH_IMM |
+			    IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD;
+	struct ibv_qp *qx = ibv_create_qp_ex(a.ctx, &xa);
+	CHECK(qx, "create_qp_ex errno %d", errno);
+	struct ibv_qp_ex *qpx = ibv_qp_to_qp_ex(qx);
+	CHECK(qpx && &qpx->qp_base == qx, "qp_ex of an ex QP");
+	CHECK(ibv_qp_to_qp_ex(b.qp) == NULL, "no qp_ex for a plain QP");
+	struct ibv_qp *qy = make_qp(&b);
+	connect_qp(qx, qy->qp_num, &b.gid);
+	connect_qp(qy, qx->qp_num, &a.gid);
+	struct ibv_sge ysge = { (uintptr_t)b.buf + 620000, 100, b.mr->lkey };
+	struct ibv_recv_wr yrecv = { .wr_id = 90, .sg_list = &ysge, .num_sge = 1 }, *ybad;
+	CHECK(ibv_post_recv(qy, &yrecv, &ybad) == 0, "post_recv on qy");
+	char xnote[20] = "wr api inline bytes";
+	uint64_t *xt = (uint64_t *)(b.buf + 610000), *xo = (uint64_t *)(a.buf + 610000);
+	*xt = 100;
+	ibv_wr_start(qpx);
+	qpx->wr_id = 60;
+	qpx->wr_flags = 0;
+	ibv_wr_rdma_write(qpx, b.mr->rkey, (uintptr_t)b.buf + 600000);
+	ibv_wr_set_sge(qpx, a.mr->lkey, (uintptr_t)a.buf, 4000);
+	qpx->wr_id = 61;
+	qpx->wr_flags = IBV_SEND_SIGNALED;
+	ibv_wr_send_imm(qpx, htonl(0xabcdef01));
+	ibv_wr_set_inline_data(qpx, xnote, sizeof(xnote));
+	qpx->wr_id = 62;
+	ibv_wr_atomic_fetch_add(qpx, b.mr->rkey, (uintptr_t)xt, 7);
+	ibv_wr_set_sge(qpx, a.mr->lkey, (uintptr_t)xo, 8);
+	CHECK(ibv_wr_complete(qpx) == 0, "wr_complete");
+	memset(xnote, 0, sizeof(xnote));
+	wc = wait_wc(a.cq);
+	CHECK(wc.wr_id == 61 && wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_SEND,
+	      "wr api send: id %llu %s", (unsigned long long)wc.wr_id, ibv_wc_status_str(wc.status));
+	wc = wait_wc(a.cq);
+	CHECK(wc.wr_id == 62 && wc.opcode == IBV_WC_FETCH_ADD && *xo == 100 && *xt == 107,
+	      "wr api fetch_add");
+	wc = wait_wc(b.cq);
+	CHECK(wc.wr_id == 90 && wc.byte_len == 20 && ntohl(wc.imm_data) == 0xabcdef01 &&
+		      strcmp((char *)b.buf + 620000, "wr api inline bytes") == 0, "wr api receive");
+	CHECK(memcmp(a.buf, b.buf + 600000, 4000) == 0, "wr api write bytes");
+	/* wr_abort posts nothing; an operation ferroce lacks fails the whole batch. */
+	ibv_wr_start(qpx);
+	qpx->wr_id = 63;
+	ibv_wr_rdma_write(qpx, b.mr->rkey, (uintptr_t)b.buf);
+	ibv_wr_set_sge(qpx, a.mr->lkey, (uintptr_t)a.buf, 8);
+	ibv_wr_abort(qpx);
+	ibv_wr_start(qpx);
+	ibv_wr_local_inv(qpx, 5);
+	CHECK(ibv_wr_complete(qpx) == EOPNOTSUPP, "LOCAL_INV is EOPNOTSUPP");
+	ibv_wr_start(qpx);
+	qpx->wr_id = 64;
+	ibv_wr_rdma_write(qpx, b.mr->rkey, (uintptr_t)b.buf);
+	ibv_wr_set_sge(qpx, a.mr->lkey, (uintptr_t)a.buf, 8);
+	CHECK(ibv_wr_complete(qpx) == 0, "wr_complete after an abort");
+	CHECK(wait_wc(a.cq).wr_id == 64, "the aborted WR was never posted");
+	CHECK(ibv_destroy_qp(qx) == 0 && ibv_destroy_qp(qy) == 0, "destroy ex QPs");
+
 	/* Busy parents and what ferroce does not offer. */
 	CHECK(ibv_dealloc_pd(a.pd) == EBUSY, "PD with children is busy");
 	CHECK(ibv_destroy_comp_channel(a.ch) == EBUSY, "channel with a CQ is busy");
@@ -358,6 +424,8 @@ int main(void)
 	CHECK(ibv_attach_mcast(a.qp, &a.gid, 0) == EOPNOTSUPP, "multicast is EOPNOTSUPP");
 	CHECK(!ibv_reg_dmabuf_mr(a.pd, 0, 4096, 0, -1, ACCESS) && errno == EOPNOTSUPP, "dmabuf");
 	CHECK(!ibv_reg_mr(a.pd, NULL, 4096, ACCESS) && errno == EINVAL, "NULL memory");
+	struct ibv_cq_init_attr_ex cqx = { .cqe = 8, .wc_flags = IBV_WC_STANDARD_FLAGS };
+	CHECK(!ibv_create_cq_ex(a.ctx, &cqx) && errno == EOPNOTSUPP, "ibv_create_cq_ex");
 
 	/* Teardown in verbs order; every call succeeds. */
 	struct side *sides[2] = { &a, &b };

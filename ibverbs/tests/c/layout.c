@@ -45,6 +45,10 @@ int main(void)
 	S(ibv_srq); O(ibv_srq, handle); O(ibv_srq, mutex); O(ibv_srq, cond); O(ibv_srq, events_completed);
 	S(ibv_qp); O(ibv_qp, qp_num); O(ibv_qp, state); O(ibv_qp, qp_type); O(ibv_qp, mutex);
 	O(ibv_qp, events_completed);
+	S(ibv_qp_ex); O(ibv_qp_ex, comp_mask); O(ibv_qp_ex, wr_flags); O(ibv_qp_ex, wr_atomic_cmp_swp);
+	O(ibv_qp_ex, wr_rdma_write); O(ibv_qp_ex, wr_set_ud_addr); O(ibv_qp_ex, wr_set_sge);
+	O(ibv_qp_ex, wr_start); O(ibv_qp_ex, wr_complete); O(ibv_qp_ex, wr_abort);
+	O(ibv_qp_ex, wr_atomic_write); S(ibv_data_buf);
 	S(ibv_comp_channel); O(ibv_comp_channel, fd);
 	S(ibv_cq); O(ibv_cq, cqe); O(ibv_cq, mutex); O(ibv_cq, comp_events_completed);
 	O(ibv_cq, async_events_completed);

@@ -1,0 +1,319 @@
+//! The extended send API of `ibv_qp_ex` (`ibv_wr_start`, `ibv_wr_rdma_write`,
+//! `ibv_wr_set_sge`, ..., `ibv_wr_complete`): work requests are built in a batch and posted
+//! together by `ibv_wr_complete`.
+//!
+//! As in rdma-core, an error found while building (an operation ferroce does not offer, a
+//! setter with no work request to set) is reported by `ibv_wr_complete`, which then posts
+//! nothing; a request the QP refuses at posting (full queue, too long) stops the batch there,
+//! the requests before it posted, as `ibv_post_send` does with `bad_wr`.
+
+use core::ffi::{c_int, c_void};
+
+use ferroce::transport::{RemoteAddr, SendFlags, SendWr, Sge, UdDest, WrOpcode};
+
+use crate::abi::*;
+use crate::errno_of;
+use crate::objects::{Ah, Qp};
+
+/// `send_ops_flags` this library implements: RDMA_WRITE, RDMA_WRITE_WITH_IMM, SEND,
+/// SEND_WITH_IMM, RDMA_READ, ATOMIC_CMP_AND_SWP, ATOMIC_FETCH_AND_ADD.
+pub const SEND_OPS_SUPPORTED: u64 = (1 << 7) - 1;
+
+/// The work requests between `ibv_wr_start` and `ibv_wr_complete`/`ibv_wr_abort`.
+#[derive(Debug, Default)]
+pub struct Batch {
+    wrs: Vec<SendWr>,
+    /// The first error met while building (reported by `ibv_wr_complete`).
+    err: c_int,
+}
+
+/// The `ibv_qp_ex` around a new QP's `ibv_qp`, every slot filled.
+pub fn qp_ex(base: ibv_qp) -> ibv_qp_ex {
+    ibv_qp_ex {
+        qp_base: base,
+        comp_mask: 0,
+        wr_id: 0,
+        wr_flags: 0,
+        wr_atomic_cmp_swp: Some(wr_atomic_cmp_swp),
+        wr_atomic_fetch_add: Some(wr_atomic_fetch_add),
+        wr_bind_mw: Some(wr_unsupported),
+        wr_local_inv: Some(wr_unsupported),
+        wr_rdma_read: Some(wr_rdma_read),
+        wr_rdma_write: Some(wr_rdma_write),
+        wr_rdma_write_imm: Some(wr_rdma_write_imm),
+        wr_send: Some(wr_send),
+        wr_send_imm: Some(wr_send_imm),
+        wr_send_inv: Some(wr_unsupported),
+        wr_send_tso: Some(wr_unsupported),
+        wr_set_ud_addr: Some(wr_set_ud_addr),
+        wr_set_xrc_srqn: Some(wr_unsupported),
+        wr_set_inline_data: Some(wr_set_inline_data),
+        wr_set_inline_data_list: Some(wr_set_inline_data_list),
+        wr_set_sge: Some(wr_set_sge),
+        wr_set_sge_list: Some(wr_set_sge_list),
+        wr_start: Some(wr_start),
+        wr_complete: Some(wr_complete),
+        wr_abort: Some(wr_abort),
+        wr_atomic_write: Some(wr_unsupported),
+    }
+}
+
+/// Runs `f` on the QP's batch.
+///
+/// # Safety
+/// `qp` is the `ibv_qp_ex` of a live QP of ours.
+unsafe fn with_batch<R>(qp: *mut ibv_qp_ex, f: impl FnOnce(&Qp, &mut Batch) -> R) -> R {
+    // SAFETY: the caller's qp is a live Qp (whose first field is the ibv_qp_ex).
+    let q = unsafe { &*qp.cast::<Qp>() };
+    let mut b = q.batch.lock();
+    f(q, &mut b)
+}
+
+/// Starts a work request of `opcode` with the QP's current `wr_id` and `wr_flags`.
+///
+/// # Safety
+/// As [`with_batch`].
+unsafe fn begin(qp: *mut ibv_qp_ex, opcode: WrOpcode, fill: impl FnOnce(&mut SendWr)) {
+    // SAFETY: forwarded contract.
+    unsafe {
+        with_batch(qp, |q, b| {
+            let mut w = SendWr::new(q.ibv.wr_id, opcode);
+            w.send_flags = SendFlags(q.ibv.wr_flags & 0xf);
+            fill(&mut w);
+            b.wrs.push(w);
+        })
+    }
+}
+
+/// Changes the work request being built, or records EINVAL when there is none.
+///
+/// # Safety
+/// As [`with_batch`].
+unsafe fn set(qp: *mut ibv_qp_ex, f: impl FnOnce(&mut SendWr)) {
+    // SAFETY: forwarded contract.
+    unsafe {
+        with_batch(qp, |_, b| match b.wrs.last_mut() {
+            Some(w) => f(w),
+            None => {
+                if b.err == 0 {
+                    b.err = libc::EINVAL;
+                }
+            }
+        })
+    }
+}
+
+unsafe extern "C" fn wr_start(qp: *mut ibv_qp_ex) {
+    // SAFETY: verbs' contract: qp is live.
+    unsafe { with_batch(qp, |_, b| *b = Batch::default()) }
+}
+
+unsafe extern "C" fn wr_abort(qp: *mut ibv_qp_ex) {
+    // SAFETY: verbs' contract: qp is live.
+    unsafe { with_batch(qp, |_, b| *b = Batch::default()) }
+}
+
+unsafe extern "C" fn wr_complete(qp: *mut ibv_qp_ex) -> c_int {
+    // SAFETY: verbs' contract: qp is live.
+    unsafe {
+        with_batch(qp, |q, b| {
+            let batch = std::mem::take(b);
+            if batch.err != 0 {
+                return batch.err;
+            }
+            match q.qp.post_send_batch(&batch.wrs) {
+                Ok(()) => 0,
+                Err(e) => {
+                    log::debug!("ibv_wr_complete on QP {:#x}: {e}", q.ibv.qp_base.qp_num);
+                    errno_of(&e)
+                }
+            }
+        })
+    }
+}
+
+/// BIND_MW, LOCAL_INV, SEND_WITH_INV, TSO, XRC, ATOMIC_WRITE: the batch fails with EOPNOTSUPP.
+unsafe extern "C" fn wr_unsupported(qp: *mut ibv_qp_ex) {
+    // SAFETY: verbs' contract: qp is live (its other arguments are not read).
+    unsafe {
+        with_batch(qp, |_, b| {
+            if b.err == 0 {
+                b.err = libc::EOPNOTSUPP;
+            }
+        })
+    }
+}
+
+unsafe extern "C" fn wr_rdma_write(qp: *mut ibv_qp_ex, rkey: u32, remote_addr: u64) {
+    // SAFETY: verbs' contract: qp is live.
+    unsafe {
+        begin(qp, WrOpcode::RdmaWrite, |w| {
+            w.remote = RemoteAddr { remote_addr, rkey }
+        })
+    }
+}
+
+unsafe extern "C" fn wr_rdma_write_imm(qp: *mut ibv_qp_ex, rkey: u32, remote_addr: u64, imm: u32) {
+    // SAFETY: verbs' contract: qp is live.
+    unsafe {
+        begin(qp, WrOpcode::RdmaWriteWithImm, |w| {
+            w.remote = RemoteAddr { remote_addr, rkey };
+            w.imm_data = u32::from_be(imm);
+        })
+    }
+}
+
+unsafe extern "C" fn wr_rdma_read(qp: *mut ibv_qp_ex, rkey: u32, remote_addr: u64) {
+    // SAFETY: verbs' contract: qp is live.
+    unsafe {
+        begin(qp, WrOpcode::RdmaRead, |w| {
+            w.remote = RemoteAddr { remote_addr, rkey }
+        })
+    }
+}
+
+unsafe extern "C" fn wr_send(qp: *mut ibv_qp_ex) {
+    // SAFETY: verbs' contract: qp is live.
+    unsafe { begin(qp, WrOpcode::Send, |_| {}) }
+}
+
+unsafe extern "C" fn wr_send_imm(qp: *mut ibv_qp_ex, imm: u32) {
+    // SAFETY: verbs' contract: qp is live.
+    unsafe {
+        begin(qp, WrOpcode::SendWithImm, |w| {
+            w.imm_data = u32::from_be(imm)
+        })
+    }
+}
+
+unsafe extern "C" fn wr_atomic_cmp_swp(
+    qp: *mut ibv_qp_ex,
+    rkey: u32,
+    remote_addr: u64,
+    compare: u64,
+    swap: u64,
+) {
+    // SAFETY: verbs' contract: qp is live.
+    unsafe {
+        begin(qp, WrOpcode::AtomicCmpAndSwp, |w| {
+            w.remote = RemoteAddr { remote_addr, rkey };
+            w.compare_add = compare;
+            w.swap = swap;
+        })
+    }
+}
+
+unsafe extern "C" fn wr_atomic_fetch_add(
+    qp: *mut ibv_qp_ex,
+    rkey: u32,
+    remote_addr: u64,
+    add: u64,
+) {
+    // SAFETY: verbs' contract: qp is live.
+    unsafe {
+        begin(qp, WrOpcode::AtomicFetchAndAdd, |w| {
+            w.remote = RemoteAddr { remote_addr, rkey };
+            w.compare_add = add;
+        })
+    }
+}
+
+unsafe extern "C" fn wr_set_sge(qp: *mut ibv_qp_ex, lkey: u32, addr: u64, length: u32) {
+    // SAFETY: verbs' contract: qp is live.
+    unsafe { set(qp, |w| w.sg_list = vec![Sge { addr, length, lkey }]) }
+}
+
+unsafe extern "C" fn wr_set_sge_list(qp: *mut ibv_qp_ex, num_sge: usize, sg_list: *const ibv_sge) {
+    let list = if num_sge == 0 || sg_list.is_null() {
+        Vec::new()
+    } else {
+        // SAFETY: verbs' contract: sg_list holds num_sge entries.
+        unsafe { core::slice::from_raw_parts(sg_list, num_sge) }
+            .iter()
+            .map(|s| Sge {
+                addr: s.addr,
+                length: s.length,
+                lkey: s.lkey,
+            })
+            .collect()
+    };
+    // SAFETY: verbs' contract: qp is live.
+    unsafe { set(qp, |w| w.sg_list = list) }
+}
+
+/// Copies the program's inline bytes now (verbs: the buffers are free once the setter
+/// returns), marks the request INLINE; the SGE list stays empty.
+///
+/// # Safety
+/// Each `(addr, len)` is readable program memory.
+unsafe fn set_inline(qp: *mut ibv_qp_ex, bufs: &[(*const u8, usize)]) {
+    let mut data = Vec::new();
+    for &(p, n) in bufs {
+        if n > 0 && !p.is_null() {
+            // SAFETY: the caller's buffer holds n bytes.
+            data.extend_from_slice(unsafe { core::slice::from_raw_parts(p, n) });
+        }
+    }
+    // SAFETY: verbs' contract: qp is live.
+    unsafe {
+        set(qp, |w| {
+            w.send_flags |= SendFlags::INLINE;
+            w.sg_list.clear();
+            w.inline_data = Some(data);
+        })
+    }
+}
+
+unsafe extern "C" fn wr_set_inline_data(qp: *mut ibv_qp_ex, addr: *mut c_void, length: usize) {
+    // SAFETY: verbs' contract: addr holds length bytes.
+    unsafe { set_inline(qp, &[(addr.cast_const().cast(), length)]) }
+}
+
+unsafe extern "C" fn wr_set_inline_data_list(
+    qp: *mut ibv_qp_ex,
+    num_buf: usize,
+    buf_list: *const ibv_data_buf,
+) {
+    let bufs: Vec<(*const u8, usize)> = if num_buf == 0 || buf_list.is_null() {
+        Vec::new()
+    } else {
+        // SAFETY: verbs' contract: buf_list holds num_buf entries.
+        unsafe { core::slice::from_raw_parts(buf_list, num_buf) }
+            .iter()
+            .map(|b| (b.addr.cast_const().cast::<u8>(), b.length))
+            .collect()
+    };
+    // SAFETY: verbs' contract: each buffer is readable.
+    unsafe { set_inline(qp, &bufs) }
+}
+
+unsafe extern "C" fn wr_set_ud_addr(
+    qp: *mut ibv_qp_ex,
+    ah: *mut ibv_ah,
+    remote_qpn: u32,
+    remote_qkey: u32,
+) {
+    if ah.is_null() {
+        // SAFETY: verbs' contract: qp is live.
+        unsafe {
+            with_batch(qp, |_, b| {
+                if b.err == 0 {
+                    b.err = libc::EINVAL;
+                }
+            })
+        };
+        return;
+    }
+    // SAFETY: a live AH of ours (verbs' contract).
+    let attr = unsafe { &*ah.cast::<Ah>() }.ah.attr();
+    // SAFETY: verbs' contract: qp is live.
+    unsafe {
+        set(qp, |w| {
+            w.ud = Some(UdDest {
+                ah: attr,
+                remote_qpn,
+                remote_qkey,
+            })
+        })
+    }
+}
