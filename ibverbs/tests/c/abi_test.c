@@ -6,6 +6,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -414,6 +415,42 @@ int main(void)
 	CHECK(ibv_wr_complete(qpx) == 0, "wr_complete after an abort");
 	CHECK(wait_wc(a.cq).wr_id == 64, "the aborted WR was never posted");
 	CHECK(ibv_destroy_qp(qx) == 0 && ibv_destroy_qp(qy) == 0, "destroy ex QPs");
+
+	/* An SRQ with its limit armed: receives through it, then the SRQ_LIMIT_REACHED async event
+	   (async_fd readable first) naming the SRQ. */
+	struct ibv_srq_init_attr sia = { .srq_context = &b, .attr = { .max_wr = 8, .max_sge = 1 } };
+	struct ibv_srq *srq = ibv_create_srq(b.pd, &sia);
+	CHECK(srq && srq->srq_context == &b, "create_srq errno %d", errno);
+	for (int i = 0; i < 4; i++) {
+		struct ibv_sge rs = { (uintptr_t)b.buf + 700000 + i * 1024, 1024, b.mr->lkey };
+		struct ibv_recv_wr rw = { .wr_id = 200 + i, .sg_list = &rs, .num_sge = 1 }, *rb;
+		CHECK(ibv_post_srq_recv(srq, &rw, &rb) == 0, "post_srq_recv");
+	}
+	struct ibv_srq_attr sa = { .srq_limit = 3 };
+	CHECK(ibv_modify_srq(srq, &sa, IBV_SRQ_LIMIT) == 0, "arm the SRQ limit");
+	CHECK(ibv_query_srq(srq, &sa) == 0 && sa.max_wr >= 8 && sa.srq_limit == 3, "query_srq");
+	struct ibv_qp_init_attr sqa = { .send_cq = b.cq, .recv_cq = b.cq, .srq = srq,
+					.qp_type = IBV_QPT_RC,
+					.cap = { .max_send_wr = 4, .max_send_sge = 1 } };
+	struct ibv_qp *sq_b = ibv_create_qp(b.pd, &sqa), *sq_a = make_qp(&a);
+	CHECK(sq_b && sq_b->srq == srq, "QP on the SRQ");
+	connect_qp(sq_a, sq_b->qp_num, &b.gid);
+	connect_qp(sq_b, sq_a->qp_num, &a.gid);
+	post(sq_a, IBV_WR_SEND, 210, a.buf, 500, a.mr->lkey, 0, 0);
+	post(sq_a, IBV_WR_SEND, 211, a.buf, 600, a.mr->lkey, 0, 0);
+	CHECK(wait_wc(a.cq).wr_id == 210 && wait_wc(a.cq).wr_id == 211, "sends to the SRQ");
+	wc = wait_wc(b.cq);
+	CHECK(wc.wr_id == 200 && wc.byte_len == 500 && wc.qp_num == sq_b->qp_num, "SRQ receive 1");
+	wc = wait_wc(b.cq);
+	CHECK(wc.wr_id == 201 && wc.byte_len == 600, "SRQ receive 2");
+	struct pollfd pfd = { .fd = b.ctx->async_fd, .events = POLLIN };
+	CHECK(poll(&pfd, 1, 5000) == 1, "async_fd readable");
+	struct ibv_async_event ev;
+	CHECK(ibv_get_async_event(b.ctx, &ev) == 0 && ev.event_type == IBV_EVENT_SRQ_LIMIT_REACHED &&
+		      ev.element.srq == srq, "SRQ limit event: type %d", ev.event_type);
+	ibv_ack_async_event(&ev);
+	CHECK(ibv_destroy_qp(sq_b) == 0 && ibv_destroy_qp(sq_a) == 0 && ibv_destroy_srq(srq) == 0,
+	      "destroy SRQ and its QPs");
 
 	/* Busy parents and what ferroce does not offer. */
 	CHECK(ibv_dealloc_pd(a.pd) == EBUSY, "PD with children is busy");
