@@ -196,6 +196,47 @@ fn ibv_devices_and_devinfo_list_ferroce_devices() {
     }
 }
 
+/// Without FERROCE_DEVICES the host's non-loopback addresses are the devices (127.0.0.1 when
+/// there is none); a FERROCE_DEVICES entry that is not an address is skipped.
+#[test]
+fn device_list_defaults_and_bad_entries() {
+    if !have("ibv_devices") {
+        return;
+    }
+    let mut c = command("ibv_devices", "");
+    c.env_remove("FERROCE_DEVICES");
+    let (ok, out) = finish(c.spawn().unwrap(), LIMIT);
+    assert!(ok && out.contains("ferroce0"), "{out}");
+    let want: Vec<std::net::IpAddr> = {
+        let v: Vec<_> = ferroce::devices()
+            .unwrap()
+            .into_iter()
+            .map(|d| d.addr)
+            .filter(|a| !a.is_loopback())
+            .collect();
+        if v.is_empty() {
+            vec!["127.0.0.1".parse().unwrap()]
+        } else {
+            v
+        }
+    };
+    let listed = out
+        .lines()
+        .filter(|l| l.trim_start().starts_with("ferroce"))
+        .count();
+    assert_eq!(listed, want.len(), "{out}");
+    let (ok, out) = finish(
+        command("ibv_devices", "127.0.23.1,not-an-address,127.0.23.2")
+            .spawn()
+            .unwrap(),
+        LIMIT,
+    );
+    assert!(
+        ok && out.contains("ferroce0") && out.contains("ferroce1") && !out.contains("ferroce2"),
+        "{out}"
+    );
+}
+
 /// The pingpongs print "<n> bytes in <t> seconds = ..." and "<iters> iters in ..." on both
 /// sides when every exchange completed and was verified.
 fn pingpong(prog: &str, extra: &[&str], net: &str, port: u16) {
