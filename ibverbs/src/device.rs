@@ -207,6 +207,8 @@ pub struct Ctx {
     pub qps: Mutex<HashMap<u32, usize>>,
     /// SRQ number → `*mut objects::Srq` (for async events).
     pub srqs: Mutex<HashMap<u32, usize>>,
+    /// Live PDs, CQs and completion channels (everything else lives under a PD).
+    pub children: std::sync::atomic::AtomicUsize,
 }
 
 /// The `Ctx` of an `ibv_context` pointer handed out by [`ibv_open_device`].
@@ -261,6 +263,7 @@ pub extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_context {
         cqs: Mutex::new(HashMap::new()),
         qps: Mutex::new(HashMap::new()),
         srqs: Mutex::new(HashMap::new()),
+        children: std::sync::atomic::AtomicUsize::new(0),
     });
     let p = Box::into_raw(b);
     // SAFETY: p is the box just leaked; the field stays put until ibv_close_device.
@@ -278,6 +281,17 @@ pub unsafe extern "C" fn ibv_close_device(context: *mut ibv_context) -> c_int {
     }
     // SAFETY: the caller's context is live and ours.
     let c = unsafe { ctx_of(context) };
+    let live = c.children.load(std::sync::atomic::Ordering::SeqCst);
+    if live > 0 {
+        // verbs lets a program close a context whose resources it did not release (they
+        // leak). Those objects point at the context, so it stays allocated (and its port
+        // bound) for the rest of the process rather than dangling under them.
+        log::warn!(
+            "ibv_close_device({}): {live} PDs/CQs/channels still live; the context stays until exit",
+            c.dev.addr
+        );
+        return 0;
+    }
     let p = (c as *const Ctx).cast_mut();
     // SAFETY: the Ctx was leaked by ibv_open_device; closing ends its life.
     drop(unsafe { Box::from_raw(p) });

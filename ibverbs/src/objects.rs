@@ -3,6 +3,7 @@
 
 use core::ffi::{c_int, c_uint, c_void};
 use std::net::{IpAddr, Ipv6Addr};
+use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
 use std::time::Duration;
 
 use ferroce::transport::{
@@ -110,6 +111,7 @@ pub unsafe extern "C" fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd 
     // SAFETY: the context is live.
     let c = unsafe { ctx_of(context) };
     let pd = c.ctx.alloc_pd();
+    c.children.fetch_add(1, Ordering::SeqCst);
     let b = Box::new(Pd {
         ibv: ibv_pd {
             context,
@@ -134,6 +136,10 @@ pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
     if p.pd.in_use() {
         return libc::EBUSY;
     }
+    // SAFETY: the PD's context is live.
+    unsafe { ctx_of(p.ibv.context) }
+        .children
+        .fetch_sub(1, Ordering::SeqCst);
     // SAFETY: the Pd box ends here.
     drop(unsafe { Box::from_raw(pd.cast::<Pd>()) });
     0
@@ -270,6 +276,7 @@ pub unsafe extern "C" fn ibv_create_comp_channel(
     let c = unsafe { ctx_of(context) };
     match c.ctx.create_comp_channel() {
         Ok(ch) => {
+            c.children.fetch_add(1, Ordering::SeqCst);
             let b = Box::new(Channel {
                 ibv: ibv_comp_channel {
                     context,
@@ -294,9 +301,14 @@ pub unsafe extern "C" fn ibv_destroy_comp_channel(channel: *mut ibv_comp_channel
         return libc::EINVAL;
     }
     // SAFETY: channel is a live Channel of ours.
-    if unsafe { &*channel.cast::<Channel>() }.ch.in_use() {
+    let ch = unsafe { &*channel.cast::<Channel>() };
+    if ch.ch.in_use() {
         return libc::EBUSY;
     }
+    // SAFETY: the channel's context is live.
+    unsafe { ctx_of(ch.ibv.context) }
+        .children
+        .fetch_sub(1, Ordering::SeqCst);
     // SAFETY: the box ends here.
     drop(unsafe { Box::from_raw(channel.cast::<Channel>()) });
     0
@@ -340,6 +352,7 @@ pub unsafe extern "C" fn ibv_create_cq(
             });
             let p = Box::into_raw(b);
             c.cqs.lock().insert(handle, p as usize);
+            c.children.fetch_add(1, Ordering::SeqCst);
             p.cast()
         }
         Err(e) => fail(errno_of(&e)),
@@ -363,6 +376,7 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
     // SAFETY: the CQ's context outlives it.
     let c = unsafe { ctx_of(q.ibv.context) };
     c.cqs.lock().remove(&q.ibv.handle);
+    c.children.fetch_sub(1, Ordering::SeqCst);
     // SAFETY: the box ends here.
     drop(unsafe { Box::from_raw(cq.cast::<Cq>()) });
     0
@@ -441,10 +455,23 @@ pub unsafe extern "C" fn ibv_ack_cq_events(cq: *mut ibv_cq, nevents: c_uint) {
     if cq.is_null() {
         return;
     }
-    // SAFETY: cq is a live Cq of ours; the counter is ours to update.
-    let q = unsafe { &mut *cq.cast::<Cq>() };
+    // SAFETY: cq is a live Cq of ours.
+    let q = unsafe { &*cq.cast::<Cq>() };
     q.cq.ack_events(nevents);
-    q.ibv.comp_events_completed = q.ibv.comp_events_completed.wrapping_add(nevents);
+    // SAFETY: the counter is an aligned u32 of the live CQ; updated atomically, since other
+    // threads may acknowledge events of the same CQ (libibverbs takes cq->mutex for this).
+    unsafe { AtomicU32::from_ptr(&raw mut (*cq).comp_events_completed) }
+        .fetch_add(nevents, Ordering::SeqCst);
+}
+
+/// Publishes a QP's state in the C-visible `ibv_qp.state` (atomically: other threads may post
+/// or read it meanwhile).
+///
+/// # Safety
+/// `qp` is a live QP of ours.
+unsafe fn publish_state(qp: *mut ibv_qp, state: QpState) {
+    // SAFETY: `state` is an aligned c_int (i32) field of the live QP.
+    unsafe { AtomicI32::from_ptr(&raw mut (*qp).state) }.store(state as c_int, Ordering::SeqCst);
 }
 
 // ---- QP ----
@@ -715,8 +742,7 @@ pub unsafe extern "C" fn ibv_modify_qp(
         return libc::EINVAL;
     }
     // SAFETY: qp is a live Qp of ours; attr is valid.
-    let (q, a) = unsafe { (&mut *qp.cast::<Qp>(), &*attr) };
-    let q_ibv = &mut q.ibv.qp_base;
+    let (q, a) = unsafe { (&*qp.cast::<Qp>(), &*attr) };
     let mask = QpAttrMask(mask);
     let qa = match qp_attr_from(a, mask) {
         Ok(x) => x,
@@ -724,11 +750,12 @@ pub unsafe extern "C" fn ibv_modify_qp(
     };
     match q.qp.modify(&qa, mask) {
         Ok(()) => {
-            q_ibv.state = q.qp.query().qp_state as c_int;
+            // SAFETY: qp is live.
+            unsafe { publish_state(qp, q.qp.query().qp_state) };
             0
         }
         Err(e) => {
-            log::debug!("ibv_modify_qp({:#x}): {e}", q_ibv.qp_num);
+            log::debug!("ibv_modify_qp({:#x}): {e}", q.ibv.qp_base.qp_num);
             errno_of(&e)
         }
     }
@@ -750,9 +777,10 @@ pub unsafe extern "C" fn ibv_query_qp(
         return libc::EINVAL;
     }
     // SAFETY: qp is a live Qp of ours.
-    let q = unsafe { &mut *qp.cast::<Qp>() };
+    let q = unsafe { &*qp.cast::<Qp>() };
     let a = q.qp.query();
-    q.ibv.qp_base.state = a.qp_state as c_int;
+    // SAFETY: qp is live.
+    unsafe { publish_state(qp, a.qp_state) };
     let cap = ibv_qp_cap {
         max_send_wr: a.cap.max_send_wr,
         max_recv_wr: a.cap.max_recv_wr,

@@ -477,6 +477,14 @@ int main(void)
 		CHECK(ibv_close_device(s->ctx) == 0, "close_device");
 		free(s->buf);
 	}
+	/* Closing a context with a live PD is allowed (the PD leaks); the PD stays usable. */
+	list = ibv_get_device_list(&n);
+	struct ibv_context *c3 = ibv_open_device(list[0]);
+	CHECK(c3, "reopen errno %d", errno);
+	struct ibv_pd *pd3 = ibv_alloc_pd(c3);
+	CHECK(pd3 && ibv_close_device(c3) == 0, "close with a live PD");
+	CHECK(ibv_dealloc_pd(pd3) == 0, "the PD outlives its closed context");
+	ibv_free_device_list(list);
 	printf("abi_test OK: %d checks\n", checks);
 	return 0;
 }
