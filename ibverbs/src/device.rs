@@ -240,7 +240,8 @@ pub extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_context {
     let b = Box::new(Ctx {
         vctx: verbs_context {
             query_port: Some(vctx_query_port),
-            _unused_a: [None; 25],
+            _unused_a: [None; 24],
+            create_cq_ex: Some(crate::cq_ex::vctx_create_cq_ex),
             priv_: core::ptr::null_mut(),
             query_device_ex: Some(vctx_query_device_ex),
             _unused_b: [None; 5],

@@ -16,6 +16,7 @@
 //! This crate is all FFI: every `unsafe` block says which caller promise it relies on.
 
 pub mod abi;
+pub mod cq_ex;
 pub mod data;
 pub mod device;
 pub mod objects;

@@ -44,13 +44,15 @@ pub struct Channel {
     pub ch: ferroce::CompletionChannel,
 }
 
-/// A CQ.
+/// A CQ: every CQ has the `ibv_cq_ex` layout (an `ibv_cq` followed by the polling API).
 #[repr(C)]
 pub struct Cq {
     /// What the program sees.
-    pub ibv: ibv_cq,
+    pub ibv: ibv_cq_ex,
     /// The ferroce CQ.
     pub cq: ferroce::CompletionQueue,
+    /// The completion `ibv_start_poll`/`ibv_next_poll` made current (the `ibv_wc_read_*` source).
+    pub current: parking_lot::Mutex<ferroce::transport::WorkCompletion>,
 }
 
 /// A QP: every QP carries the `ibv_qp_ex` slots; `ibv_qp_to_qp_ex` hands them out for QPs
@@ -326,29 +328,38 @@ pub unsafe extern "C" fn ibv_create_cq(
     channel: *mut ibv_comp_channel,
     comp_vector: c_int,
 ) -> *mut ibv_cq {
-    if context.is_null() || cqe <= 0 || comp_vector != 0 {
+    if cqe <= 0 || comp_vector < 0 {
+        return fail(libc::EINVAL);
+    }
+    // SAFETY: forwarded contract.
+    unsafe { create_cq(context, cqe as u32, cq_context, channel, comp_vector as u32) }.cast()
+}
+
+/// Creates a CQ (both `ibv_create_cq` and `ibv_create_cq_ex` come here).
+///
+/// # Safety
+/// `context` is live; `channel` is NULL or a live channel of the same context.
+pub(crate) unsafe fn create_cq(
+    context: *mut ibv_context,
+    cqe: u32,
+    cq_context: *mut c_void,
+    channel: *mut ibv_comp_channel,
+    comp_vector: u32,
+) -> *mut ibv_cq_ex {
+    if context.is_null() || cqe == 0 || comp_vector != 0 {
         return fail(libc::EINVAL);
     }
     // SAFETY: the context is live.
     let c = unsafe { ctx_of(context) };
     // SAFETY: channel is NULL or a live Channel of ours.
     let ch = (!channel.is_null()).then(|| unsafe { &(*channel.cast::<Channel>()).ch });
-    match c.ctx.create_cq(cqe as u32, ch) {
+    match c.ctx.create_cq(cqe, ch) {
         Ok(cq) => {
             let handle = cq.handle();
             let b = Box::new(Cq {
-                ibv: ibv_cq {
-                    context,
-                    channel,
-                    cq_context,
-                    handle,
-                    cqe: cq.cqe() as c_int,
-                    mutex: mutex_init(),
-                    cond: cond_init(),
-                    comp_events_completed: 0,
-                    async_events_completed: 0,
-                },
+                ibv: crate::cq_ex::cq_ex(context, channel, cq_context, handle, cq.cqe() as c_int),
                 cq,
+                current: parking_lot::Mutex::new(Default::default()),
             });
             let p = Box::into_raw(b);
             c.cqs.lock().insert(handle, p as usize);

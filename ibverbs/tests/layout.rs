@@ -190,6 +190,17 @@ fn structures_match_verbs_h() {
     o!(ibv_cq, mutex);
     o!(ibv_cq, comp_events_completed);
     o!(ibv_cq, async_events_completed);
+    s!(ibv_cq_ex);
+    o!(ibv_cq_ex, comp_mask);
+    o!(ibv_cq_ex, status);
+    o!(ibv_cq_ex, wr_id);
+    o!(ibv_cq_ex, start_poll);
+    o!(ibv_cq_ex, read_opcode);
+    o!(ibv_cq_ex, read_completion_wallclock_ns);
+    s!(ibv_cq_init_attr_ex);
+    o!(ibv_cq_init_attr_ex, wc_flags);
+    o!(ibv_cq_init_attr_ex, parent_domain);
+    o!(verbs_context, create_cq_ex);
     s!(ibv_ah);
     o!(ibv_ah, handle);
     s!(ibv_gid_entry);

@@ -461,8 +461,50 @@ int main(void)
 	CHECK(ibv_attach_mcast(a.qp, &a.gid, 0) == EOPNOTSUPP, "multicast is EOPNOTSUPP");
 	CHECK(!ibv_reg_dmabuf_mr(a.pd, 0, 4096, 0, -1, ACCESS) && errno == EOPNOTSUPP, "dmabuf");
 	CHECK(!ibv_reg_mr(a.pd, NULL, 4096, ACCESS) && errno == EINVAL, "NULL memory");
-	struct ibv_cq_init_attr_ex cqx = { .cqe = 8, .wc_flags = IBV_WC_STANDARD_FLAGS };
-	CHECK(!ibv_create_cq_ex(a.ctx, &cqx) && errno == EOPNOTSUPP, "ibv_create_cq_ex");
+	/* The extended CQ: completions through ibv_start_poll / ibv_next_poll / ibv_wc_read_*. */
+	struct ibv_cq_init_attr_ex cqa = { .cqe = 8,
+					   .wc_flags = IBV_WC_EX_WITH_COMPLETION_TIMESTAMP };
+	CHECK(!ibv_create_cq_ex(a.ctx, &cqa) && errno == EOPNOTSUPP, "no completion timestamps");
+	cqa.wc_flags = IBV_WC_STANDARD_FLAGS;
+	cqa.cq_context = &a;
+	struct ibv_cq_ex *cqx = ibv_create_cq_ex(a.ctx, &cqa);
+	CHECK(cqx && cqx->cq_context == &a, "create_cq_ex errno %d", errno);
+	struct side sx = a;
+	sx.cq = ibv_cq_ex_to_cq(cqx);
+	struct ibv_qp *qa4 = make_qp(&sx), *qb4 = make_qp(&b);
+	connect_qp(qa4, qb4->qp_num, &b.gid);
+	connect_qp(qb4, qa4->qp_num, &a.gid);
+	struct ibv_poll_cq_attr pattr = { 0 };
+	CHECK(ibv_start_poll(cqx, &pattr) == ENOENT, "empty extended CQ");
+	post(qa4, IBV_WR_RDMA_WRITE, 301, a.buf, 777, a.mr->lkey, (uintptr_t)b.buf, b.mr->rkey);
+	post(qa4, IBV_WR_RDMA_READ, 302, a.buf + 800000, 555, a.mr->lkey, (uintptr_t)b.buf,
+	     b.mr->rkey);
+	int got = 0, pr;
+	struct timespec xt0, xt1;
+	clock_gettime(CLOCK_MONOTONIC, &xt0);
+	while ((pr = ibv_start_poll(cqx, &pattr)) == ENOENT) {
+		clock_gettime(CLOCK_MONOTONIC, &xt1);
+		CHECK(xt1.tv_sec - xt0.tv_sec < 20, "no extended completion within 20 s");
+	}
+	CHECK(pr == 0, "start_poll %d", pr);
+	do {
+		got++;
+		CHECK(cqx->status == IBV_WC_SUCCESS && ibv_wc_read_qp_num(cqx) == qa4->qp_num,
+		      "extended completion status %d", cqx->status);
+		if (cqx->wr_id == 301)
+			CHECK(ibv_wc_read_opcode(cqx) == IBV_WC_RDMA_WRITE, "read_opcode write");
+		else
+			CHECK(cqx->wr_id == 302 && ibv_wc_read_opcode(cqx) == IBV_WC_RDMA_READ &&
+				      ibv_wc_read_byte_len(cqx) == 555, "read completion fields");
+		if (got == 2)
+			break;
+		while ((pr = ibv_next_poll(cqx)) == ENOENT)
+			;
+		CHECK(pr == 0, "next_poll %d", pr);
+	} while (1);
+	ibv_end_poll(cqx);
+	CHECK(ibv_destroy_qp(qa4) == 0 && ibv_destroy_qp(qb4) == 0, "destroy cq_ex QPs");
+	CHECK(ibv_destroy_cq(ibv_cq_ex_to_cq(cqx)) == 0, "destroy the extended CQ");
 
 	/* Teardown in verbs order; every call succeeds. */
 	struct side *sides[2] = { &a, &b };

@@ -52,6 +52,10 @@ int main(void)
 	S(ibv_comp_channel); O(ibv_comp_channel, fd);
 	S(ibv_cq); O(ibv_cq, cqe); O(ibv_cq, mutex); O(ibv_cq, comp_events_completed);
 	O(ibv_cq, async_events_completed);
+	S(ibv_cq_ex); O(ibv_cq_ex, comp_mask); O(ibv_cq_ex, status); O(ibv_cq_ex, wr_id);
+	O(ibv_cq_ex, start_poll); O(ibv_cq_ex, read_opcode); O(ibv_cq_ex, read_completion_wallclock_ns);
+	S(ibv_cq_init_attr_ex); O(ibv_cq_init_attr_ex, wc_flags); O(ibv_cq_init_attr_ex, parent_domain);
+	O(verbs_context, create_cq_ex);
 	S(ibv_ah); O(ibv_ah, handle);
 	S(ibv_gid_entry); O(ibv_gid_entry, gid_type);
 	return 0;
