@@ -326,6 +326,11 @@ impl Shared {
     pub(crate) fn poll_inline(&self) {
         if let Some(mut batch) = self.receive_batch.try_lock() {
             self.receive_once(&mut batch);
+        } else {
+            // The progress thread is receiving. If it was preempted holding the batch (likely
+            // when busy-polling threads outnumber cores), spinning here would keep it off
+            // this CPU for a whole time slice; yielding lets it finish.
+            std::thread::yield_now();
         }
     }
 
