@@ -149,7 +149,7 @@ fn abi_test_program() {
     let exe = Path::new(env!("CARGO_TARGET_TMPDIR")).join("ferroce-abi-test");
     let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/c/abi_test.c");
     let st = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
-        .args(["-Wall", "-Werror", "-O1", src, "-o"])
+        .args(["-Wall", "-Werror", "-O1", "-pthread", src, "-o"])
         .arg(&exe)
         .arg("-libverbs")
         .status()
