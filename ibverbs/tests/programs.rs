@@ -15,6 +15,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+mod common;
+
 /// The directory holding libibverbs.so.1, linked once per test run.
 fn lib_dir() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
@@ -57,14 +59,7 @@ fn have(prog: &str) -> bool {
         .args(["-c", &format!("command -v {prog}")])
         .output()
         .is_ok_and(|o| o.status.success());
-    if !found {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "{prog} is not installed (apt-get install ibverbs-utils perftest)"
-        );
-        eprintln!("SKIPPED: {prog} is not installed (apt-get install ibverbs-utils perftest)");
-    }
-    found
+    common::installed(prog, found, "ibverbs-utils perftest")
 }
 
 fn command(prog: &str, devices: &str) -> Command {
@@ -146,6 +141,9 @@ fn pair(prog: &str, args: &[&str], net: &str, port: u16) -> (String, String) {
 
 #[test]
 fn abi_test_program() {
+    if !common::have_verbs_h() {
+        return;
+    }
     let exe = Path::new(env!("CARGO_TARGET_TMPDIR")).join("ferroce-abi-test");
     let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/c/abi_test.c");
     let st = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))

@@ -9,7 +9,20 @@
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 D=${FERROCE_LAB_CACHE:-/var/tmp/ferroce-rxe-lab}
-MIRROR=${FERROCE_LAB_MIRROR:-http://deb.debian.org/debian}
+# The Debian mirror is the one this machine's apt already uses (its bookworm main source, in
+# deb822 .sources or one-line .list form); FERROCE_LAB_MIRROR overrides it.
+apt_mirror() {
+  local f
+  for f in /etc/apt/sources.list.d/*.sources; do
+    [ -f "$f" ] || continue
+    awk 'BEGIN{RS=""} /Suites:[^\n]*bookworm( |$|\n)/ && /Components:[^\n]*main/ {
+           if (match($0, /URIs:[ \t]*[^ \t\n]+/)) { u=substr($0, RSTART, RLENGTH); sub(/URIs:[ \t]*/, "", u); print u; exit } }' "$f"
+  done
+  cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null |
+    awk '$1=="deb" && $3=="bookworm" && / main/ {print $2}'
+}
+MIRROR=${FERROCE_LAB_MIRROR:-$(apt_mirror | head -n 1)}
+[ -n "$MIRROR" ] || { echo "build.sh: no Debian bookworm source in /etc/apt; set FERROCE_LAB_MIRROR" >&2; exit 1; }
 T0=$(date +%s)
 log() { echo "[build +$(( $(date +%s) - T0 ))s] $*" >&2; }
 mkdir -p "$D/debs"
