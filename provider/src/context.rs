@@ -415,18 +415,6 @@ impl ProtectionDomain {
         self.inner.handle
     }
 
-    fn new_key(&self) -> u32 {
-        // An index the table does not have, and an unpredictable low byte (IBTA 10.6.3.4:
-        // keys should not be guessable).
-        loop {
-            let idx = self.ctx.next_handle() & 0x00FF_FFFF;
-            let key = (idx << 8) | u32::from(random_byte());
-            if !self.ctx.shared.mrs.contains(key) {
-                return key;
-            }
-        }
-    }
-
     /// `ibv_reg_mr` over `len` fresh zeroed bytes that ferroce owns (an anonymous mapping).
     ///
     /// # Errors
@@ -447,14 +435,11 @@ impl ProtectionDomain {
 
     fn reg_mr_pages(&self, len: usize, access: AccessFlags, huge: bool) -> Result<MemoryRegion> {
         check_access(access, len as u64)?;
-        let inner = Arc::new(MrInner::owned(
-            self.handle(),
-            self.new_key(),
-            len,
-            access,
-            huge,
-        )?);
-        self.ctx.shared.mrs.insert(inner.clone());
+        let inner =
+            self.ctx
+                .shared
+                .mrs
+                .register(MrInner::owned(self.handle(), len, access, huge)?)?;
         Ok(MemoryRegion {
             inner,
             pd: self.clone(),
@@ -464,9 +449,12 @@ impl ProtectionDomain {
     /// `ibv_reg_mr` over caller memory (for the C ABI and zero-copy users).
     ///
     /// # Safety
-    /// `ptr..ptr+len` must be valid for reads and writes and stay allocated until the region
-    /// is deregistered and every handle to it is dropped; the runtime reads and writes it at
-    /// any time in between, as a NIC would (see the crate docs).
+    /// `ptr..ptr+len`, widened to whole aligned 8-byte words (always true inside one page),
+    /// must be valid for reads and writes from now until [`MemoryRegion::dereg`] has returned
+    /// (dropping handles does not deregister), and after that as long as a clone of the
+    /// handle is used. The runtime reads and writes it at any time in between, as a NIC would;
+    /// Rust code must not form references into it meanwhile (see the crate docs). Once `dereg`
+    /// returns, the network never touches it again.
     ///
     /// # Errors
     /// As [`ProtectionDomain::reg_mr`].
@@ -477,10 +465,10 @@ impl ProtectionDomain {
         access: AccessFlags,
     ) -> Result<MemoryRegion> {
         check_access(access, len as u64)?;
-        // SAFETY: the caller guarantees the range stays valid for the region's life.
-        let inner =
-            Arc::new(unsafe { MrInner::foreign(self.handle(), self.new_key(), ptr, len, access) });
-        self.ctx.shared.mrs.insert(inner.clone());
+        // SAFETY: this function's own contract is `foreign`'s: the widened range stays valid
+        // until deregistration and is reached by Rust only through region copies.
+        let mr = unsafe { MrInner::foreign(self.handle(), ptr, len, access) };
+        let inner = self.ctx.shared.mrs.register(mr)?;
         Ok(MemoryRegion {
             inner,
             pd: self.clone(),
@@ -534,18 +522,6 @@ fn check_access(access: AccessFlags, len: u64) -> Result<()> {
         ));
     }
     Ok(())
-}
-
-fn random_byte() -> u8 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_nanos(),
-    );
-    h.finish() as u8
 }
 
 /// A registered memory region (`ibv_mr`).
@@ -642,17 +618,22 @@ impl MemoryRegion {
     /// [`Error::InvalidArgument`] if unaligned or outside the region.
     pub fn atomic_load(&self, offset: usize) -> Result<u64> {
         self.inner
-            .atomic(
-                self.inner.addr + offset as u64,
-                ferroce_transport::AtomicOp::FetchAdd { add: 0 },
-            )
+            .load_word(self.inner.addr + offset as u64)
             .map_err(|_| Error::InvalidArgument("unaligned or outside the region"))
     }
 
     /// `ibv_dereg_mr`: the keys die at once (work requests that use them afterwards fail with
-    /// a protection error); the memory is freed when the last handle goes.
+    /// a protection error, a peer's requests get the remote-access NAK), and when this returns
+    /// no copy into or out of the region is running or can start: its memory may be freed.
+    /// (Memory ferroce owns is unmapped when the last handle goes.)
     pub fn dereg(self) {
-        self.pd.ctx.shared.mrs.remove(self.inner.lkey);
+        let shared = &self.pd.ctx.shared;
+        shared.mrs.remove(self.inner.lkey);
+        // Every copy the engine makes into or out of a region happens while it holds the
+        // engine lock, after a key lookup made under the same lock. The key is gone from the
+        // table now, so once the lock has been free once, a copy that looked it up earlier
+        // has finished and none can start.
+        drop(shared.engine.lock());
     }
 }
 

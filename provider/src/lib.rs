@@ -49,6 +49,7 @@ pub mod context;
 pub mod cq;
 pub mod decode;
 pub mod device;
+mod dma;
 mod error;
 pub mod faults;
 pub mod frame;

@@ -802,3 +802,85 @@ fn bad_receive_buffer_is_rem_op_err() {
     assert_eq!(statuses(&p.send_wcs(0)), vec![WcStatus::RemOpErr]);
     assert_eq!(statuses(&p.recv_wcs(1)), vec![WcStatus::LocProtErr]);
 }
+
+/// A READ whose region is deregistered while its responses go out ends with the remote-access
+/// NAK at the next response's PSN and the responder in ERR (regression: the responder fell
+/// silent, and the requester spent its whole retry budget into RETRY_EXC_ERR; found by the
+/// provider's dereg-while-streaming test).
+#[test]
+fn read_region_deregistered_mid_response_is_naked() {
+    let mut p = pair(
+        40,
+        lossless(),
+        Opts {
+            mem_len: 64 * 1024,
+            ..Opts::default()
+        },
+    );
+    let first = Psn::new(p.opts.psn_a);
+    let (va, rkey) = (p.mrb.addr, p.mrb.rkey);
+    let mut r = PacketRepr {
+        bth: BthRepr::new(Opcode::RC_RDMA_READ_REQUEST, p.qb, first),
+        ext: ExtHeaders {
+            reth: Some(ferroce_wire::RethRepr {
+                va,
+                rkey,
+                dma_len: 16 * 1024,
+            }),
+            ..Default::default()
+        },
+        payload: &[],
+    };
+    r.bth.ack_req = true;
+    inject(&mut p.net, 0, 1, r);
+    let mut buf = vec![0u8; 8192];
+    let now = p.net.now;
+    let n = &mut p.net.nodes[1];
+    for _ in 0..2 {
+        assert!(n.endpoint.poll_transmit(now, &mut buf, &n.mem).is_some());
+    }
+    assert!(n.mem.deregister(rkey));
+    let tx = n
+        .endpoint
+        .poll_transmit(now, &mut buf, &n.mem)
+        .expect("an answer");
+    let nak = PacketRepr::parse(&buf[..tx.len]).unwrap();
+    assert_eq!(nak.bth.opcode, Opcode::RC_ACKNOWLEDGE);
+    assert_eq!(nak.bth.psn, first + 2);
+    assert_eq!(
+        nak.ext
+            .aeth
+            .map(|a| ferroce_wire::Syndrome(a.syndrome).ack_type()),
+        Some(AckType::Nak(NakCode::RemoteAccessError))
+    );
+    assert!(n.endpoint.poll_transmit(now, &mut buf, &n.mem).is_none());
+    assert_eq!(p.state(1), QpState::Err);
+}
+
+/// A READ whose responses were lost, retried after its region was deregistered: the duplicate
+/// fails the R_Key check and is NAKed, so the requester completes it with REM_ACCESS_ERR
+/// instead of retrying into RETRY_EXC_ERR.
+#[test]
+fn retried_read_after_deregistration_gets_rem_access_err() {
+    let mut p = pair(41, lossless(), Opts::default());
+    let sc = Script::install(&mut p.net);
+    sc.borrow_mut().drop(4, |s| {
+        s.from == 1
+            && matches!(
+                s.opcode,
+                Opcode::RC_RDMA_READ_RESPONSE_FIRST
+                    | Opcode::RC_RDMA_READ_RESPONSE_MIDDLE
+                    | Opcode::RC_RDMA_READ_RESPONSE_LAST
+                    | Opcode::RC_RDMA_READ_RESPONSE_ONLY
+            )
+    });
+    p.post_send(0, p.wr(1, WrOpcode::RdmaRead, 0, 4000, 0));
+    assert!(
+        p.net
+            .drive_until(STEPS, |_| sc.borrow().count(|s| s.dropped) == 4)
+    );
+    assert!(p.net.nodes[1].mem.deregister(p.mrb.rkey));
+    assert!(p.run_until_send_wcs(1, STEPS));
+    assert_eq!(statuses(&p.send_wcs(0)), vec![WcStatus::RemAccessErr]);
+    assert_eq!(p.counters(0).retry_exceeded_err, 0);
+}

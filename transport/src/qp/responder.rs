@@ -582,6 +582,18 @@ impl Qp {
                         first: true,
                         msn,
                     });
+                } else if fits {
+                    // A READ retried after its region was deregistered: executed again, it
+                    // fails the R_Key check, and the requester still waiting for it gets the
+                    // NAK (one that already has its data ignores a NAK behind its ACKs). The
+                    // responder stays up: a stray duplicate must not end a live connection.
+                    log::debug!(
+                        "QP {:#x}: duplicate READ at PSN {psn}: rkey {:#x} fails its check, \
+                         NAK remote access error",
+                        self.qpn,
+                        reth.rkey
+                    );
+                    self.resp.nak(psn, NakCode::RemoteAccessError);
                 } else {
                     ctx.counters.dropped += 1;
                 }
@@ -823,11 +835,21 @@ impl Qp {
                             .read_remote(self.pd, rkey, va, &mut buf[hl..hl + plen as usize])
                             .is_err()
                     {
-                        // The region went away after the request was checked: stop answering.
-                        ctx.counters.dropped += 1;
-                        if !last {
-                            self.resp.out.pop_front();
-                        }
+                        // The region was deregistered after the request was checked: the
+                        // READ ends with the remote-access NAK (at a PSN inside its response
+                        // range, which the requester matches to the READ), and the QP goes to
+                        // ERR as for any R_Key violation. Silence would cost the requester
+                        // its whole retry budget and end in RETRY_EXC_ERR.
+                        log::debug!(
+                            "QP {:#x}: READ response at PSN {psn}: rkey {rkey:#x} no longer \
+                             valid, NAK remote access error",
+                            self.qpn
+                        );
+                        self.resp.out.clear();
+                        self.resp.nak(psn, NakCode::RemoteAccessError);
+                        self.state = QpState::Err;
+                        self.attr.qp_state = QpState::Err;
+                        self.flush(ctx, None);
                         continue;
                     }
                     n
