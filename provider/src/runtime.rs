@@ -34,6 +34,7 @@ const BATCH: usize = 32;
 const PUMP_BUDGET: usize = 4 * BATCH;
 /// Room for the largest RoCEv2 packet (4 KiB payload plus headers).
 const MAX_PACKET: usize = 4096 + 128;
+const _: () = assert!(MAX_PACKET >= ferroce_transport::MIN_TRANSMIT_BUF);
 
 /// Runtime counters the engine does not keep.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -213,8 +214,15 @@ impl Shared {
                 counters,
                 ..
             } = &mut *st;
-            let Some(tx) = ep.poll_transmit(now, send.next_buf(), &self.mrs) else {
-                break;
+            let tx = match ep.poll_transmit(now, send.next_buf(), &self.mrs) {
+                Ok(Some(tx)) => tx,
+                Ok(None) => break,
+                Err(e) => {
+                    // The batch buffers are MAX_PACKET long, above MIN_TRANSMIT_BUF (a
+                    // compile-time check below); this cannot happen, but is no panic.
+                    log::error!("{e}");
+                    break;
+                }
             };
             if let Some(w) = pcap.as_mut() {
                 let f = frame::encapsulate(self.local, tx.dst, 0, &send.next_buf()[..tx.len]);

@@ -44,7 +44,11 @@ fn run_batch(p: &mut Pair, buf: &mut [u8]) -> u64 {
         for (from, to, src, dst) in [(0usize, 1usize, a_addr, b_addr), (1, 0, b_addr, a_addr)] {
             loop {
                 let n = &mut p.net.nodes[from];
-                let Some(tx) = n.endpoint.poll_transmit(now, buf, &n.mem) else {
+                let Some(tx) = n
+                    .endpoint
+                    .poll_transmit(now, buf, &n.mem)
+                    .expect("the bench buffer is MIN_TRANSMIT_BUF long")
+                else {
                     break;
                 };
                 let m = &mut p.net.nodes[to];

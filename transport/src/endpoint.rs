@@ -108,7 +108,33 @@ pub struct Counters {
     pub duplicate_responses: u64,
     /// Packets dropped for other reasons (QP not ready, no receive WQE on UC/UD, ...).
     pub dropped: u64,
+    /// READ/atomic requests beyond the responder's `max_dest_rd_atomic` (a new one is NAKed
+    /// invalid request; a duplicate is dropped).
+    pub rd_atomic_exceeded: u64,
 }
+
+/// The smallest buffer [`Endpoint::poll_transmit`] takes: the largest RoCEv2 packet (4 KiB
+/// of payload behind the longest header chain, pad and ICRC) with room to spare.
+pub const MIN_TRANSMIT_BUF: usize = 4096 + 100;
+
+/// [`Endpoint::poll_transmit`] was given a buffer shorter than [`MIN_TRANSMIT_BUF`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BufferTooShort {
+    /// The length given.
+    pub len: usize,
+}
+
+impl core::fmt::Display for BufferTooShort {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(
+            f,
+            "poll_transmit needs a buffer of at least {MIN_TRANSMIT_BUF} bytes, got {}",
+            self.len
+        )
+    }
+}
+
+impl std::error::Error for BufferTooShort {}
 
 /// A datagram the engine built in the caller's buffer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -505,9 +531,24 @@ impl Endpoint {
         false
     }
 
-    /// Builds the next datagram to send into `buf` (at least 4096 + 100 bytes), with its ICRC.
-    #[must_use]
+    /// Builds the next datagram to send into `buf`, with its ICRC; `Ok(None)` when nothing is
+    /// waiting.
+    ///
+    /// # Errors
+    /// [`BufferTooShort`] if `buf` is shorter than [`MIN_TRANSMIT_BUF`] (nothing is consumed).
     pub fn poll_transmit<M: Memory + ?Sized>(
+        &mut self,
+        now: Instant,
+        buf: &mut [u8],
+        mem: &M,
+    ) -> Result<Option<Transmit>, BufferTooShort> {
+        if buf.len() < MIN_TRANSMIT_BUF {
+            return Err(BufferTooShort { len: buf.len() });
+        }
+        Ok(self.next_transmit(now, buf, mem))
+    }
+
+    fn next_transmit<M: Memory + ?Sized>(
         &mut self,
         now: Instant,
         buf: &mut [u8],

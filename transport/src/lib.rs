@@ -20,7 +20,8 @@ pub mod time;
 pub mod verbs;
 
 pub use endpoint::{
-    AsyncEvent, Completion, Counters, Endpoint, EndpointConfig, Transmit, VerbError, WcQueue,
+    AsyncEvent, BufferTooShort, Completion, Counters, Endpoint, EndpointConfig, MIN_TRANSMIT_BUF,
+    Transmit, VerbError, WcQueue,
 };
 pub use memory::{AtomicOp, MemError, Memory, VecMemory};
 pub use qp::{PostError, QpInitAttr};

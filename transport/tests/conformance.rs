@@ -98,6 +98,7 @@ fn ghost_and_stale_acks_are_ignored() {
     let _first = n
         .endpoint
         .poll_transmit(p.net.now, &mut buf, &n.mem)
+        .unwrap()
         .unwrap();
     let ack = |psn: Psn| PacketRepr {
         bth: BthRepr::new(Opcode::RC_ACKNOWLEDGE, p.qa, psn),
@@ -526,11 +527,11 @@ fn psn_wrap_around() {
 
 /// Responder resources: a duplicate atomic is answered from the saved original value, never
 /// executed twice; when the requester overruns the responder's resources (max_rd_atomic >
-/// the peer's max_dest_rd_atomic) the saved value is gone, the duplicate is dropped, and the
-/// requester ends with RetryExcErr — and the atomic still ran exactly once.
+/// the peer's max_dest_rd_atomic) the request beyond them is NAKed invalid request, the QP
+/// ends with RemInvReqErr — and the atomic still ran exactly once.
 #[test]
 fn responder_resources_replay_and_exhaustion() {
-    for (max_dest, expect) in [(4u8, WcStatus::Success), (1u8, WcStatus::RetryExcErr)] {
+    for (max_dest, expect) in [(4u8, WcStatus::Success), (1u8, WcStatus::RemInvReqErr)] {
         let opts = Opts {
             max_rd_atomic: 4,
             max_dest_rd_atomic: max_dest,
@@ -605,14 +606,19 @@ fn duplicate_read_replaces_stale_queued_responses() {
     let now = p.net.now;
     let n = &mut p.net.nodes[1];
     for _ in 0..10 {
-        assert!(n.endpoint.poll_transmit(now, &mut buf, &n.mem).is_some());
+        assert!(
+            n.endpoint
+                .poll_transmit(now, &mut buf, &n.mem)
+                .unwrap()
+                .is_some()
+        );
     }
     let mut again = read(first + 5, 59 * 1024, va + 5 * 1024, rkey);
     again.bth.dest_qp = p.qb;
     inject(&mut p.net, 0, 1, again);
     let n = &mut p.net.nodes[1];
     let mut rest = Vec::new();
-    while let Some(tx) = n.endpoint.poll_transmit(now, &mut buf, &n.mem) {
+    while let Some(tx) = n.endpoint.poll_transmit(now, &mut buf, &n.mem).unwrap() {
         rest.push(PacketRepr::parse(&buf[..tx.len]).unwrap().bth.psn);
     }
     let expect: Vec<Psn> = (5..64).map(|i| first + i).collect();
@@ -837,12 +843,18 @@ fn read_region_deregistered_mid_response_is_naked() {
     let now = p.net.now;
     let n = &mut p.net.nodes[1];
     for _ in 0..2 {
-        assert!(n.endpoint.poll_transmit(now, &mut buf, &n.mem).is_some());
+        assert!(
+            n.endpoint
+                .poll_transmit(now, &mut buf, &n.mem)
+                .unwrap()
+                .is_some()
+        );
     }
     assert!(n.mem.deregister(rkey));
     let tx = n
         .endpoint
         .poll_transmit(now, &mut buf, &n.mem)
+        .unwrap()
         .expect("an answer");
     let nak = PacketRepr::parse(&buf[..tx.len]).unwrap();
     assert_eq!(nak.bth.opcode, Opcode::RC_ACKNOWLEDGE);
@@ -853,7 +865,12 @@ fn read_region_deregistered_mid_response_is_naked() {
             .map(|a| ferroce_wire::Syndrome(a.syndrome).ack_type()),
         Some(AckType::Nak(NakCode::RemoteAccessError))
     );
-    assert!(n.endpoint.poll_transmit(now, &mut buf, &n.mem).is_none());
+    assert!(
+        n.endpoint
+            .poll_transmit(now, &mut buf, &n.mem)
+            .unwrap()
+            .is_none()
+    );
     assert_eq!(p.state(1), QpState::Err);
 }
 
@@ -883,4 +900,217 @@ fn retried_read_after_deregistration_gets_rem_access_err() {
     assert!(p.run_until_send_wcs(1, STEPS));
     assert_eq!(statuses(&p.send_wcs(0)), vec![WcStatus::RemAccessErr]);
     assert_eq!(p.counters(0).retry_exceeded_err, 0);
+}
+
+fn read_request(p: &Pair, psn: Psn, len: u32) -> PacketRepr<'static> {
+    let mut r = PacketRepr {
+        bth: BthRepr::new(Opcode::RC_RDMA_READ_REQUEST, p.qb, psn),
+        ext: ExtHeaders {
+            reth: Some(ferroce_wire::RethRepr {
+                va: p.mrb.addr,
+                rkey: p.mrb.rkey,
+                dma_len: len,
+            }),
+            ..Default::default()
+        },
+        payload: &[],
+    };
+    r.bth.ack_req = true;
+    r
+}
+
+/// Every answer B has queued, parsed: (opcode, PSN, AETH syndrome).
+fn drain_answers(p: &mut Pair) -> Vec<(Opcode, Psn, Option<u8>)> {
+    let mut buf = vec![0u8; 8192];
+    let now = p.net.now;
+    let n = &mut p.net.nodes[1];
+    let mut out = Vec::new();
+    while let Some(tx) = n
+        .endpoint
+        .poll_transmit(now, &mut buf, &n.mem)
+        .expect("buffer long enough")
+    {
+        let r = PacketRepr::parse(&buf[..tx.len]).expect("the engine emits valid packets");
+        out.push((r.bth.opcode, r.bth.psn, r.ext.aeth.map(|a| a.syndrome)));
+    }
+    out
+}
+
+const NAK_INVALID_REQUEST: u8 = 0x61;
+
+/// A requester that sends more READs than the responder's max_dest_rd_atomic (a server with
+/// responder_resources below its client's initiator_depth) gets NAK invalid request for the
+/// first one beyond it, counted; the responder's queue never holds more than the limit.
+#[test]
+fn reads_beyond_max_dest_rd_atomic_are_naked_invalid_request() {
+    let mut p = pair(
+        42,
+        lossless(),
+        Opts {
+            max_dest_rd_atomic: 2,
+            ..Opts::default()
+        },
+    );
+    let first = Psn::new(p.opts.psn_a);
+    for i in 0..3 {
+        let r = read_request(&p, first + i * 4, 4000);
+        inject(&mut p.net, 0, 1, r);
+    }
+    let answers = drain_answers(&mut p);
+    let naks: Vec<_> = answers
+        .iter()
+        .filter(|a| a.0 == Opcode::RC_ACKNOWLEDGE)
+        .collect();
+    assert_eq!(naks.len(), 1, "{answers:?}");
+    assert_eq!(naks[0].1, first + 8, "the third READ is the one refused");
+    assert_eq!(naks[0].2, Some(NAK_INVALID_REQUEST));
+    let responses = answers
+        .iter()
+        .filter(|a| a.0 != Opcode::RC_ACKNOWLEDGE)
+        .count();
+    assert_eq!(
+        responses, 8,
+        "the first two READs are answered in full (4 packets each)"
+    );
+    assert_eq!(p.counters(1).rd_atomic_exceeded, 1);
+    assert_eq!(p.state(1), QpState::Err);
+}
+
+/// A flood of duplicate READs (PSNs behind the expected one) never grows the response queue
+/// past max_dest_rd_atomic.
+#[test]
+fn duplicate_read_flood_stays_bounded() {
+    let mut p = pair(
+        43,
+        lossless(),
+        Opts {
+            max_dest_rd_atomic: 4,
+            ..Opts::default()
+        },
+    );
+    let first = Psn::new(p.opts.psn_a);
+    // Ten one-packet READs answered, so ten PSNs lie behind the expected one.
+    for i in 0..10 {
+        let r = read_request(&p, first + i, 1000);
+        inject(&mut p.net, 0, 1, r);
+        let _ = drain_answers(&mut p);
+    }
+    for i in 0..10_000 {
+        let r = read_request(&p, first + i % 10, 1000);
+        inject(&mut p.net, 0, 1, r);
+    }
+    let answers = drain_answers(&mut p);
+    assert!(answers.len() <= 4, "{} queued answers", answers.len());
+    assert!(
+        p.counters(1).rd_atomic_exceeded >= 9_000,
+        "{}",
+        p.counters(1).rd_atomic_exceeded
+    );
+    assert_ne!(
+        p.state(1),
+        QpState::Err,
+        "duplicates do not end the connection"
+    );
+}
+
+/// WRITE, READ and SEND longer than max_msg_sz (8 MiB) are NAKed invalid request before any
+/// memory is touched, however large the region or receive buffer.
+#[test]
+fn messages_beyond_max_msg_sz_are_naked() {
+    use ferroce_transport::MAX_MSG_SZ;
+    let too_long = MAX_MSG_SZ as u32 + 1;
+    // WRITE FIRST with a RETH past max_msg_sz.
+    let mut p = pair(44, lossless(), Opts::default());
+    let first = Psn::new(p.opts.psn_a);
+    let payload = vec![0u8; 1024];
+    let w = PacketRepr {
+        bth: BthRepr::new(Opcode::RC_RDMA_WRITE_FIRST, p.qb, first),
+        ext: ExtHeaders {
+            reth: Some(ferroce_wire::RethRepr {
+                va: p.mrb.addr,
+                rkey: p.mrb.rkey,
+                dma_len: too_long,
+            }),
+            ..Default::default()
+        },
+        payload: &payload,
+    };
+    inject(&mut p.net, 0, 1, w);
+    assert_eq!(
+        drain_answers(&mut p),
+        vec![(Opcode::RC_ACKNOWLEDGE, first, Some(NAK_INVALID_REQUEST))]
+    );
+    assert_eq!(p.state(1), QpState::Err);
+    // READ past max_msg_sz.
+    let mut p = pair(45, lossless(), Opts::default());
+    let r = read_request(&p, first, too_long);
+    inject(&mut p.net, 0, 1, r);
+    assert_eq!(
+        drain_answers(&mut p),
+        vec![(Opcode::RC_ACKNOWLEDGE, first, Some(NAK_INVALID_REQUEST))]
+    );
+    // A SEND of FIRST + MIDDLEs that would grow past max_msg_sz into a receive buffer of
+    // 9 MiB: refused at the packet that crosses the limit.
+    let mut p = pair(
+        46,
+        lossless(),
+        Opts {
+            mem_len: 9 << 20,
+            ..Opts::default()
+        },
+    );
+    p.post_recv(1, 5, 0, 9 << 20);
+    let mtu = 1024usize;
+    let packets = MAX_MSG_SZ as usize / mtu;
+    let payload = vec![0u8; mtu];
+    for i in 0..=packets {
+        let op = if i == 0 {
+            Opcode::RC_SEND_FIRST
+        } else {
+            Opcode::RC_SEND_MIDDLE
+        };
+        let s = PacketRepr {
+            bth: BthRepr::new(op, p.qb, first + i as u32),
+            ext: ExtHeaders::default(),
+            payload: &payload,
+        };
+        inject(&mut p.net, 0, 1, s);
+        if p.state(1) == QpState::Err {
+            assert_eq!(i, packets, "refused exactly at the packet past max_msg_sz");
+            break;
+        }
+    }
+    assert_eq!(p.state(1), QpState::Err);
+    let answers = drain_answers(&mut p);
+    assert_eq!(
+        answers.last(),
+        Some(&(
+            Opcode::RC_ACKNOWLEDGE,
+            first + packets as u32,
+            Some(NAK_INVALID_REQUEST)
+        ))
+    );
+}
+
+/// A buffer too short for the largest packet is an error, not a panic, and costs nothing.
+#[test]
+fn poll_transmit_with_a_short_buffer_is_an_error() {
+    let mut p = pair(47, lossless(), Opts::default());
+    p.post_send(0, p.wr(1, WrOpcode::RdmaWrite, 0, 4000, 0));
+    let now = p.net.now;
+    let n = &mut p.net.nodes[0];
+    let mut short = vec![0u8; 100];
+    let e = n
+        .endpoint
+        .poll_transmit(now, &mut short, &n.mem)
+        .unwrap_err();
+    assert_eq!(e.len, 100);
+    assert!(e.to_string().contains("at least"));
+    let mut buf = vec![0u8; ferroce_transport::MIN_TRANSMIT_BUF];
+    assert!(
+        n.endpoint
+            .poll_transmit(now, &mut buf, &n.mem)
+            .unwrap()
+            .is_some()
+    );
 }

@@ -110,9 +110,14 @@ impl IcrcContext {
 
     /// The ICRC of a packet whose UDP payload is `covered ‖ ICRC` (`covered` is everything from
     /// the BTH up to and including the pad).
-    pub fn compute(&self, covered: &[u8]) -> u32 {
+    ///
+    /// # Errors
+    /// [`Error::BadLength`] if the packet would not fit one IP datagram (its UDP or IPv4 total
+    /// length would not fit 16 bits).
+    pub fn compute(&self, covered: &[u8]) -> Result<u32> {
         let udp_len = UDP_HEADER_LEN + covered.len() + ICRC_LEN;
-        let udp = masked_udp(self.src_port, self.dst_port, udp_len as u16);
+        let len16 = |n: usize| u16::try_from(n).map_err(|_| Error::BadLength);
+        let udp = masked_udp(self.src_port, self.dst_port, len16(udp_len)?);
         match self.ip {
             IpHeaders::V4 {
                 src,
@@ -125,30 +130,31 @@ impl IcrcContext {
                     dst,
                     ident,
                     dont_frag,
-                    (IPV4_HEADER_LEN + udp_len) as u16,
+                    len16(IPV4_HEADER_LEN + udp_len)?,
                 );
-                crc(&ip, &udp, covered)
+                Ok(crc(&ip, &udp, covered))
             }
             IpHeaders::V6 { src, dst } => {
-                let ip = masked_ipv6(src, dst, udp_len as u16);
-                crc(&ip, &udp, covered)
+                let ip = masked_ipv6(src, dst, len16(udp_len)?);
+                Ok(crc(&ip, &udp, covered))
             }
         }
     }
 
     /// Computes the ICRC over `udp_payload` minus its last 4 bytes and writes it there.
-    /// A payload shorter than 4 bytes is left alone.
+    /// A payload shorter than 4 bytes, or too long for one IP datagram, is left alone.
     pub fn fill(&self, udp_payload: &mut [u8]) {
         if let Some(split) = udp_payload.len().checked_sub(ICRC_LEN) {
-            let icrc = self.compute(&udp_payload[..split]);
-            udp_payload[split..].copy_from_slice(&icrc.to_le_bytes());
+            if let Ok(icrc) = self.compute(&udp_payload[..split]) {
+                udp_payload[split..].copy_from_slice(&icrc.to_le_bytes());
+            }
         }
     }
 
     /// Checks the ICRC at the end of a whole UDP payload, all 32 bits.
     pub fn verify(&self, udp_payload: &[u8]) -> bool {
         match split_icrc(udp_payload) {
-            Some((covered, got)) => self.compute(covered) == got,
+            Some((covered, got)) => self.compute(covered) == Ok(got),
             None => false,
         }
     }
@@ -178,7 +184,7 @@ impl IcrcContext {
             },
             ..*self
         };
-        let target = zero_id.compute(covered) ^ got;
+        let target = zero_id.compute(covered).ok()? ^ got;
         // The message is LRH(8) ‖ IPv4(20) ‖ UDP(8) ‖ covered; the ID is bytes 12 and 13.
         let msg_len = LRH_ONES.len() + IPV4_HEADER_LEN + UDP_HEADER_LEN + covered.len();
         solve_u16_at(target, LRH_ONES.len() + 4, msg_len)
@@ -424,7 +430,7 @@ mod tests {
             0xc169,
             4791,
         );
-        assert_eq!(ctx.compute(covered), raw);
+        assert_eq!(ctx.compute(covered), Ok(raw));
         // Masked fields do not matter: another TTL, TOS and checksum give the same CRC.
         let mut ip2 = ip;
         ip2[1] = 0x02;
@@ -556,5 +562,19 @@ mod tests {
             pkt[i / 8] ^= 1 << (i % 8);
             prop_assert!(!ctx.verify(&pkt));
         }
+    }
+
+    /// A payload too long for one datagram is an error, not a truncated length field.
+    #[test]
+    fn oversized_payloads_are_refused() {
+        let ctx = IcrcContext::v6(Ipv6Addr::LOCALHOST, Ipv6Addr::LOCALHOST, 4791, 4791);
+        let big = [0u8; 70_000];
+        assert_eq!(ctx.compute(&big), Err(Error::BadLength));
+        assert!(!ctx.verify(&big));
+        let v4 = IcrcContext::v4(Ipv4Addr::LOCALHOST, Ipv4Addr::LOCALHOST, 0, 4791, 4791);
+        // Fits UDP's 16 bits but not IPv4's total length.
+        let near = [0u8; 65_510];
+        assert_eq!(v4.compute(&near), Err(Error::BadLength));
+        assert!(v4.compute(&near[..1000]).is_ok());
     }
 }

@@ -18,8 +18,10 @@ use crate::verbs::{AccessFlags, QpState, QpType, RecvWr, WcFlags, WcOpcode, WcSt
 /// Bytes of GRH space at the start of a UD receive buffer (verbs' `struct ibv_grh`).
 pub const GRH_LEN: usize = 40;
 
-/// The largest RETH DMA length (IBTA: 2^31).
-const MAX_DMA_LEN: u32 = 1 << 31;
+/// The longest message the responder accepts (the device's `max_msg_sz`): a SEND, WRITE or
+/// READ longer than this is answered with NAK invalid request (IBTA C9-96: "length error" is
+/// an invalid request), never walked.
+const MAX_MSG_LEN: u64 = crate::verbs::MAX_MSG_SZ;
 
 /// A receive WQE being filled by a multi-packet SEND.
 #[derive(Debug, Clone)]
@@ -277,6 +279,33 @@ impl Qp {
         Ok(Some(psn + 1))
     }
 
+    /// READ and atomic responses queued and not yet sent in full.
+    fn rd_atomic_outstanding(&self) -> usize {
+        self.resp
+            .out
+            .iter()
+            .filter(|r| matches!(r, Response::Read { .. } | Response::AtomicAck { .. }))
+            .count()
+    }
+
+    /// Room for one more READ or atomic: at most `max_dest_rd_atomic` of them may be in
+    /// progress at the responder (IBTA 9.4.4, o9-23: a requester must not exceed it; one
+    /// that does gets NAK invalid request, which ends its QP). So a peer cannot make the
+    /// responder queue without bound.
+    fn check_rd_atomic_room<M: Memory + ?Sized>(&self, ctx: &mut Ctx<'_, M>) -> Result<(), Fault> {
+        let max = usize::from(self.attr.max_dest_rd_atomic);
+        if self.rd_atomic_outstanding() >= max {
+            ctx.counters.rd_atomic_exceeded += 1;
+            log::debug!(
+                "QP {:#x}: a READ/atomic request beyond max_dest_rd_atomic ({max}, the \
+                 responder_resources): NAK invalid request",
+                self.qpn
+            );
+            return Err(Fault::Nak(NakCode::InvalidRequest));
+        }
+        Ok(())
+    }
+
     /// Opcode sequence (IBTA C9-90): inside a SEND or WRITE only its MIDDLE/LAST may come.
     fn check_sequence(&self, op: Operation, pos: Position) -> Result<(), Fault> {
         let continuing = matches!(pos, Position::Middle | Position::Last);
@@ -346,7 +375,18 @@ impl Qp {
                 ));
             }
         }
-        cur.offset += pkt.payload.len() as u32;
+        // The SEND so far is within max_msg_sz (so the u32 cannot overflow): a peer cannot
+        // push a receive past the device's limit, even into a huge receive buffer.
+        let total = u64::from(cur.offset) + pkt.payload.len() as u64;
+        if total > MAX_MSG_LEN {
+            log::debug!(
+                "QP {:#x}: SEND at PSN {} grows past max_msg_sz ({MAX_MSG_LEN}): NAK invalid request",
+                self.qpn,
+                pkt.bth.psn
+            );
+            return Err(Fault::Recv(WcStatus::LocLenErr, NakCode::InvalidRequest));
+        }
+        cur.offset = total as u32;
         if matches!(pos, Position::Last | Position::Only) {
             let Some(done) = self.resp.in_send.take() else {
                 return Ok(true);
@@ -384,7 +424,12 @@ impl Qp {
         let last = matches!(pos, Position::Last | Position::Only);
         if matches!(pos, Position::First | Position::Only) {
             let reth = pkt.ext.reth.ok_or(Fault::Nak(NakCode::InvalidRequest))?;
-            if reth.dma_len > MAX_DMA_LEN {
+            if u64::from(reth.dma_len) > MAX_MSG_LEN {
+                log::debug!(
+                    "QP {:#x}: WRITE of {} bytes is past max_msg_sz ({MAX_MSG_LEN}): NAK invalid request",
+                    self.qpn,
+                    reth.dma_len
+                );
                 return Err(Fault::Nak(NakCode::InvalidRequest));
             }
             // A zero-length WRITE touches no memory and skips the R_Key check (C9-88).
@@ -470,9 +515,15 @@ impl Qp {
         pkt: &PacketRepr<'_>,
     ) -> Result<Psn, Fault> {
         let reth = pkt.ext.reth.ok_or(Fault::Nak(NakCode::InvalidRequest))?;
-        if self.attr.max_dest_rd_atomic == 0 || reth.dma_len > MAX_DMA_LEN {
+        if u64::from(reth.dma_len) > MAX_MSG_LEN {
+            log::debug!(
+                "QP {:#x}: READ of {} bytes is past max_msg_sz ({MAX_MSG_LEN}): NAK invalid request",
+                self.qpn,
+                reth.dma_len
+            );
             return Err(Fault::Nak(NakCode::InvalidRequest));
         }
+        self.check_rd_atomic_room(ctx)?;
         if reth.dma_len > 0 {
             ctx.mem
                 .check_remote(
@@ -511,9 +562,10 @@ impl Qp {
             .ext
             .atomic_eth
             .ok_or(Fault::Nak(NakCode::InvalidRequest))?;
-        if self.attr.max_dest_rd_atomic == 0 || a.va % 8 != 0 {
+        if a.va % 8 != 0 {
             return Err(Fault::Nak(NakCode::InvalidRequest));
         }
+        self.check_rd_atomic_room(ctx)?;
         let op = if pkt.bth.opcode == Opcode::RC_COMPARE_SWAP {
             AtomicOp::CompareSwap {
                 compare: a.compare,
@@ -566,7 +618,13 @@ impl Qp {
                             AccessFlags::REMOTE_READ,
                         )
                         .is_ok();
-                if fits && ok {
+                let room =
+                    self.rd_atomic_outstanding() < usize::from(self.attr.max_dest_rd_atomic.max(1));
+                if fits && ok && !room {
+                    // A flood of duplicates must not grow the response queue either.
+                    ctx.counters.rd_atomic_exceeded += 1;
+                    ctx.counters.dropped += 1;
+                } else if fits && ok {
                     // The requester went back to `psn`: responses of this READ still queued
                     // from an earlier request are stale; drop them rather than send the data
                     // twice behind them (a long READ would otherwise outlast the timeout).
@@ -603,9 +661,11 @@ impl Qp {
                     Resource::Atomic { psn: p, orig } if *p == psn => Some(*orig),
                     _ => None,
                 });
+                let room =
+                    self.rd_atomic_outstanding() < usize::from(self.attr.max_dest_rd_atomic.max(1));
                 match saved {
-                    Some(orig) => self.resp.push(Response::AtomicAck { psn, orig, msn }),
-                    None => ctx.counters.dropped += 1,
+                    Some(orig) if room => self.resp.push(Response::AtomicAck { psn, orig, msn }),
+                    _ => ctx.counters.dropped += 1,
                 }
             }
             _ => {}

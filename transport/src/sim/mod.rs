@@ -235,6 +235,7 @@ impl Network {
                 let Some(tx) = node
                     .endpoint
                     .poll_transmit(self.now, &mut self.buf, &node.mem)
+                    .expect("the simulator's buffer is MIN_TRANSMIT_BUF long or more")
                 else {
                     break;
                 };
