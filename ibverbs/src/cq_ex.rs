@@ -10,7 +10,7 @@ use core::ffi::{c_int, c_uint, c_void};
 use ferroce::transport::WorkCompletion;
 
 use crate::abi::*;
-use crate::objects::Cq;
+use crate::objects::cq_of;
 
 /// `IBV_WC_STANDARD_FLAGS`: byte_len, imm, qp_num, src_qp, slid, sl, dlid_path_bits.
 pub const WC_FLAGS_SUPPORTED: u64 = 0x7f;
@@ -68,13 +68,14 @@ pub(crate) unsafe extern "C" fn vctx_create_cq_ex(
         crate::set_errno(libc::EINVAL);
         return core::ptr::null_mut();
     }
-    // SAFETY: attr is valid (verbs' contract).
+    // SAFETY: ibv_create_cq_ex passes a valid, non-NULL (checked) init attribute struct.
     let a = unsafe { &*attr };
     if a.wc_flags & !WC_FLAGS_SUPPORTED != 0 || a.comp_mask & !CQ_INIT_ATTR_MASK_FLAGS != 0 {
         crate::set_errno(libc::EOPNOTSUPP);
         return core::ptr::null_mut();
     }
-    // SAFETY: forwarded contract.
+    // SAFETY: verbs passes a context of ours that is open, and `a.channel` is NULL or a live
+    // channel of it: create_cq's contract.
     unsafe { crate::objects::create_cq(context, a.cqe, a.cq_context, a.channel, a.comp_vector) }
 }
 
@@ -83,8 +84,8 @@ pub(crate) unsafe extern "C" fn vctx_create_cq_ex(
 /// # Safety
 /// `cq` is a live CQ of ours, polled by one thread at a time (verbs' rule for this API).
 unsafe fn poll_one(cq: *mut ibv_cq_ex) -> c_int {
-    // SAFETY: a live Cq of ours.
-    let q = unsafe { &*cq.cast::<Cq>() };
+    // SAFETY: `cq` is a live CQ of this library (this function's contract).
+    let q = unsafe { cq_of(cq.cast()) };
     let Some(wc) = q.cq.poll_one() else {
         return libc::ENOENT;
     };
@@ -102,12 +103,12 @@ unsafe extern "C" fn start_poll(cq: *mut ibv_cq_ex, attr: *mut ibv_poll_cq_attr)
     if !attr.is_null() && unsafe { (*attr).comp_mask } != 0 {
         return libc::EINVAL;
     }
-    // SAFETY: verbs' contract.
+    // SAFETY: verbs calls the CQ's own ops with the live CQ, one poller at a time.
     unsafe { poll_one(cq) }
 }
 
 unsafe extern "C" fn next_poll(cq: *mut ibv_cq_ex) -> c_int {
-    // SAFETY: verbs' contract.
+    // SAFETY: verbs calls the CQ's own ops with the live CQ, one poller at a time.
     unsafe { poll_one(cq) }
 }
 
@@ -120,42 +121,42 @@ unsafe extern "C" fn end_poll(cq: *mut ibv_cq_ex) {
 /// # Safety
 /// `cq` is a live CQ of ours.
 unsafe fn cur(cq: *mut ibv_cq_ex) -> WorkCompletion {
-    // SAFETY: a live Cq of ours.
-    *unsafe { &*cq.cast::<Cq>() }.current.lock()
+    // SAFETY: `cq` is a live CQ of this library (this function's contract).
+    *unsafe { cq_of(cq.cast()) }.current.lock()
 }
 
 unsafe extern "C" fn read_opcode(cq: *mut ibv_cq_ex) -> c_int {
-    // SAFETY: verbs' contract.
+    // SAFETY: verbs calls the CQ's own ops with the live CQ they belong to.
     unsafe { cur(cq) }.opcode as c_int
 }
 
 unsafe extern "C" fn read_vendor_err(cq: *mut ibv_cq_ex) -> u32 {
-    // SAFETY: verbs' contract.
+    // SAFETY: verbs calls the CQ's own ops with the live CQ they belong to.
     unsafe { cur(cq) }.vendor_err
 }
 
 unsafe extern "C" fn read_byte_len(cq: *mut ibv_cq_ex) -> u32 {
-    // SAFETY: verbs' contract.
+    // SAFETY: verbs calls the CQ's own ops with the live CQ they belong to.
     unsafe { cur(cq) }.byte_len
 }
 
 unsafe extern "C" fn read_imm_data(cq: *mut ibv_cq_ex) -> u32 {
-    // SAFETY: verbs' contract.
+    // SAFETY: verbs calls the CQ's own ops with the live CQ they belong to.
     unsafe { cur(cq) }.imm_data.to_be()
 }
 
 unsafe extern "C" fn read_qp_num(cq: *mut ibv_cq_ex) -> u32 {
-    // SAFETY: verbs' contract.
+    // SAFETY: verbs calls the CQ's own ops with the live CQ they belong to.
     unsafe { cur(cq) }.qp_num
 }
 
 unsafe extern "C" fn read_src_qp(cq: *mut ibv_cq_ex) -> u32 {
-    // SAFETY: verbs' contract.
+    // SAFETY: verbs calls the CQ's own ops with the live CQ they belong to.
     unsafe { cur(cq) }.src_qp
 }
 
 unsafe extern "C" fn read_wc_flags(cq: *mut ibv_cq_ex) -> c_uint {
-    // SAFETY: verbs' contract.
+    // SAFETY: verbs calls the CQ's own ops with the live CQ they belong to.
     unsafe { cur(cq) }.wc_flags.0
 }
 

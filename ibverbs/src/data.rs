@@ -9,7 +9,7 @@ use ferroce::transport::{
 
 use crate::abi::*;
 use crate::errno_of;
-use crate::objects::{Ah, Cq, Qp, Srq};
+use crate::objects::{ah_of, cq_of, qp_of, srq_of};
 use ferroce::context::limits::MAX_INLINE;
 
 /// The ops table every context gets.
@@ -81,7 +81,7 @@ unsafe fn send_wr(w: &ibv_send_wr, ud: bool) -> Result<SendWr, c_int> {
     let opcode = WrOpcode::from_raw(w.opcode as u32).ok_or(libc::EINVAL)?;
     let mut s = SendWr::new(w.wr_id, opcode);
     s.send_flags = SendFlags(w.send_flags & 0xf);
-    // SAFETY: forwarded contract.
+    // SAFETY: a valid ibv_send_wr's sg_list holds num_sge entries (this function's contract).
     s.sg_list = unsafe { sges(w.sg_list, w.num_sge) }?;
     s.imm_data = u32::from_be(w.imm_data);
     if s.send_flags.contains(SendFlags::INLINE) && !opcode.is_read_or_atomic() {
@@ -120,8 +120,9 @@ unsafe fn send_wr(w: &ibv_send_wr, ud: bool) -> Result<SendWr, c_int> {
         if u.ah.is_null() {
             return Err(libc::EINVAL);
         }
-        // SAFETY: a live AH of ours (caller's promise).
-        let ah = unsafe { &*u.ah.cast::<Ah>() };
+        // SAFETY: a UD request's AH is one of this library the program has not destroyed
+        // (this function's contract).
+        let ah = unsafe { ah_of(u.ah) };
         s.ud = Some(UdDest {
             ah: ah.ah.attr(),
             remote_qpn: u.remote_qpn,
@@ -143,17 +144,18 @@ unsafe extern "C" fn post_send(
     wr: *mut ibv_send_wr,
     bad_wr: *mut *mut ibv_send_wr,
 ) -> c_int {
-    // SAFETY: verbs' contract: qp is a live QP (of ours, made by ibv_create_qp).
-    let q = unsafe { &*qp.cast::<Qp>() };
-    let ud = q.ibv.qp_base.qp_type == 4;
+    // SAFETY: verbs.h calls this through the QP's own context ops, so `qp` is a QP of this
+    // library the program has not destroyed; its `qp_type` is written only at creation.
+    let (q, ud) = unsafe { (qp_of(qp), (*qp).qp_type == 4) };
     let mut cur = wr;
     while !cur.is_null() {
         // SAFETY: the program's list is valid up to its NULL `next`.
         let w = unsafe { &*cur };
-        // SAFETY: as above.
+        // SAFETY: each WR of the program's list is valid, and a UD WR names a live AH of ours
+        // (ibv_post_send's contract, which is send_wr's).
         let r = unsafe { send_wr(w, ud) }.and_then(|s| {
             q.qp.post_send(&s).map_err(|e| {
-                log::debug!("ibv_post_send on QP {:#x}: {e}", q.ibv.qp_base.qp_num);
+                log::debug!("ibv_post_send on QP {:#x}: {e}", q.qp.qp_num());
                 errno_of(&e)
             })
         });
@@ -180,9 +182,9 @@ unsafe fn post_recv_list(
 ) -> c_int {
     let mut cur = wr;
     while !cur.is_null() {
-        // SAFETY: the program's list is valid.
+        // SAFETY: the program's list is valid up to its NULL `next` (this function's contract).
         let w = unsafe { &*cur };
-        // SAFETY: the SGE list is valid (caller's promise).
+        // SAFETY: a valid ibv_recv_wr's sg_list holds num_sge entries.
         let r = unsafe { sges(w.sg_list, w.num_sge) }.and_then(|sg_list| {
             post(&RecvWr {
                 wr_id: w.wr_id,
@@ -207,9 +209,10 @@ unsafe extern "C" fn post_recv(
     wr: *mut ibv_recv_wr,
     bad_wr: *mut *mut ibv_recv_wr,
 ) -> c_int {
-    // SAFETY: qp is a live QP of ours.
-    let q = unsafe { &*qp.cast::<Qp>() };
-    // SAFETY: forwarded contract.
+    // SAFETY: verbs.h calls this through the QP's own ops: a live QP of this library.
+    let q = unsafe { qp_of(qp) };
+    // SAFETY: ibv_post_recv's contract: the list is valid up to its NULL `next`, `bad_wr`
+    // NULL or writable.
     unsafe { post_recv_list(wr, bad_wr, |r| q.qp.post_recv(r)) }
 }
 
@@ -218,9 +221,10 @@ unsafe extern "C" fn post_srq_recv(
     wr: *mut ibv_recv_wr,
     bad_wr: *mut *mut ibv_recv_wr,
 ) -> c_int {
-    // SAFETY: srq is a live SRQ of ours.
-    let s = unsafe { &*srq.cast::<Srq>() };
-    // SAFETY: forwarded contract.
+    // SAFETY: verbs.h calls this through the SRQ's own context ops: a live SRQ of ours.
+    let s = unsafe { srq_of(srq) };
+    // SAFETY: ibv_post_srq_recv's contract: the list is valid up to its NULL `next`,
+    // `bad_wr` NULL or writable.
     unsafe { post_recv_list(wr, bad_wr, |r| s.srq.post_recv(r)) }
 }
 
@@ -247,8 +251,8 @@ unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, num_entries: c_int, wc: *mut ibv_w
     if num_entries <= 0 {
         return 0;
     }
-    // SAFETY: cq is a live CQ of ours.
-    let q = unsafe { &*cq.cast::<Cq>() };
+    // SAFETY: verbs.h calls this through the CQ's own context ops: a live CQ of ours.
+    let q = unsafe { cq_of(cq) };
     let mut buf = [WorkCompletion::default(); 32];
     let mut done = 0usize;
     let want = num_entries as usize;
@@ -268,8 +272,8 @@ unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, num_entries: c_int, wc: *mut ibv_w
 }
 
 unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, solicited_only: c_int) -> c_int {
-    // SAFETY: cq is a live CQ of ours.
-    let q = unsafe { &*cq.cast::<Cq>() };
+    // SAFETY: verbs.h calls this through the CQ's own context ops: a live CQ of ours.
+    let q = unsafe { cq_of(cq) };
     match q.cq.req_notify(solicited_only != 0) {
         Ok(()) => 0,
         Err(e) => errno_of(&e),

@@ -10,6 +10,7 @@ use ferroce::transport::Mtu;
 use parking_lot::Mutex;
 
 use crate::abi::*;
+use crate::handle::Obj;
 use crate::{errno_of, set_errno};
 
 /// A device: `struct ibv_device` as the program sees it, then what libibverbs' own
@@ -28,15 +29,18 @@ pub struct Dev {
     pub index: u32,
 }
 
-// SAFETY: a Dev is immutable after creation and leaked for the life of the process.
+// SAFETY: a Dev's raw pointers (in `ibv` and `verbs_ops`) point at leaked, immutable data or
+// are NULL, and nothing mutates a Dev after creation, so moving it between threads is fine.
 unsafe impl Send for Dev {}
-// SAFETY: as above.
+// SAFETY: a Dev is immutable after creation (no interior mutability), so shared access from
+// several threads is only reads.
 unsafe impl Sync for Dev {}
 
 struct DevPtr(*mut Dev);
-// SAFETY: points to a leaked, immutable Dev.
+// SAFETY: the pointer is to a Dev leaked for the life of the process and never mutated, so
+// any thread may hold it.
 unsafe impl Send for DevPtr {}
-// SAFETY: as above.
+// SAFETY: sharing the pointer only lets threads read the immutable, leaked Dev.
 unsafe impl Sync for DevPtr {}
 
 fn fill(dst: &mut [c_char], s: &str) {
@@ -192,11 +196,13 @@ pub extern "C" fn ibv_get_device_guid(device: *mut ibv_device) -> u64 {
 }
 
 /// An open device: the `verbs_context` (with the `ibv_context` the program holds at its end),
-/// then the ferroce context and the tables that map events back to C objects.
-#[repr(C)]
+/// then [`Ctx`]. As for every object ([`crate::handle`]), the C part is reached only through
+/// raw pointers and the Rust part only by projection.
+type CtxBox = Obj<verbs_context, Ctx>;
+
+/// The ferroce state of an open device: the context and the tables that map events back to C
+/// objects.
 pub struct Ctx {
-    /// What the program sees (through `vctx.context`).
-    pub vctx: verbs_context,
     /// The ferroce context.
     pub ctx: ferroce::Context,
     /// The device.
@@ -214,11 +220,18 @@ pub struct Ctx {
 /// The `Ctx` of an `ibv_context` pointer handed out by [`ibv_open_device`].
 ///
 /// # Safety
-/// `c` must be a live context of ours.
+/// `c` must be a live context of ours (from [`ibv_open_device`], not closed).
 pub unsafe fn ctx_of<'a>(c: *mut ibv_context) -> &'a Ctx {
-    let off = core::mem::offset_of!(Ctx, vctx) + core::mem::offset_of!(verbs_context, context);
-    // SAFETY: the caller's context is the `vctx.context` field of a boxed Ctx.
-    unsafe { &*c.byte_sub(off).cast::<Ctx>() }
+    // SAFETY: the caller's context is the `context` field of the verbs_context of a live
+    // CtxBox, so box_of gives that box's C struct.
+    unsafe { CtxBox::rust(box_of(c)) }
+}
+
+/// The `verbs_context` (the CtxBox's C struct) whose `context` is `c`: pointer arithmetic on a
+/// pointer that carries the whole box's provenance, no reference formed.
+fn box_of(c: *mut ibv_context) -> *mut verbs_context {
+    c.wrapping_byte_sub(core::mem::offset_of!(verbs_context, context))
+        .cast()
 }
 
 /// `ibv_open_device`.
@@ -237,8 +250,8 @@ pub extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_context {
         }
     };
     let async_fd = ctx.async_fd();
-    let b = Box::new(Ctx {
-        vctx: verbs_context {
+    let p = CtxBox::into_raw(
+        verbs_context {
             query_port: Some(vctx_query_port),
             _unused_a: [None; 24],
             create_cq_ex: Some(crate::cq_ex::vctx_create_cq_ex),
@@ -259,16 +272,19 @@ pub extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_context {
                 abi_compat: VERBS_ABI_IS_EXTENDED,
             },
         },
-        ctx,
-        dev,
-        cqs: Mutex::new(HashMap::new()),
-        qps: Mutex::new(HashMap::new()),
-        srqs: Mutex::new(HashMap::new()),
-        children: std::sync::atomic::AtomicUsize::new(0),
-    });
-    let p = Box::into_raw(b);
-    // SAFETY: p is the box just leaked; the field stays put until ibv_close_device.
-    unsafe { &raw mut (*p).vctx.context }
+        Ctx {
+            ctx,
+            dev,
+            cqs: Mutex::new(HashMap::new()),
+            qps: Mutex::new(HashMap::new()),
+            srqs: Mutex::new(HashMap::new()),
+            children: std::sync::atomic::AtomicUsize::new(0),
+        },
+    );
+    // SAFETY: p is the box just leaked, valid until ibv_close_device frees it; the pointer is
+    // derived by raw projection (no reference), so it keeps the whole box's provenance, which
+    // box_of relies on to get back to it.
+    unsafe { &raw mut (*p).context }
 }
 
 /// `ibv_close_device`.
@@ -280,7 +296,7 @@ pub unsafe extern "C" fn ibv_close_device(context: *mut ibv_context) -> c_int {
     if context.is_null() {
         return libc::EINVAL;
     }
-    // SAFETY: the caller's context is live and ours.
+    // SAFETY: the caller's context is live and ours (this function's contract).
     let c = unsafe { ctx_of(context) };
     let live = c.children.load(std::sync::atomic::Ordering::SeqCst);
     if live > 0 {
@@ -293,9 +309,10 @@ pub unsafe extern "C" fn ibv_close_device(context: *mut ibv_context) -> c_int {
         );
         return 0;
     }
-    let p = (c as *const Ctx).cast_mut();
-    // SAFETY: the Ctx was leaked by ibv_open_device; closing ends its life.
-    drop(unsafe { Box::from_raw(p) });
+    // SAFETY: the box was leaked by ibv_open_device (the program's context is its
+    // `vctx.context`, so box_of gives back the leaked pointer's address and provenance); no
+    // child object refers to it any more (checked above) and the program closes it once.
+    unsafe { CtxBox::free(box_of(context)) };
     0
 }
 
@@ -311,7 +328,8 @@ pub unsafe extern "C" fn ibv_query_device(
     if context.is_null() || attr.is_null() {
         return libc::EINVAL;
     }
-    // SAFETY: as the function's contract.
+    // SAFETY: `context` is an open context of ours and `attr` is valid for writing (this
+    // function's contract).
     unsafe { attr.write(device_attr(ctx_of(context))) };
     0
 }
@@ -421,7 +439,8 @@ unsafe extern "C" fn vctx_query_port(
     if port_num != 1 {
         return libc::EINVAL;
     }
-    // SAFETY: the context is live (caller's promise).
+    // SAFETY: `context` came from this library's ibv_open_device and is not closed (verbs forbids
+    // using a closed context), so it is the context of a live Ctx.
     let a = port_attr(unsafe { ctx_of(context) });
     let n = attr_len.min(core::mem::size_of::<ibv_port_attr>());
     // SAFETY: the caller's buffer holds attr_len bytes; we copy at most that.
@@ -441,7 +460,8 @@ pub unsafe extern "C" fn ibv_query_port(
     port_num: u8,
     attr: *mut ibv_port_attr,
 ) -> c_int {
-    // SAFETY: forwarded contract.
+    // SAFETY: ibv_query_port's contract (an open context of ours, `attr` writable) is
+    // vctx_query_port's.
     unsafe {
         vctx_query_port(
             context,
@@ -475,7 +495,8 @@ pub unsafe extern "C" fn ibv_query_gid(
         set_errno(libc::EINVAL);
         return -1;
     }
-    // SAFETY: the context is live.
+    // SAFETY: `context` came from this library's ibv_open_device and is not closed (verbs forbids
+    // using a closed context), so it is the context of a live Ctx.
     match gid_of(unsafe { ctx_of(context) }, index as u32) {
         Some(g) => {
             // SAFETY: gid is valid for writing.
@@ -527,7 +548,8 @@ pub unsafe extern "C" fn _ibv_query_gid_ex(
     if entry_size < core::mem::size_of::<ibv_gid_entry>() {
         return libc::EINVAL;
     }
-    // SAFETY: the context is live.
+    // SAFETY: `context` came from this library's ibv_open_device and is not closed (verbs forbids
+    // using a closed context), so it is the context of a live Ctx.
     match gid_entry(unsafe { ctx_of(context) }, gid_index) {
         Some(e) => {
             // SAFETY: entry is valid for entry_size >= sizeof bytes.
@@ -553,7 +575,8 @@ pub unsafe extern "C" fn _ibv_query_gid_table(
     if context.is_null() || flags != 0 || entry_size < core::mem::size_of::<ibv_gid_entry>() {
         return -(libc::EINVAL as isize);
     }
-    // SAFETY: the context is live.
+    // SAFETY: `context` came from this library's ibv_open_device and is not closed (verbs forbids
+    // using a closed context), so it is the context of a live Ctx.
     let c = unsafe { ctx_of(context) };
     let mut n = 0usize;
     for i in 0..2u32 {
@@ -584,7 +607,8 @@ pub unsafe extern "C" fn ibv_query_gid_type(
         set_errno(libc::EINVAL);
         return -1;
     }
-    // SAFETY: the context is live.
+    // SAFETY: `context` came from this library's ibv_open_device and is not closed (verbs forbids
+    // using a closed context), so it is the context of a live Ctx.
     if gid_of(unsafe { ctx_of(context) }, index).is_none() {
         set_errno(libc::EINVAL);
         return -1;

@@ -19,6 +19,7 @@ pub mod abi;
 pub mod cq_ex;
 pub mod data;
 pub mod device;
+pub mod handle;
 pub mod objects;
 pub mod strings;
 pub mod unsupported;

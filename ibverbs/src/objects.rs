@@ -3,7 +3,7 @@
 
 use core::ffi::{c_int, c_uint, c_void};
 use std::net::{IpAddr, Ipv6Addr};
-use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use ferroce::transport::{
@@ -13,54 +13,60 @@ use ferroce::{AsyncEventRecord, QpInitAttr};
 
 use crate::abi::*;
 use crate::device::{Ctx, ctx_of};
+use crate::handle::{EventAcks, Obj, atomic_i32, publish_u32};
 use crate::{errno_of, set_errno};
 
 const NULL: *mut c_void = core::ptr::null_mut();
 
-/// A PD.
-#[repr(C)]
-pub struct Pd {
-    /// What the program sees.
-    pub ibv: ibv_pd,
+/// A PD: `ibv_pd`, then [`PdInner`] (see [`crate::handle`] for the access rules).
+pub type Pd = Obj<ibv_pd, PdInner>;
+
+/// ferroce's state of a PD.
+pub struct PdInner {
     /// The ferroce PD.
     pub pd: ferroce::ProtectionDomain,
 }
 
-/// An MR.
-#[repr(C)]
-pub struct Mr {
-    /// What the program sees.
-    pub ibv: ibv_mr,
+/// An MR: `ibv_mr`, then [`MrInner`].
+pub type Mr = Obj<ibv_mr, MrInner>;
+
+/// ferroce's state of an MR.
+pub struct MrInner {
     /// The ferroce region over the caller's memory.
     pub mr: ferroce::MemoryRegion,
 }
 
-/// A completion channel.
-#[repr(C)]
-pub struct Channel {
-    /// What the program sees.
-    pub ibv: ibv_comp_channel,
+/// A completion channel: `ibv_comp_channel`, then [`ChannelInner`].
+pub type Channel = Obj<ibv_comp_channel, ChannelInner>;
+
+/// ferroce's state of a completion channel.
+pub struct ChannelInner {
     /// The ferroce channel.
     pub ch: ferroce::CompletionChannel,
 }
 
-/// A CQ: every CQ has the `ibv_cq_ex` layout (an `ibv_cq` followed by the polling API).
-#[repr(C)]
-pub struct Cq {
-    /// What the program sees.
-    pub ibv: ibv_cq_ex,
+/// A CQ: every CQ has the `ibv_cq_ex` layout (an `ibv_cq` followed by the polling API), then
+/// [`CqInner`].
+pub type Cq = Obj<ibv_cq_ex, CqInner>;
+
+/// ferroce's state of a CQ.
+pub struct CqInner {
     /// The ferroce CQ.
     pub cq: ferroce::CompletionQueue,
     /// The completion `ibv_start_poll`/`ibv_next_poll` made current (the `ibv_wc_read_*` source).
     pub current: parking_lot::Mutex<ferroce::transport::WorkCompletion>,
+    /// Completion events returned by `ibv_get_cq_event` / acknowledged by `ibv_ack_cq_events`.
+    pub comp_events: EventAcks,
+    /// Async events (`IBV_EVENT_CQ_ERR`) returned / acknowledged.
+    pub async_events: EventAcks,
 }
 
-/// A QP: every QP carries the `ibv_qp_ex` slots; `ibv_qp_to_qp_ex` hands them out for QPs
-/// created with send-ops flags, as libibverbs does.
-#[repr(C)]
-pub struct Qp {
-    /// What the program sees (`ibv.qp_base` is the `ibv_qp`).
-    pub ibv: ibv_qp_ex,
+/// A QP: every QP carries the `ibv_qp_ex` slots (`ibv_qp_to_qp_ex` hands them out for QPs
+/// created with send-ops flags, as libibverbs does), then [`QpInner`].
+pub type Qp = Obj<ibv_qp_ex, QpInner>;
+
+/// ferroce's state of a QP.
+pub struct QpInner {
     /// The ferroce QP.
     pub qp: ferroce::QueuePair,
     /// `sq_sig_all` as created (for `ibv_query_qp`).
@@ -69,24 +75,84 @@ pub struct Qp {
     pub ex: bool,
     /// The `ibv_wr_*` batch between `ibv_wr_start` and `ibv_wr_complete`.
     pub batch: parking_lot::Mutex<crate::wr::Batch>,
+    /// Async events returned by `ibv_get_async_event` / acknowledged.
+    pub events: EventAcks,
 }
 
-/// An SRQ.
-#[repr(C)]
-pub struct Srq {
-    /// What the program sees.
-    pub ibv: ibv_srq,
+/// An SRQ: `ibv_srq`, then [`SrqInner`].
+pub type Srq = Obj<ibv_srq, SrqInner>;
+
+/// ferroce's state of an SRQ.
+pub struct SrqInner {
     /// The ferroce SRQ.
     pub srq: ferroce::SharedReceiveQueue,
+    /// Async events returned / acknowledged.
+    pub events: EventAcks,
 }
 
-/// An AH.
-#[repr(C)]
-pub struct Ah {
-    /// What the program sees.
-    pub ibv: ibv_ah,
+/// An AH: `ibv_ah`, then [`AhInner`].
+pub type Ah = Obj<ibv_ah, AhInner>;
+
+/// ferroce's state of an AH.
+pub struct AhInner {
     /// The ferroce AH.
     pub ah: ferroce::AddressHandle,
+}
+
+/// The state of a PD the program holds.
+///
+/// # Safety
+/// `pd` was returned by this library's `ibv_alloc_pd` and not yet deallocated.
+pub(crate) unsafe fn pd_of<'a>(pd: *mut ibv_pd) -> &'a PdInner {
+    // SAFETY: such a pointer is the C struct of a live Obj<ibv_pd, PdInner>.
+    unsafe { Pd::rust(pd) }
+}
+
+/// The state of a completion channel the program holds.
+///
+/// # Safety
+/// `ch` was returned by this library's `ibv_create_comp_channel` and not yet destroyed.
+pub(crate) unsafe fn ch_of<'a>(ch: *mut ibv_comp_channel) -> &'a ChannelInner {
+    // SAFETY: such a pointer is the C struct of a live Obj<ibv_comp_channel, ChannelInner>.
+    unsafe { Channel::rust(ch) }
+}
+
+/// The state of a CQ the program holds.
+///
+/// # Safety
+/// `cq` was returned by this library's `ibv_create_cq`/`_ex` and not yet destroyed.
+pub(crate) unsafe fn cq_of<'a>(cq: *mut ibv_cq) -> &'a CqInner {
+    // SAFETY: every CQ is an Obj<ibv_cq_ex, CqInner> whose ibv_cq_ex starts with the ibv_cq
+    // the program holds; it is live by the caller's contract.
+    unsafe { Cq::rust(cq.cast()) }
+}
+
+/// The state of a QP the program holds.
+///
+/// # Safety
+/// `qp` was returned by this library's `ibv_create_qp`/`_ex` and not yet destroyed.
+pub(crate) unsafe fn qp_of<'a>(qp: *mut ibv_qp) -> &'a QpInner {
+    // SAFETY: every QP is an Obj<ibv_qp_ex, QpInner> whose ibv_qp_ex starts with the ibv_qp
+    // the program holds; it is live by the caller's contract.
+    unsafe { Qp::rust(qp.cast()) }
+}
+
+/// The state of an SRQ the program holds.
+///
+/// # Safety
+/// `srq` was returned by this library's `ibv_create_srq` and not yet destroyed.
+pub(crate) unsafe fn srq_of<'a>(srq: *mut ibv_srq) -> &'a SrqInner {
+    // SAFETY: such a pointer is the C struct of a live Obj<ibv_srq, SrqInner>.
+    unsafe { Srq::rust(srq) }
+}
+
+/// The state of an AH the program holds.
+///
+/// # Safety
+/// `ah` was returned by this library's `ibv_create_ah` and not yet destroyed.
+pub(crate) unsafe fn ah_of<'a>(ah: *mut ibv_ah) -> &'a AhInner {
+    // SAFETY: such a pointer is the C struct of a live Obj<ibv_ah, AhInner>.
+    unsafe { Ah::rust(ah) }
 }
 
 fn next_handle() -> u32 {
@@ -110,18 +176,18 @@ pub unsafe extern "C" fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd 
     if context.is_null() {
         return fail(libc::EINVAL);
     }
-    // SAFETY: the context is live.
+    // SAFETY: `context` came from this library's ibv_open_device and is not closed (verbs
+    // forbids using a closed context), so it is the context of a live Ctx.
     let c = unsafe { ctx_of(context) };
     let pd = c.ctx.alloc_pd();
     c.children.fetch_add(1, Ordering::SeqCst);
-    let b = Box::new(Pd {
-        ibv: ibv_pd {
+    Pd::into_raw(
+        ibv_pd {
             context,
             handle: next_handle(),
         },
-        pd,
-    });
-    Box::into_raw(b).cast()
+        PdInner { pd },
+    )
 }
 
 /// `ibv_dealloc_pd`: EBUSY while MRs, QPs, SRQs or AHs use it.
@@ -133,17 +199,19 @@ pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
     if pd.is_null() {
         return libc::EINVAL;
     }
-    // SAFETY: pd is a live Pd of ours.
-    let p = unsafe { &*pd.cast::<Pd>() };
+    // SAFETY: `pd` is a PD of this library the program has not deallocated (verbs' rule).
+    let p = unsafe { pd_of(pd) };
     if p.pd.in_use() {
         return libc::EBUSY;
     }
-    // SAFETY: the PD's context is live.
-    unsafe { ctx_of(p.ibv.context) }
+    // SAFETY: the live PD's `context` is written only at creation; its context outlives it
+    // (closing a context with live PDs keeps it allocated).
+    unsafe { ctx_of((*pd).context) }
         .children
         .fetch_sub(1, Ordering::SeqCst);
-    // SAFETY: the Pd box ends here.
-    drop(unsafe { Box::from_raw(pd.cast::<Pd>()) });
+    // SAFETY: nothing of ferroce refers to the PD any more (no child: checked above), and the
+    // program gives up `pd` with this call.
+    unsafe { Pd::free(pd) };
     0
 }
 
@@ -173,28 +241,27 @@ unsafe fn reg(
         // ZERO_BASED, ON_DEMAND, HUGETLB: not offered (query_device_ex reports no ODP).
         return fail(libc::EOPNOTSUPP);
     }
-    // SAFETY: pd is a live Pd of ours.
-    let p = unsafe { &*pd.cast::<Pd>() };
+    // SAFETY: `pd` is a PD of this library the program has not deallocated (verbs' rule).
+    let p = unsafe { pd_of(pd) };
     let flags = AccessFlags(access & 0xf);
-    // SAFETY: verbs' contract: the caller keeps addr..addr+length valid until ibv_dereg_mr,
-    // and the memory is written by the network meanwhile.
+    // SAFETY: verbs' ibv_reg_mr contract makes addr..addr+length valid for reads and writes
+    // until ibv_dereg_mr returns (which is when the region's dereg returns), and a C program's
+    // memory is outside Rust's references; the aligned words around it lie in the same pages.
     let r = unsafe { p.pd.reg_mr_raw(addr.cast(), length, flags) };
     match r {
-        Ok(mr) => {
-            let b = Box::new(Mr {
-                ibv: ibv_mr {
-                    context: p.ibv.context,
-                    pd,
-                    addr,
-                    length,
-                    handle: mr.lkey(),
-                    lkey: mr.lkey(),
-                    rkey: mr.rkey(),
-                },
-                mr,
-            });
-            Box::into_raw(b).cast()
-        }
+        Ok(mr) => Mr::into_raw(
+            ibv_mr {
+                // SAFETY: a live PD's `context` is written only at creation.
+                context: unsafe { (*pd).context },
+                pd,
+                addr,
+                length,
+                handle: mr.lkey(),
+                lkey: mr.lkey(),
+                rkey: mr.rkey(),
+            },
+            MrInner { mr },
+        ),
         Err(e) => fail(errno_of(&e)),
     }
 }
@@ -210,7 +277,7 @@ pub unsafe extern "C" fn ibv_reg_mr(
     length: usize,
     access: c_int,
 ) -> *mut ibv_mr {
-    // SAFETY: forwarded contract.
+    // SAFETY: this function's contract (a live PD, memory valid until ibv_dereg_mr) is reg's.
     unsafe { reg(pd, addr, length, addr as u64, access as c_uint) }
 }
 
@@ -226,7 +293,7 @@ pub unsafe extern "C" fn ibv_reg_mr_iova(
     iova: u64,
     access: c_int,
 ) -> *mut ibv_mr {
-    // SAFETY: forwarded contract.
+    // SAFETY: this function's contract (a live PD, memory valid until ibv_dereg_mr) is reg's.
     unsafe { reg(pd, addr, length, iova, access as c_uint) }
 }
 
@@ -242,7 +309,7 @@ pub unsafe extern "C" fn ibv_reg_mr_iova2(
     iova: u64,
     access: c_uint,
 ) -> *mut ibv_mr {
-    // SAFETY: forwarded contract.
+    // SAFETY: this function's contract (a live PD, memory valid until ibv_dereg_mr) is reg's.
     unsafe { reg(pd, addr, length, iova, access) }
 }
 
@@ -255,9 +322,13 @@ pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
     if mr.is_null() {
         return libc::EINVAL;
     }
-    // SAFETY: the Mr box ends here.
-    let b = unsafe { Box::from_raw(mr.cast::<Mr>()) };
-    b.mr.dereg();
+    // SAFETY: `mr` is an MR of this library the program has not deregistered (verbs' rule).
+    let m = unsafe { Mr::rust(mr) };
+    // When dereg returns, no copy into or out of the program's memory runs or can start.
+    m.mr.clone().dereg();
+    // SAFETY: nothing of ferroce refers to the Mr box (MRs are in no table of this crate), and
+    // the program gives up `mr` with this call.
+    unsafe { Mr::free(mr) };
     0
 }
 
@@ -274,20 +345,20 @@ pub unsafe extern "C" fn ibv_create_comp_channel(
     if context.is_null() {
         return fail(libc::EINVAL);
     }
-    // SAFETY: the context is live.
+    // SAFETY: `context` came from this library's ibv_open_device and is not closed (verbs
+    // forbids using a closed context), so it is the context of a live Ctx.
     let c = unsafe { ctx_of(context) };
     match c.ctx.create_comp_channel() {
         Ok(ch) => {
             c.children.fetch_add(1, Ordering::SeqCst);
-            let b = Box::new(Channel {
-                ibv: ibv_comp_channel {
+            Channel::into_raw(
+                ibv_comp_channel {
                     context,
                     fd: ch.fd(),
                     refcnt: 0,
                 },
-                ch,
-            });
-            Box::into_raw(b).cast()
+                ChannelInner { ch },
+            )
         }
         Err(e) => fail(errno_of(&e)),
     }
@@ -302,17 +373,18 @@ pub unsafe extern "C" fn ibv_destroy_comp_channel(channel: *mut ibv_comp_channel
     if channel.is_null() {
         return libc::EINVAL;
     }
-    // SAFETY: channel is a live Channel of ours.
-    let ch = unsafe { &*channel.cast::<Channel>() };
+    // SAFETY: `channel` is a channel of this library the program has not destroyed.
+    let ch = unsafe { ch_of(channel) };
     if ch.ch.in_use() {
         return libc::EBUSY;
     }
-    // SAFETY: the channel's context is live.
-    unsafe { ctx_of(ch.ibv.context) }
+    // SAFETY: a live channel's `context` is written only at creation, and outlives it.
+    unsafe { ctx_of((*channel).context) }
         .children
         .fetch_sub(1, Ordering::SeqCst);
-    // SAFETY: the box ends here.
-    drop(unsafe { Box::from_raw(channel.cast::<Channel>()) });
+    // SAFETY: no CQ uses the channel (checked above), so nothing of ferroce refers to it, and
+    // the program gives up `channel` with this call.
+    unsafe { Channel::free(channel) };
     0
 }
 
@@ -331,7 +403,7 @@ pub unsafe extern "C" fn ibv_create_cq(
     if cqe <= 0 || comp_vector < 0 {
         return fail(libc::EINVAL);
     }
-    // SAFETY: forwarded contract.
+    // SAFETY: this function's contract (a live context, a NULL or live channel) is create_cq's.
     unsafe { create_cq(context, cqe as u32, cq_context, channel, comp_vector as u32) }.cast()
 }
 
@@ -349,19 +421,24 @@ pub(crate) unsafe fn create_cq(
     if context.is_null() || cqe == 0 || comp_vector != 0 {
         return fail(libc::EINVAL);
     }
-    // SAFETY: the context is live.
+    // SAFETY: `context` came from this library's ibv_open_device and is not closed (verbs
+    // forbids using a closed context), so it is the context of a live Ctx.
     let c = unsafe { ctx_of(context) };
-    // SAFETY: channel is NULL or a live Channel of ours.
-    let ch = (!channel.is_null()).then(|| unsafe { &(*channel.cast::<Channel>()).ch });
+    // SAFETY: a non-NULL channel is one of this library's, not destroyed (caller's contract).
+    let ch = (!channel.is_null()).then(|| unsafe { &ch_of(channel).ch });
     match c.ctx.create_cq(cqe, ch) {
         Ok(cq) => {
             let handle = cq.handle();
-            let b = Box::new(Cq {
-                ibv: crate::cq_ex::cq_ex(context, channel, cq_context, handle, cq.cqe() as c_int),
-                cq,
-                current: parking_lot::Mutex::new(Default::default()),
-            });
-            let p = Box::into_raw(b);
+            let face = crate::cq_ex::cq_ex(context, channel, cq_context, handle, cq.cqe() as c_int);
+            let p = Cq::into_raw(
+                face,
+                CqInner {
+                    cq,
+                    current: parking_lot::Mutex::new(Default::default()),
+                    comp_events: EventAcks::default(),
+                    async_events: EventAcks::default(),
+                },
+            );
             c.cqs.lock().insert(handle, p as usize);
             c.children.fetch_add(1, Ordering::SeqCst);
             p.cast()
@@ -370,7 +447,9 @@ pub(crate) unsafe fn create_cq(
     }
 }
 
-/// `ibv_destroy_cq`: EBUSY while a QP uses it or its events are unacknowledged.
+/// `ibv_destroy_cq`: EBUSY while a QP uses it; otherwise it waits, as rdma-core does, until
+/// every completion event `ibv_get_cq_event` returned for it and every async event
+/// `ibv_get_async_event` returned for it has been acknowledged, then frees it.
 ///
 /// # Safety
 /// `cq` is live and not used again on success.
@@ -379,17 +458,24 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
     if cq.is_null() {
         return libc::EINVAL;
     }
-    // SAFETY: cq is a live Cq of ours.
-    let q = unsafe { &*cq.cast::<Cq>() };
-    if let Err(e) = q.cq.clone().destroy() {
-        return errno_of(&e);
+    // SAFETY: `cq` is a CQ of this library the program has not destroyed (verbs' rule).
+    let q = unsafe { cq_of(cq) };
+    if q.cq.in_use() {
+        log::debug!("ibv_destroy_cq: a QP still uses the CQ (EBUSY)");
+        return libc::EBUSY;
     }
-    // SAFETY: the CQ's context outlives it.
-    let c = unsafe { ctx_of(q.ibv.context) };
-    c.cqs.lock().remove(&q.ibv.handle);
+    // SAFETY: a live CQ's `context` and `handle` are written only at creation; the context
+    // outlives the CQ.
+    let (c, handle) = unsafe { (ctx_of((*cq).context), (*cq).handle) };
+    // Out of the table first: from now on no event can be handed out for this CQ, so the
+    // counts below only grow by acknowledgements.
+    c.cqs.lock().remove(&handle);
+    q.comp_events.wait_all_acked();
+    q.async_events.wait_all_acked();
     c.children.fetch_sub(1, Ordering::SeqCst);
-    // SAFETY: the box ends here.
-    drop(unsafe { Box::from_raw(cq.cast::<Cq>()) });
+    // SAFETY: the CQ is in no table, no QP uses it, every event handed out for it has been
+    // acknowledged (so no thread holds it from an event), and the program gives it up here.
+    unsafe { Cq::free(cq.cast()) };
     0
 }
 
@@ -402,8 +488,8 @@ pub unsafe extern "C" fn ibv_resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int {
     if cq.is_null() || cqe <= 0 {
         return libc::EINVAL;
     }
-    // SAFETY: cq is a live Cq of ours.
-    if unsafe { &*cq.cast::<Cq>() }.ibv.cqe >= cqe {
+    // SAFETY: `cq` is a live CQ of this library; its `cqe` is written only at creation.
+    if unsafe { (*cq).cqe } >= cqe {
         return 0;
     }
     libc::EOPNOTSUPP
@@ -430,31 +516,46 @@ pub unsafe extern "C" fn ibv_get_cq_event(
         set_errno(libc::EINVAL);
         return -1;
     }
-    // SAFETY: channel is a live Channel of ours.
-    let ch = unsafe { &*channel.cast::<Channel>() };
-    let got = if nonblocking(ch.ibv.fd) {
-        ch.ch.get_event_timeout(Duration::ZERO)
-    } else {
-        Some(ch.ch.get_event())
-    };
-    let Some(event_cq) = got else {
-        set_errno(libc::EAGAIN);
-        return -1;
-    };
-    // SAFETY: the channel's context is live.
-    let c = unsafe { ctx_of(ch.ibv.context) };
-    let Some(&p) = c.cqs.lock().get(&event_cq.handle()) else {
-        // The CQ was destroyed after its event was queued.
-        set_errno(libc::EAGAIN);
-        return -1;
-    };
-    let p = p as *mut Cq;
-    // SAFETY: p is a live Cq (it is in the table); the out-pointers are valid.
-    unsafe {
-        *cq = p.cast();
-        *cq_context = (*p).ibv.cq_context;
+    // SAFETY: `channel` is a channel of this library the program has not destroyed.
+    let ch = unsafe { ch_of(channel) };
+    // SAFETY: a live channel's `fd` and `context` are written only at creation; the context
+    // outlives the channel.
+    let (fd, c) = unsafe { ((*channel).fd, ctx_of((*channel).context)) };
+    let nb = nonblocking(fd);
+    loop {
+        let got = if nb {
+            ch.ch.get_event_timeout(Duration::ZERO)
+        } else {
+            Some(ch.ch.get_event())
+        };
+        let Some(event_cq) = got else {
+            set_errno(libc::EAGAIN);
+            return -1;
+        };
+        let found = {
+            let table = c.cqs.lock();
+            table.get(&event_cq.handle()).map(|&p| {
+                let p = p as *mut ibv_cq;
+                // SAFETY: CQs in the table are live (destroy removes them before freeing,
+                // under this lock); counting here, under the lock, makes destroy wait for it.
+                unsafe { cq_of(p) }.comp_events.reported();
+                p
+            })
+        };
+        let Some(p) = found else {
+            // The CQ was destroyed after its event was queued: not the program's any more.
+            log::debug!("ibv_get_cq_event: event of a destroyed CQ dropped");
+            continue;
+        };
+        // SAFETY: `p` stays live until this event is acknowledged (destroy waits for it); its
+        // `cq_context` is written only at creation; the out-pointers are valid for writing
+        // (this function's contract).
+        unsafe {
+            *cq = p;
+            *cq_context = (*p).cq_context;
+        }
+        return 0;
     }
-    0
 }
 
 /// `ibv_ack_cq_events`.
@@ -466,13 +567,13 @@ pub unsafe extern "C" fn ibv_ack_cq_events(cq: *mut ibv_cq, nevents: c_uint) {
     if cq.is_null() {
         return;
     }
-    // SAFETY: cq is a live Cq of ours.
-    let q = unsafe { &*cq.cast::<Cq>() };
+    // SAFETY: `cq` is a live CQ of this library (the program acknowledges before destroying).
+    let q = unsafe { cq_of(cq) };
     q.cq.ack_events(nevents);
-    // SAFETY: the counter is an aligned u32 of the live CQ; updated atomically, since other
-    // threads may acknowledge events of the same CQ (libibverbs takes cq->mutex for this).
-    unsafe { AtomicU32::from_ptr(&raw mut (*cq).comp_events_completed) }
-        .fetch_add(nevents, Ordering::SeqCst);
+    let total = q.comp_events.acked(nevents);
+    // SAFETY: `comp_events_completed` is an aligned u32 of the live CQ that ferroce writes only
+    // atomically (acknowledgements may come from several threads).
+    unsafe { publish_u32(&raw mut (*cq).comp_events_completed, total) };
 }
 
 /// Publishes a QP's state in the C-visible `ibv_qp.state` (atomically: other threads may post
@@ -481,8 +582,9 @@ pub unsafe extern "C" fn ibv_ack_cq_events(cq: *mut ibv_cq, nevents: c_uint) {
 /// # Safety
 /// `qp` is a live QP of ours.
 unsafe fn publish_state(qp: *mut ibv_qp, state: QpState) {
-    // SAFETY: `state` is an aligned c_int (i32) field of the live QP.
-    unsafe { AtomicI32::from_ptr(&raw mut (*qp).state) }.store(state as c_int, Ordering::SeqCst);
+    // SAFETY: `state` is an aligned c_int (i32) field of the live QP that ferroce writes only
+    // atomically.
+    unsafe { atomic_i32(&raw mut (*qp).state) }.store(state as c_int, Ordering::SeqCst);
 }
 
 // ---- QP ----
@@ -495,8 +597,9 @@ fn qp_type_of(t: c_int) -> Option<QpType> {
 /// requested sizes).
 ///
 /// # Safety
-/// `pd` is NULL or live; `a` names live CQs (and SRQ) of ours.
-unsafe fn create_qp(pd: *mut ibv_pd, a: &mut ibv_qp_init_attr) -> *mut ibv_qp {
+/// `pd` is NULL or live; `a` names live CQs (and SRQ) of ours. `ex`: created with send-ops
+/// flags (the `ibv_wr_*` API is on).
+unsafe fn create_qp(pd: *mut ibv_pd, a: &mut ibv_qp_init_attr, ex: bool) -> *mut ibv_qp {
     let ibv_qp_init_attr {
         qp_context,
         send_cq,
@@ -513,16 +616,11 @@ unsafe fn create_qp(pd: *mut ibv_pd, a: &mut ibv_qp_init_attr) -> *mut ibv_qp {
         // XRC, raw packet, driver QPs.
         return fail(libc::EOPNOTSUPP);
     };
-    // SAFETY: the program passes live objects of ours.
-    let (p, scq, rcq) = unsafe {
-        (
-            &*pd.cast::<Pd>(),
-            &*send_cq.cast::<Cq>(),
-            &*recv_cq.cast::<Cq>(),
-        )
-    };
-    // SAFETY: srq is NULL or a live Srq of ours.
-    let s = (!srq.is_null()).then(|| unsafe { &(*srq.cast::<Srq>()).srq });
+    // SAFETY: the program passes a PD and CQs of this library it has not destroyed (verbs'
+    // rule; checked non-NULL above).
+    let (p, scq, rcq) = unsafe { (pd_of(pd), cq_of(send_cq), cq_of(recv_cq)) };
+    // SAFETY: a non-NULL srq is an SRQ of this library the program has not destroyed.
+    let s = (!srq.is_null()).then(|| unsafe { &srq_of(srq).srq });
     let init = QpInitAttr {
         qp_type: qt,
         send_cq: &scq.cq,
@@ -542,9 +640,11 @@ unsafe fn create_qp(pd: *mut ibv_pd, a: &mut ibv_qp_init_attr) -> *mut ibv_qp {
         Err(e) => return fail(errno_of(&e)),
     };
     let qpn = qp.qp_num();
-    let b = Box::new(Qp {
-        ibv: crate::wr::qp_ex(ibv_qp {
-            context: p.ibv.context,
+    // SAFETY: a live PD's `context` is written only at creation.
+    let context = unsafe { (*pd).context };
+    let ptr = Qp::into_raw(
+        crate::wr::qp_ex(ibv_qp {
+            context,
             qp_context,
             pd,
             send_cq,
@@ -558,14 +658,16 @@ unsafe fn create_qp(pd: *mut ibv_pd, a: &mut ibv_qp_init_attr) -> *mut ibv_qp {
             cond: cond_init(),
             events_completed: 0,
         }),
-        qp,
-        sq_sig_all,
-        ex: false,
-        batch: parking_lot::Mutex::new(crate::wr::Batch::default()),
-    });
-    let ptr = Box::into_raw(b);
-    // SAFETY: the PD's context is live.
-    unsafe { ctx_of(p.ibv.context) }
+        QpInner {
+            qp,
+            sq_sig_all,
+            ex,
+            batch: parking_lot::Mutex::new(crate::wr::Batch::default()),
+            events: EventAcks::default(),
+        },
+    );
+    // SAFETY: the PD's context is live while the PD is (closing keeps it allocated).
+    unsafe { ctx_of(context) }
         .qps
         .lock()
         .insert(qpn, ptr as usize);
@@ -584,8 +686,9 @@ pub unsafe extern "C" fn ibv_create_qp(
     if init_attr.is_null() {
         return fail(libc::EINVAL);
     }
-    // SAFETY: init_attr is valid for reading and writing; the rest is forwarded.
-    unsafe { create_qp(pd, &mut *init_attr) }
+    // SAFETY: init_attr is valid for reading and writing, and names live objects of ours
+    // (this function's contract, which is create_qp's).
+    unsafe { create_qp(pd, &mut *init_attr, false) }
 }
 
 /// `verbs_context.create_qp_ex` (behind verbs.h's `ibv_create_qp_ex`): the attributes of
@@ -621,13 +724,10 @@ pub(crate) unsafe extern "C" fn vctx_create_qp_ex(
         qp_type: a.qp_type,
         sq_sig_all: a.sq_sig_all,
     };
-    // SAFETY: forwarded contract.
-    let qp = unsafe { create_qp(a.pd, &mut base) };
+    // SAFETY: verbs' ibv_create_qp_ex contract: the PD and the objects `attr` names are live
+    // objects of this library, which is create_qp's contract.
+    let qp = unsafe { create_qp(a.pd, &mut base, ex) };
     a.cap = base.cap;
-    if ex && !qp.is_null() {
-        // SAFETY: qp is the Qp box create_qp just made.
-        unsafe { (*qp.cast::<Qp>()).ex = true };
-    }
     qp
 }
 
@@ -641,8 +741,8 @@ pub unsafe extern "C" fn ibv_qp_to_qp_ex(qp: *mut ibv_qp) -> *mut ibv_qp_ex {
     if qp.is_null() {
         return core::ptr::null_mut();
     }
-    // SAFETY: a live Qp of ours.
-    if unsafe { (*qp.cast::<Qp>()).ex } {
+    // SAFETY: `qp` is a QP of this library the program has not destroyed.
+    if unsafe { qp_of(qp) }.ex {
         qp.cast()
     } else {
         core::ptr::null_mut()
@@ -752,8 +852,9 @@ pub unsafe extern "C" fn ibv_modify_qp(
     if mask & !MASK_KNOWN != 0 {
         return libc::EINVAL;
     }
-    // SAFETY: qp is a live Qp of ours; attr is valid.
-    let (q, a) = unsafe { (&*qp.cast::<Qp>(), &*attr) };
+    // SAFETY: `qp` is a QP of this library the program has not destroyed; `attr` is valid for
+    // reading (this function's contract).
+    let (q, a) = unsafe { (qp_of(qp), &*attr) };
     let mask = QpAttrMask(mask);
     let qa = match qp_attr_from(a, mask) {
         Ok(x) => x,
@@ -761,12 +862,12 @@ pub unsafe extern "C" fn ibv_modify_qp(
     };
     match q.qp.modify(&qa, mask) {
         Ok(()) => {
-            // SAFETY: qp is live.
+            // SAFETY: `qp` is a live QP of this library (checked by qp_of's contract above).
             unsafe { publish_state(qp, q.qp.query().qp_state) };
             0
         }
         Err(e) => {
-            log::debug!("ibv_modify_qp({:#x}): {e}", q.ibv.qp_base.qp_num);
+            log::debug!("ibv_modify_qp({:#x}): {e}", q.qp.qp_num());
             errno_of(&e)
         }
     }
@@ -787,10 +888,10 @@ pub unsafe extern "C" fn ibv_query_qp(
     if qp.is_null() || attr.is_null() || init_attr.is_null() {
         return libc::EINVAL;
     }
-    // SAFETY: qp is a live Qp of ours.
-    let q = unsafe { &*qp.cast::<Qp>() };
+    // SAFETY: `qp` is a QP of this library the program has not destroyed.
+    let q = unsafe { qp_of(qp) };
     let a = q.qp.query();
-    // SAFETY: qp is live.
+    // SAFETY: `qp` is a live QP of this library (as for qp_of above).
     unsafe { publish_state(qp, a.qp_state) };
     let cap = ibv_qp_cap {
         max_send_wr: a.cap.max_send_wr,
@@ -827,16 +928,17 @@ pub unsafe extern "C" fn ibv_query_qp(
         alt_timeout: 0,
         rate_limit: 0,
     };
-    // SAFETY: both out-pointers are valid for writing.
+    // SAFETY: both out-pointers are valid for writing (this function's contract); the QP's
+    // context, CQ, SRQ and type fields are written only at creation.
     unsafe {
         attr.write(out);
         init_attr.write(ibv_qp_init_attr {
-            qp_context: q.ibv.qp_base.qp_context,
-            send_cq: q.ibv.qp_base.send_cq,
-            recv_cq: q.ibv.qp_base.recv_cq,
-            srq: q.ibv.qp_base.srq,
+            qp_context: (*qp).qp_context,
+            send_cq: (*qp).send_cq,
+            recv_cq: (*qp).recv_cq,
+            srq: (*qp).srq,
             cap,
-            qp_type: q.ibv.qp_base.qp_type,
+            qp_type: (*qp).qp_type,
             sq_sig_all: q.sq_sig_all,
         });
     }
@@ -852,14 +954,15 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
     if qp.is_null() {
         return libc::EINVAL;
     }
-    // SAFETY: the box ends here.
-    let b = unsafe { Box::from_raw(qp.cast::<Qp>()) };
-    // SAFETY: the QP's context outlives it.
-    unsafe { ctx_of(b.ibv.qp_base.context) }
-        .qps
-        .lock()
-        .remove(&b.ibv.qp_base.qp_num);
-    drop(b);
+    // SAFETY: `qp` is a QP of this library the program has not destroyed; its `context` and
+    // `qp_num` are written only at creation, and the context outlives it.
+    let (q, c, qpn) = unsafe { (qp_of(qp), ctx_of((*qp).context), (*qp).qp_num) };
+    // Out of the table first: no async event can be handed out for it after this.
+    c.qps.lock().remove(&qpn);
+    q.events.wait_all_acked();
+    // SAFETY: the QP is in no table and every event handed out for it has been acknowledged,
+    // so no thread holds it; the program gives it up with this call.
+    unsafe { Qp::free(qp.cast()) };
     0
 }
 
@@ -877,8 +980,9 @@ pub unsafe extern "C" fn ibv_create_srq(
     if pd.is_null() || init.is_null() {
         return fail(libc::EINVAL);
     }
-    // SAFETY: live PD of ours; init valid.
-    let (p, a) = unsafe { (&*pd.cast::<Pd>(), &mut *init) };
+    // SAFETY: `pd` is a PD of this library the program has not deallocated; `init` is valid
+    // for reading and writing (this function's contract).
+    let (p, a) = unsafe { (pd_of(pd), &mut *init) };
     let r = p.pd.create_srq(SrqAttr {
         max_wr: a.attr.max_wr,
         max_sge: a.attr.max_sge.max(1),
@@ -887,9 +991,11 @@ pub unsafe extern "C" fn ibv_create_srq(
     match r {
         Ok(srq) => {
             let num = srq.srq_num();
-            let b = Box::new(Srq {
-                ibv: ibv_srq {
-                    context: p.ibv.context,
+            // SAFETY: a live PD's `context` is written only at creation.
+            let context = unsafe { (*pd).context };
+            let ptr = Srq::into_raw(
+                ibv_srq {
+                    context,
                     srq_context: a.srq_context,
                     pd,
                     handle: num,
@@ -897,11 +1003,13 @@ pub unsafe extern "C" fn ibv_create_srq(
                     cond: cond_init(),
                     events_completed: 0,
                 },
-                srq,
-            });
-            let ptr = Box::into_raw(b);
-            // SAFETY: the PD's context is live.
-            unsafe { ctx_of(p.ibv.context) }
+                SrqInner {
+                    srq,
+                    events: EventAcks::default(),
+                },
+            );
+            // SAFETY: the PD's context is live while the PD is.
+            unsafe { ctx_of(context) }
                 .srqs
                 .lock()
                 .insert(num, ptr as usize);
@@ -927,8 +1035,9 @@ pub unsafe extern "C" fn ibv_modify_srq(
     if mask & 1 != 0 {
         return libc::EOPNOTSUPP;
     }
-    // SAFETY: live SRQ of ours; attr valid.
-    let (s, a) = unsafe { (&*srq.cast::<Srq>(), &*attr) };
+    // SAFETY: `srq` is an SRQ of this library the program has not destroyed; `attr` is valid
+    // for reading (this function's contract).
+    let (s, a) = unsafe { (srq_of(srq), &*attr) };
     if mask & 2 != 0 {
         if let Err(e) = s.srq.arm_limit(a.srq_limit) {
             return errno_of(&e);
@@ -946,8 +1055,8 @@ pub unsafe extern "C" fn ibv_query_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_att
     if srq.is_null() || attr.is_null() {
         return libc::EINVAL;
     }
-    // SAFETY: live SRQ of ours; attr valid.
-    let a = unsafe { &*srq.cast::<Srq>() }.srq.query();
+    // SAFETY: `srq` is an SRQ of this library the program has not destroyed.
+    let a = unsafe { srq_of(srq) }.srq.query();
     // SAFETY: attr is valid for writing.
     unsafe {
         attr.write(ibv_srq_attr {
@@ -968,14 +1077,15 @@ pub unsafe extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
     if srq.is_null() {
         return libc::EINVAL;
     }
-    // SAFETY: the box ends here.
-    let b = unsafe { Box::from_raw(srq.cast::<Srq>()) };
-    // SAFETY: the SRQ's context outlives it.
-    unsafe { ctx_of(b.ibv.context) }
-        .srqs
-        .lock()
-        .remove(&b.ibv.handle);
-    drop(b);
+    // SAFETY: `srq` is an SRQ of this library the program has not destroyed; its `context`
+    // and `handle` are written only at creation, and the context outlives it.
+    let (s, c, handle) = unsafe { (srq_of(srq), ctx_of((*srq).context), (*srq).handle) };
+    // Out of the table first: no async event can be handed out for it after this.
+    c.srqs.lock().remove(&handle);
+    s.events.wait_all_acked();
+    // SAFETY: the SRQ is in no table and every event handed out for it has been acknowledged;
+    // the program gives it up with this call.
+    unsafe { Srq::free(srq) };
     0
 }
 
@@ -990,22 +1100,23 @@ pub unsafe extern "C" fn ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) 
     if pd.is_null() || attr.is_null() {
         return fail(libc::EINVAL);
     }
-    // SAFETY: live PD of ours; attr valid.
-    let (p, a) = unsafe { (&*pd.cast::<Pd>(), &*attr) };
+    // SAFETY: `pd` is a PD of this library the program has not deallocated; `attr` is valid
+    // for reading (this function's contract).
+    let (p, a) = unsafe { (pd_of(pd), &*attr) };
     let aa = match ah_attr_from(a) {
         Ok(x) => x,
         Err(e) => return fail(e),
     };
     match p.pd.create_ah(aa) {
-        Ok(ah) => Box::into_raw(Box::new(Ah {
-            ibv: ibv_ah {
-                context: p.ibv.context,
+        Ok(ah) => Ah::into_raw(
+            ibv_ah {
+                // SAFETY: a live PD's `context` is written only at creation.
+                context: unsafe { (*pd).context },
                 pd,
                 handle: 0,
             },
-            ah,
-        }))
-        .cast(),
+            AhInner { ah },
+        ),
         Err(e) => fail(errno_of(&e)),
     }
 }
@@ -1019,8 +1130,9 @@ pub unsafe extern "C" fn ibv_destroy_ah(ah: *mut ibv_ah) -> c_int {
     if ah.is_null() {
         return libc::EINVAL;
     }
-    // SAFETY: the box ends here.
-    drop(unsafe { Box::from_raw(ah.cast::<Ah>()) });
+    // SAFETY: `ah` is an AH of this library the program has not destroyed; AHs are in no
+    // table and have no events, so nothing else refers to it; the program gives it up here.
+    unsafe { Ah::free(ah) };
     0
 }
 
@@ -1095,18 +1207,75 @@ pub unsafe extern "C" fn ibv_create_ah_from_wc(
     if pd.is_null() {
         return fail(libc::EINVAL);
     }
-    // SAFETY: forwarded contract.
+    // SAFETY: ibv_create_ah_from_wc's contract: `wc` is valid and `grh` points at the 40-byte
+    // GRH area of that receive (ibv_init_ah_from_wc's contract); `a` is a local.
     if unsafe { ibv_init_ah_from_wc(NULL.cast(), port_num, wc, grh, &mut a) } != 0 {
         return core::ptr::null_mut();
     }
-    // SAFETY: forwarded contract.
+    // SAFETY: `pd` is a live PD of ours (this function's contract); `a` is a local.
     unsafe { ibv_create_ah(pd, &mut a) }
 }
 
 // ---- async events ----
 
+/// The object an async event is about, as `ibv_async_event.element` holds it.
+#[derive(Clone, Copy)]
+enum Element {
+    Qp(*mut ibv_qp),
+    Srq(*mut ibv_srq),
+    Cq(*mut ibv_cq),
+}
+
+/// `enum ibv_event_type` values ferroce reports.
+const IBV_EVENT_CQ_ERR: c_int = 0;
+const IBV_EVENT_COMM_EST: c_int = 4;
+const IBV_EVENT_SQ_DRAINED: c_int = 5;
+const IBV_EVENT_SRQ_LIMIT_REACHED: c_int = 15;
+const IBV_EVENT_QP_LAST_WQE_REACHED: c_int = 16;
+
+/// Finds the object of an event in its table and counts the event as handed out, under the
+/// table's lock, so that the object's destroy (which leaves the table under the same lock
+/// first) waits for its acknowledgement. None: the object was destroyed meanwhile.
+fn report(c: &Ctx, rec: AsyncEventRecord) -> Option<(Element, c_int)> {
+    let qp = |qpn: u32, ty: c_int| {
+        let t = c.qps.lock();
+        t.get(&qpn).map(|&p| {
+            let p = p as *mut ibv_qp;
+            // SAFETY: QPs in the table are live (destroy removes them, under this lock,
+            // before it waits and frees).
+            unsafe { qp_of(p) }.events.reported();
+            (Element::Qp(p), ty)
+        })
+    };
+    match rec {
+        AsyncEventRecord::Engine(AsyncEvent::CommEst { qpn }) => qp(qpn, IBV_EVENT_COMM_EST),
+        AsyncEventRecord::Engine(AsyncEvent::SqDrained { qpn }) => qp(qpn, IBV_EVENT_SQ_DRAINED),
+        AsyncEventRecord::Engine(AsyncEvent::QpLastWqeReached { qpn }) => {
+            qp(qpn, IBV_EVENT_QP_LAST_WQE_REACHED)
+        }
+        AsyncEventRecord::Engine(AsyncEvent::SrqLimitReached { srqn }) => {
+            let t = c.srqs.lock();
+            t.get(&srqn).map(|&p| {
+                let p = p as *mut ibv_srq;
+                // SAFETY: SRQs in the table are live, as QPs above.
+                unsafe { srq_of(p) }.events.reported();
+                (Element::Srq(p), IBV_EVENT_SRQ_LIMIT_REACHED)
+            })
+        }
+        AsyncEventRecord::CqErr { cq } => {
+            let t = c.cqs.lock();
+            t.get(&cq).map(|&p| {
+                let p = p as *mut ibv_cq;
+                // SAFETY: CQs in the table are live, as QPs above.
+                unsafe { cq_of(p) }.async_events.reported();
+                (Element::Cq(p), IBV_EVENT_CQ_ERR)
+            })
+        }
+    }
+}
+
 /// `ibv_get_async_event`: blocks for the next event (EAGAIN at once when `async_fd` was made
-/// non-blocking).
+/// non-blocking). The object it names stays allocated until the event is acknowledged.
 ///
 /// # Safety
 /// `context` is live; `event` is valid for writing.
@@ -1119,9 +1288,10 @@ pub unsafe extern "C" fn ibv_get_async_event(
         set_errno(libc::EINVAL);
         return -1;
     }
-    // SAFETY: the context is live.
-    let c: &Ctx = unsafe { ctx_of(context) };
-    let nb = nonblocking(c.vctx.context.async_fd);
+    // SAFETY: `context` came from this library's ibv_open_device and is not closed; its
+    // `async_fd` is written only at open.
+    let (c, fd) = unsafe { (ctx_of(context), (*context).async_fd) };
+    let nb = nonblocking(fd);
     loop {
         let wait = if nb {
             Duration::ZERO
@@ -1135,36 +1305,59 @@ pub unsafe extern "C" fn ibv_get_async_event(
             }
             continue;
         };
-        let lookup = |m: &parking_lot::Mutex<std::collections::HashMap<u32, usize>>, k: u32| {
-            m.lock().get(&k).copied()
-        };
-        let (element, ty) = match rec {
-            AsyncEventRecord::Engine(AsyncEvent::CommEst { qpn }) => (lookup(&c.qps, qpn), 4),
-            AsyncEventRecord::Engine(AsyncEvent::SqDrained { qpn }) => (lookup(&c.qps, qpn), 5),
-            AsyncEventRecord::Engine(AsyncEvent::QpLastWqeReached { qpn }) => {
-                (lookup(&c.qps, qpn), 16)
-            }
-            AsyncEventRecord::Engine(AsyncEvent::SrqLimitReached { srqn }) => {
-                (lookup(&c.srqs, srqn), 15)
-            }
-            AsyncEventRecord::CqErr { cq } => (lookup(&c.cqs, cq), 0),
-        };
         // An event of an object destroyed meanwhile is dropped.
-        if let Some(p) = element {
-            // SAFETY: event is valid for writing.
-            unsafe {
-                event.write(ibv_async_event {
-                    element: p as *mut c_void,
-                    event_type: ty,
-                })
-            };
-            return 0;
-        }
+        let Some((element, ty)) = report(c, rec) else {
+            log::debug!("ibv_get_async_event: {rec:?} of a destroyed object dropped");
+            continue;
+        };
+        let element = match element {
+            Element::Qp(p) => p.cast::<c_void>(),
+            Element::Srq(p) => p.cast(),
+            Element::Cq(p) => p.cast(),
+        };
+        // SAFETY: `event` is valid for writing (this function's contract).
+        unsafe {
+            event.write(ibv_async_event {
+                element,
+                event_type: ty,
+            })
+        };
+        return 0;
     }
 }
 
-/// `ibv_ack_async_event`: nothing to release here.
+/// `ibv_ack_async_event`: the event's object may now be destroyed (its destroy waits for this).
+///
+/// # Safety
+/// `event` was filled by `ibv_get_async_event` and is acknowledged once.
 #[unsafe(no_mangle)]
-pub extern "C" fn ibv_ack_async_event(event: *mut ibv_async_event) {
-    let _ = event;
+pub unsafe extern "C" fn ibv_ack_async_event(event: *mut ibv_async_event) {
+    if event.is_null() {
+        return;
+    }
+    // SAFETY: `event` is valid for reading (this function's contract).
+    let ev = unsafe { event.read() };
+    // SAFETY: the element of an unacknowledged event is live (its destroy waits for this
+    // acknowledgement); its type follows from the event type ibv_get_async_event chose; the
+    // counters are aligned u32 fields that ferroce writes only atomically.
+    unsafe {
+        match ev.event_type {
+            IBV_EVENT_COMM_EST | IBV_EVENT_SQ_DRAINED | IBV_EVENT_QP_LAST_WQE_REACHED => {
+                let p = ev.element.cast::<ibv_qp>();
+                let n = qp_of(p).events.acked(1);
+                publish_u32(&raw mut (*p).events_completed, n);
+            }
+            IBV_EVENT_SRQ_LIMIT_REACHED => {
+                let p = ev.element.cast::<ibv_srq>();
+                let n = srq_of(p).events.acked(1);
+                publish_u32(&raw mut (*p).events_completed, n);
+            }
+            IBV_EVENT_CQ_ERR => {
+                let p = ev.element.cast::<ibv_cq>();
+                let n = cq_of(p).async_events.acked(1);
+                publish_u32(&raw mut (*p).async_events_completed, n);
+            }
+            other => log::debug!("ibv_ack_async_event: event type {other} is not ferroce's"),
+        }
+    }
 }

@@ -13,7 +13,7 @@ use ferroce::transport::{RemoteAddr, SendFlags, SendWr, Sge, UdDest, WrOpcode};
 
 use crate::abi::*;
 use crate::errno_of;
-use crate::objects::{Ah, Qp};
+use crate::objects::{QpInner, ah_of, qp_of};
 
 /// `send_ops_flags` this library implements: RDMA_WRITE, RDMA_WRITE_WITH_IMM, SEND,
 /// SEND_WITH_IMM, RDMA_READ, ATOMIC_CMP_AND_SWP, ATOMIC_FETCH_AND_ADD.
@@ -62,9 +62,10 @@ pub fn qp_ex(base: ibv_qp) -> ibv_qp_ex {
 ///
 /// # Safety
 /// `qp` is the `ibv_qp_ex` of a live QP of ours.
-unsafe fn with_batch<R>(qp: *mut ibv_qp_ex, f: impl FnOnce(&Qp, &mut Batch) -> R) -> R {
-    // SAFETY: the caller's qp is a live Qp (whose first field is the ibv_qp_ex).
-    let q = unsafe { &*qp.cast::<Qp>() };
+unsafe fn with_batch<R>(qp: *mut ibv_qp_ex, f: impl FnOnce(&QpInner, &mut Batch) -> R) -> R {
+    // SAFETY: the caller's qp is the ibv_qp_ex of a live QP of this library, which starts with
+    // its ibv_qp.
+    let q = unsafe { qp_of(qp.cast()) };
     let mut b = q.batch.lock();
     f(q, &mut b)
 }
@@ -74,11 +75,14 @@ unsafe fn with_batch<R>(qp: *mut ibv_qp_ex, f: impl FnOnce(&Qp, &mut Batch) -> R
 /// # Safety
 /// As [`with_batch`].
 unsafe fn begin(qp: *mut ibv_qp_ex, opcode: WrOpcode, fill: impl FnOnce(&mut SendWr)) {
-    // SAFETY: forwarded contract.
+    // SAFETY: `qp` is the live QP's ibv_qp_ex (this function's contract, with_batch's);
+    // `wr_id` and `wr_flags` are the program's, set by this same thread before the call.
+    let (wr_id, wr_flags) = unsafe { ((*qp).wr_id, (*qp).wr_flags) };
+    // SAFETY: as just said, with_batch's contract holds.
     unsafe {
-        with_batch(qp, |q, b| {
-            let mut w = SendWr::new(q.ibv.wr_id, opcode);
-            w.send_flags = SendFlags(q.ibv.wr_flags & 0xf);
+        with_batch(qp, |_, b| {
+            let mut w = SendWr::new(wr_id, opcode);
+            w.send_flags = SendFlags(wr_flags & 0xf);
             fill(&mut w);
             b.wrs.push(w);
         })
@@ -90,7 +94,7 @@ unsafe fn begin(qp: *mut ibv_qp_ex, opcode: WrOpcode, fill: impl FnOnce(&mut Sen
 /// # Safety
 /// As [`with_batch`].
 unsafe fn set(qp: *mut ibv_qp_ex, f: impl FnOnce(&mut SendWr)) {
-    // SAFETY: forwarded contract.
+    // SAFETY: `qp` is the live QP's ibv_qp_ex (this function's contract, with_batch's).
     unsafe {
         with_batch(qp, |_, b| match b.wrs.last_mut() {
             Some(w) => f(w),
@@ -104,17 +108,20 @@ unsafe fn set(qp: *mut ibv_qp_ex, f: impl FnOnce(&mut SendWr)) {
 }
 
 unsafe extern "C" fn wr_start(qp: *mut ibv_qp_ex) {
-    // SAFETY: verbs' contract: qp is live.
+    // SAFETY: the ibv_wr_* slots are this library's and are called with the live ibv_qp_ex
+    // they belong to (verbs forbids calls after ibv_destroy_qp).
     unsafe { with_batch(qp, |_, b| *b = Batch::default()) }
 }
 
 unsafe extern "C" fn wr_abort(qp: *mut ibv_qp_ex) {
-    // SAFETY: verbs' contract: qp is live.
+    // SAFETY: the ibv_wr_* slots are this library's and are called with the live ibv_qp_ex
+    // they belong to (verbs forbids calls after ibv_destroy_qp).
     unsafe { with_batch(qp, |_, b| *b = Batch::default()) }
 }
 
 unsafe extern "C" fn wr_complete(qp: *mut ibv_qp_ex) -> c_int {
-    // SAFETY: verbs' contract: qp is live.
+    // SAFETY: the ibv_wr_* slots are this library's and are called with the live ibv_qp_ex
+    // they belong to (verbs forbids calls after ibv_destroy_qp).
     unsafe {
         with_batch(qp, |q, b| {
             let batch = std::mem::take(b);
@@ -124,7 +131,7 @@ unsafe extern "C" fn wr_complete(qp: *mut ibv_qp_ex) -> c_int {
             match q.qp.post_send_batch(&batch.wrs) {
                 Ok(()) => 0,
                 Err(e) => {
-                    log::debug!("ibv_wr_complete on QP {:#x}: {e}", q.ibv.qp_base.qp_num);
+                    log::debug!("ibv_wr_complete on QP {:#x}: {e}", q.qp.qp_num());
                     errno_of(&e)
                 }
             }
@@ -134,7 +141,8 @@ unsafe extern "C" fn wr_complete(qp: *mut ibv_qp_ex) -> c_int {
 
 /// BIND_MW, LOCAL_INV, SEND_WITH_INV, TSO, XRC, ATOMIC_WRITE: the batch fails with EOPNOTSUPP.
 unsafe extern "C" fn wr_unsupported(qp: *mut ibv_qp_ex) {
-    // SAFETY: verbs' contract: qp is live (its other arguments are not read).
+    // SAFETY: the ibv_wr_* slots are this library's and are called with the live ibv_qp_ex
+    // they belong to (verbs forbids calls after ibv_destroy_qp); other arguments are not read.
     unsafe {
         with_batch(qp, |_, b| {
             if b.err == 0 {
@@ -145,7 +153,8 @@ unsafe extern "C" fn wr_unsupported(qp: *mut ibv_qp_ex) {
 }
 
 unsafe extern "C" fn wr_rdma_write(qp: *mut ibv_qp_ex, rkey: u32, remote_addr: u64) {
-    // SAFETY: verbs' contract: qp is live.
+    // SAFETY: the ibv_wr_* slots are this library's and are called with the live ibv_qp_ex
+    // they belong to (verbs forbids calls after ibv_destroy_qp).
     unsafe {
         begin(qp, WrOpcode::RdmaWrite, |w| {
             w.remote = RemoteAddr { remote_addr, rkey }
@@ -154,7 +163,8 @@ unsafe extern "C" fn wr_rdma_write(qp: *mut ibv_qp_ex, rkey: u32, remote_addr: u
 }
 
 unsafe extern "C" fn wr_rdma_write_imm(qp: *mut ibv_qp_ex, rkey: u32, remote_addr: u64, imm: u32) {
-    // SAFETY: verbs' contract: qp is live.
+    // SAFETY: the ibv_wr_* slots are this library's and are called with the live ibv_qp_ex
+    // they belong to (verbs forbids calls after ibv_destroy_qp).
     unsafe {
         begin(qp, WrOpcode::RdmaWriteWithImm, |w| {
             w.remote = RemoteAddr { remote_addr, rkey };
@@ -164,7 +174,8 @@ unsafe extern "C" fn wr_rdma_write_imm(qp: *mut ibv_qp_ex, rkey: u32, remote_add
 }
 
 unsafe extern "C" fn wr_rdma_read(qp: *mut ibv_qp_ex, rkey: u32, remote_addr: u64) {
-    // SAFETY: verbs' contract: qp is live.
+    // SAFETY: the ibv_wr_* slots are this library's and are called with the live ibv_qp_ex
+    // they belong to (verbs forbids calls after ibv_destroy_qp).
     unsafe {
         begin(qp, WrOpcode::RdmaRead, |w| {
             w.remote = RemoteAddr { remote_addr, rkey }
@@ -173,12 +184,14 @@ unsafe extern "C" fn wr_rdma_read(qp: *mut ibv_qp_ex, rkey: u32, remote_addr: u6
 }
 
 unsafe extern "C" fn wr_send(qp: *mut ibv_qp_ex) {
-    // SAFETY: verbs' contract: qp is live.
+    // SAFETY: the ibv_wr_* slots are this library's and are called with the live ibv_qp_ex
+    // they belong to (verbs forbids calls after ibv_destroy_qp).
     unsafe { begin(qp, WrOpcode::Send, |_| {}) }
 }
 
 unsafe extern "C" fn wr_send_imm(qp: *mut ibv_qp_ex, imm: u32) {
-    // SAFETY: verbs' contract: qp is live.
+    // SAFETY: the ibv_wr_* slots are this library's and are called with the live ibv_qp_ex
+    // they belong to (verbs forbids calls after ibv_destroy_qp).
     unsafe {
         begin(qp, WrOpcode::SendWithImm, |w| {
             w.imm_data = u32::from_be(imm)
@@ -193,7 +206,8 @@ unsafe extern "C" fn wr_atomic_cmp_swp(
     compare: u64,
     swap: u64,
 ) {
-    // SAFETY: verbs' contract: qp is live.
+    // SAFETY: the ibv_wr_* slots are this library's and are called with the live ibv_qp_ex
+    // they belong to (verbs forbids calls after ibv_destroy_qp).
     unsafe {
         begin(qp, WrOpcode::AtomicCmpAndSwp, |w| {
             w.remote = RemoteAddr { remote_addr, rkey };
@@ -209,7 +223,8 @@ unsafe extern "C" fn wr_atomic_fetch_add(
     remote_addr: u64,
     add: u64,
 ) {
-    // SAFETY: verbs' contract: qp is live.
+    // SAFETY: the ibv_wr_* slots are this library's and are called with the live ibv_qp_ex
+    // they belong to (verbs forbids calls after ibv_destroy_qp).
     unsafe {
         begin(qp, WrOpcode::AtomicFetchAndAdd, |w| {
             w.remote = RemoteAddr { remote_addr, rkey };
@@ -219,7 +234,8 @@ unsafe extern "C" fn wr_atomic_fetch_add(
 }
 
 unsafe extern "C" fn wr_set_sge(qp: *mut ibv_qp_ex, lkey: u32, addr: u64, length: u32) {
-    // SAFETY: verbs' contract: qp is live.
+    // SAFETY: the ibv_wr_* slots are this library's and are called with the live ibv_qp_ex
+    // they belong to (verbs forbids calls after ibv_destroy_qp).
     unsafe { set(qp, |w| w.sg_list = vec![Sge { addr, length, lkey }]) }
 }
 
@@ -227,7 +243,7 @@ unsafe extern "C" fn wr_set_sge_list(qp: *mut ibv_qp_ex, num_sge: usize, sg_list
     let list = if num_sge == 0 || sg_list.is_null() {
         Vec::new()
     } else {
-        // SAFETY: verbs' contract: sg_list holds num_sge entries.
+        // SAFETY: ibv_wr_set_sge_list's contract: a non-NULL sg_list holds num_sge entries.
         unsafe { core::slice::from_raw_parts(sg_list, num_sge) }
             .iter()
             .map(|s| Sge {
@@ -237,7 +253,8 @@ unsafe extern "C" fn wr_set_sge_list(qp: *mut ibv_qp_ex, num_sge: usize, sg_list
             })
             .collect()
     };
-    // SAFETY: verbs' contract: qp is live.
+    // SAFETY: the ibv_wr_* slots are this library's and are called with the live ibv_qp_ex
+    // they belong to (verbs forbids calls after ibv_destroy_qp).
     unsafe { set(qp, |w| w.sg_list = list) }
 }
 
@@ -254,7 +271,8 @@ unsafe fn set_inline(qp: *mut ibv_qp_ex, bufs: &[(*const u8, usize)]) {
             data.extend_from_slice(unsafe { core::slice::from_raw_parts(p, n) });
         }
     }
-    // SAFETY: verbs' contract: qp is live.
+    // SAFETY: the ibv_wr_* slots are this library's and are called with the live ibv_qp_ex
+    // they belong to (verbs forbids calls after ibv_destroy_qp).
     unsafe {
         set(qp, |w| {
             w.send_flags |= SendFlags::INLINE;
@@ -265,7 +283,8 @@ unsafe fn set_inline(qp: *mut ibv_qp_ex, bufs: &[(*const u8, usize)]) {
 }
 
 unsafe extern "C" fn wr_set_inline_data(qp: *mut ibv_qp_ex, addr: *mut c_void, length: usize) {
-    // SAFETY: verbs' contract: addr holds length bytes.
+    // SAFETY: ibv_wr_set_inline_data's contract: addr holds length readable bytes, and `qp`
+    // is the live ibv_qp_ex the slot belongs to.
     unsafe { set_inline(qp, &[(addr.cast_const().cast(), length)]) }
 }
 
@@ -277,13 +296,15 @@ unsafe extern "C" fn wr_set_inline_data_list(
     let bufs: Vec<(*const u8, usize)> = if num_buf == 0 || buf_list.is_null() {
         Vec::new()
     } else {
-        // SAFETY: verbs' contract: buf_list holds num_buf entries.
+        // SAFETY: ibv_wr_set_inline_data_list's contract: a non-NULL buf_list holds num_buf
+        // entries.
         unsafe { core::slice::from_raw_parts(buf_list, num_buf) }
             .iter()
             .map(|b| (b.addr.cast_const().cast::<u8>(), b.length))
             .collect()
     };
-    // SAFETY: verbs' contract: each buffer is readable.
+    // SAFETY: ibv_wr_set_inline_data_list's contract: each buffer holds its length in
+    // readable bytes, and `qp` is the live ibv_qp_ex the slot belongs to.
     unsafe { set_inline(qp, &bufs) }
 }
 
@@ -294,7 +315,8 @@ unsafe extern "C" fn wr_set_ud_addr(
     remote_qkey: u32,
 ) {
     if ah.is_null() {
-        // SAFETY: verbs' contract: qp is live.
+        // SAFETY: the ibv_wr_* slots are this library's and are called with the live ibv_qp_ex
+        // they belong to (verbs forbids calls after ibv_destroy_qp).
         unsafe {
             with_batch(qp, |_, b| {
                 if b.err == 0 {
@@ -304,9 +326,11 @@ unsafe extern "C" fn wr_set_ud_addr(
         };
         return;
     }
-    // SAFETY: a live AH of ours (verbs' contract).
-    let attr = unsafe { &*ah.cast::<Ah>() }.ah.attr();
-    // SAFETY: verbs' contract: qp is live.
+    // SAFETY: ibv_wr_set_ud_addr's contract: `ah` (non-NULL, checked) is an AH of this
+    // library the program has not destroyed.
+    let attr = unsafe { ah_of(ah) }.ah.attr();
+    // SAFETY: the ibv_wr_* slots are this library's and are called with the live ibv_qp_ex
+    // they belong to (verbs forbids calls after ibv_destroy_qp).
     unsafe {
         set(qp, |w| {
             w.ud = Some(UdDest {

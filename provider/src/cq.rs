@@ -24,7 +24,8 @@ pub(crate) struct CqInner {
     cqe: usize,
     channel: Option<Arc<ChannelInner>>,
     armed: AtomicU8,
-    unacked_events: AtomicU32,
+    /// Events `get_event` returned for this CQ (queued but unread ones do not count).
+    got_events: AtomicU32,
     acked_events: AtomicU32,
 }
 
@@ -48,7 +49,6 @@ impl CqInner {
                 .is_ok();
         if fire {
             if let Some(ch) = &self.channel {
-                self.unacked_events.fetch_add(1, Ordering::SeqCst);
                 ch.notify(self.clone());
             }
         }
@@ -77,7 +77,7 @@ impl CompletionQueue {
                 cqe,
                 channel: channel.map(|c| c.inner.clone()),
                 armed: AtomicU8::new(NOT_ARMED),
-                unacked_events: AtomicU32::new(0),
+                got_events: AtomicU32::new(0),
                 acked_events: AtomicU32::new(0),
             }),
             ctx: ctx.clone(),
@@ -146,24 +146,29 @@ impl CompletionQueue {
     /// `ibv_destroy_cq`: checks nothing still needs the CQ, then drops this handle.
     ///
     /// # Errors
-    /// [`Error::Busy`] while a QP uses it or channel events are unacknowledged (EBUSY).
+    /// [`Error::Busy`] while a QP uses it, or while events that
+    /// [`CompletionChannel::get_event`] returned for it are not acknowledged (EBUSY; an event
+    /// still queued on the channel does not count).
     pub fn destroy(self) -> Result<()> {
-        let events = self.inner.unacked_events.load(Ordering::SeqCst);
+        let events = self.inner.got_events.load(Ordering::SeqCst);
         if self.inner.acked_events.load(Ordering::SeqCst) < events {
             return Err(Error::Busy("CQ events not acknowledged"));
         }
-        let in_use = self
-            .ctx
+        if self.in_use() {
+            return Err(Error::Busy("CQ still used by a QP"));
+        }
+        Ok(())
+    }
+
+    /// Whether a QP reports to this CQ (what makes `ibv_destroy_cq` refuse with EBUSY).
+    pub fn in_use(&self) -> bool {
+        self.ctx
             .shared
             .engine
             .lock()
             .routes
             .values()
-            .any(|(s, r)| Arc::ptr_eq(s, &self.inner) || Arc::ptr_eq(r, &self.inner));
-        if in_use {
-            return Err(Error::Busy("CQ still used by a QP"));
-        }
-        Ok(())
+            .any(|(s, r)| Arc::ptr_eq(s, &self.inner) || Arc::ptr_eq(r, &self.inner))
     }
 }
 
@@ -226,6 +231,7 @@ impl CompletionChannel {
         if p.is_empty() {
             self.inner.fd.drain();
         }
+        cq.got_events.fetch_add(1, Ordering::SeqCst);
         Some(CompletionQueue {
             inner: cq,
             ctx: self.ctx.clone(),

@@ -142,7 +142,7 @@ mod tests {
                 // SAFETY: off+len <= 64 bytes, inside the 8 words of `mem`.
                 unsafe { write(base.add(off), &data) };
                 let mut back = vec![0u8; len];
-                // SAFETY: as above.
+                // SAFETY: off+len <= 64 bytes, inside the 8 words of `mem`.
                 unsafe { read(base.add(off), &mut back) };
                 assert_eq!(back, data, "off {off} len {len}");
             }

@@ -159,7 +159,8 @@ impl MrInner {
             return Err(MemError::Misaligned);
         }
         let off = self.offset(addr, 8)?;
-        // SAFETY: as in `atomic`.
+        // SAFETY: the 8 bytes are inside the region and 8-aligned (checked above), in memory
+        // valid while `self` lives and reached by Rust only through `dma`.
         Ok(unsafe { dma::load_word(self.ptr.wrapping_add(off).cast()) })
     }
 }

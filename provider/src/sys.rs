@@ -1,7 +1,7 @@
 //! The few system calls the standard library and socket2 do not offer: batched UDP send and
 //! receive, socket options for RoCEv2, an eventfd for wake-ups and completion channels, `poll`,
-//! and the host's interface addresses. Every `unsafe` block of ferroce lives in this module or
-//! in `mr.rs`, each with its `SAFETY:` argument.
+//! and the host's interface addresses. Each `unsafe` block here states its `SAFETY:` argument;
+//! the provider's other unsafe code is region memory (`dma.rs`, `mr.rs`) and `reg_mr_raw`.
 
 use std::io;
 use std::mem::{MaybeUninit, size_of, zeroed};

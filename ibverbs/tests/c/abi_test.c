@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 #include <infiniband/verbs.h>
 
 static int checks;
@@ -213,6 +214,45 @@ static void *poller(void *arg)
 		}
 	}
 	__atomic_store_n(&t->done, 1, __ATOMIC_SEQ_CST);
+	return NULL;
+}
+
+/* An async-event handler that takes its time: gets one event, reads the CQ it names after a
+   pause (which must still be allocated), then acknowledges it. */
+struct handler {
+	struct ibv_context *ctx;
+	struct ibv_async_event ev;
+	int got, acked;
+};
+
+static void *slow_event_handler(void *arg)
+{
+	struct handler *h = arg;
+	if (ibv_get_async_event(h->ctx, &h->ev) != 0)
+		return NULL;
+	__atomic_store_n(&h->got, 1, __ATOMIC_SEQ_CST);
+	usleep(300 * 1000);
+	volatile int cqe = h->ev.element.cq->cqe; /* the CQ is still there */
+	(void)cqe;
+	__atomic_store_n(&h->acked, 1, __ATOMIC_SEQ_CST);
+	ibv_ack_async_event(&h->ev);
+	return NULL;
+}
+
+/* Acknowledges one completion event of a CQ after a pause. */
+struct cq_acker {
+	struct ibv_cq *cq;
+	int acked;
+};
+
+static void *slow_cq_acker(void *arg)
+{
+	struct cq_acker *k = arg;
+	usleep(300 * 1000);
+	volatile int cqe = k->cq->cqe;
+	(void)cqe;
+	__atomic_store_n(&k->acked, 1, __ATOMIC_SEQ_CST);
+	ibv_ack_cq_events(k->cq, 1);
 	return NULL;
 }
 
@@ -613,11 +653,46 @@ int main(void)
 		     b.mr->rkey);
 	struct pollfd apfd = { .fd = a.ctx->async_fd, .events = POLLIN };
 	CHECK(poll(&apfd, 1, 10000) == 1, "async_fd readable after the overrun");
-	CHECK(ibv_get_async_event(a.ctx, &ev) == 0 && ev.event_type == IBV_EVENT_CQ_ERR &&
-		      ev.element.cq == small, "CQ_ERR event: type %d", ev.event_type);
-	ibv_ack_async_event(&ev);
+	/* One thread handles the event (slowly) while this one destroys its CQ: as in rdma-core,
+	   ibv_destroy_cq returns only after the event is acknowledged, so the handler may still
+	   read the CQ it names. */
+	struct handler h = { .ctx = a.ctx };
+	pthread_t th6;
+	pthread_create(&th6, NULL, slow_event_handler, &h);
+	while (!__atomic_load_n(&h.got, __ATOMIC_SEQ_CST))
+		usleep(1000);
+	CHECK(h.ev.event_type == IBV_EVENT_CQ_ERR && h.ev.element.cq == small,
+	      "CQ_ERR event: type %d", h.ev.event_type);
 	CHECK(ibv_destroy_qp(qa6) == 0 && ibv_destroy_qp(qb6) == 0 && ibv_destroy_cq(small) == 0,
 	      "overrun teardown");
+	CHECK(__atomic_load_n(&h.acked, __ATOMIC_SEQ_CST) == 1,
+	      "ibv_destroy_cq waited for the CQ_ERR event's acknowledgement");
+	pthread_join(th6, NULL);
+
+	/* The same for a completion event: got, not yet acked by another thread. */
+	struct ibv_comp_channel *ch7 = ibv_create_comp_channel(a.ctx);
+	struct ibv_cq *cq7 = ibv_create_cq(a.ctx, 16, NULL, ch7, 0);
+	CHECK(ch7 && cq7, "cq7 with its own channel");
+	struct side s7 = a;
+	s7.cq = cq7;
+	struct ibv_qp *qa7 = make_qp(&s7), *qb7 = make_qp(&b);
+	connect_qp(qa7, qb7->qp_num, &b.gid);
+	connect_qp(qb7, qa7->qp_num, &a.gid);
+	CHECK(ibv_req_notify_cq(cq7, 0) == 0, "arm cq7");
+	post(qa7, IBV_WR_RDMA_WRITE, 700, a.buf, 8, a.mr->lkey, (uintptr_t)b.buf, b.mr->rkey);
+	struct ibv_cq *ecq7;
+	void *ectx7;
+	CHECK(ibv_get_cq_event(ch7, &ecq7, &ectx7) == 0 && ecq7 == cq7, "cq7 event");
+	CHECK(wait_wc(cq7).status == IBV_WC_SUCCESS, "cq7 completion");
+	CHECK(ibv_destroy_qp(qa7) == 0 && ibv_destroy_qp(qb7) == 0, "cq7 QPs gone");
+	struct cq_acker ack7 = { .cq = cq7 };
+	pthread_t tk7;
+	pthread_create(&tk7, NULL, slow_cq_acker, &ack7);
+	CHECK(ibv_destroy_cq(cq7) == 0, "destroy_cq with a got, unacked completion event");
+	CHECK(__atomic_load_n(&ack7.acked, __ATOMIC_SEQ_CST) == 1,
+	      "ibv_destroy_cq waited for ibv_ack_cq_events");
+	pthread_join(tk7, NULL);
+	CHECK(ibv_destroy_comp_channel(ch7) == 0, "cq7's channel");
 
 	/* Teardown in verbs order; every call succeeds. */
 	struct side *sides[2] = { &a, &b };

@@ -1,11 +1,12 @@
 //! What the ibverbs tests share: the check for Debian's packages they need.
+#![allow(dead_code)] // each test crate uses its part
 
 use std::path::Path;
 
 /// Whether `what` (found by `found`) is installed. If it is not: a loud `SKIPPED` line naming
 /// the package to install, and `false`, except under CI (`CI` set, where `.ci/run` installs
 /// it), where a missing package fails the test.
-pub fn installed(what: &str, found: bool, package: &str) -> bool {
+pub(crate) fn installed(what: &str, found: bool, package: &str) -> bool {
     if !found {
         assert!(
             std::env::var_os("CI").is_none(),
@@ -17,9 +18,12 @@ pub fn installed(what: &str, found: bool, package: &str) -> bool {
 }
 
 /// Whether libibverbs-dev's `<infiniband/verbs.h>` is there (the C test programs need it).
-pub fn have_verbs_h() -> bool {
-    let found = ["/usr/include/infiniband/verbs.h", "/usr/local/include/infiniband/verbs.h"]
-        .iter()
-        .any(|p| Path::new(p).exists());
+pub(crate) fn have_verbs_h() -> bool {
+    let found = [
+        "/usr/include/infiniband/verbs.h",
+        "/usr/local/include/infiniband/verbs.h",
+    ]
+    .iter()
+    .any(|p| Path::new(p).exists());
     installed("<infiniband/verbs.h>", found, "libibverbs-dev")
 }
