@@ -51,16 +51,27 @@ unsafe fn cell<'a>(w: *mut u64) -> &'a AtomicU64 {
 /// `src..src+dst.len()`, widened to whole aligned words, is valid for reads, and every Rust
 /// access to it goes through this module.
 pub(crate) unsafe fn read(src: *const u8, dst: &mut [u8]) {
-    let mut done = 0;
-    let mut p = src.cast_mut();
-    while done < dst.len() {
-        let (w, off) = word_of(p);
-        let n = (WORD - off).min(dst.len() - done);
-        // SAFETY: `w` is the aligned word containing `p`, inside the widened range (contract).
-        let bytes = unsafe { cell(w) }.load(Ordering::Relaxed).to_ne_bytes();
-        dst[done..done + n].copy_from_slice(&bytes[off..off + n]);
-        done += n;
-        p = p.wrapping_add(n);
+    let p = src.cast_mut();
+    let head = head_len(p, dst.len());
+    let (first, rest) = dst.split_at_mut(head);
+    if !first.is_empty() {
+        // SAFETY: the word containing `p` is inside the widened range (contract).
+        unsafe { read_partial(p, first) };
+    }
+    let p = p.wrapping_add(head);
+    let nwords = rest.len() / WORD;
+    let mut words = rest.chunks_exact_mut(WORD);
+    let w0 = p.cast::<u64>();
+    for (i, chunk) in (&mut words).enumerate() {
+        // SAFETY: `p` is 8-aligned here (the head took the rest of its word), and word `i`
+        // lies inside the range (contract).
+        let v = unsafe { cell(w0.wrapping_add(i)) }.load(Ordering::Relaxed);
+        chunk.copy_from_slice(&v.to_ne_bytes());
+    }
+    let tail = words.into_remainder();
+    if !tail.is_empty() {
+        // SAFETY: the tail's word is the one after the whole words, inside the widened range.
+        unsafe { read_partial(p.wrapping_add(nwords * WORD), tail) };
     }
 }
 
@@ -70,30 +81,60 @@ pub(crate) unsafe fn read(src: *const u8, dst: &mut [u8]) {
 /// `dst..dst+src.len()`, widened to whole aligned words, is valid for reads and writes, and
 /// every Rust access to it goes through this module.
 pub(crate) unsafe fn write(dst: *mut u8, src: &[u8]) {
-    let mut done = 0;
-    let mut p = dst;
-    while done < src.len() {
-        let (w, off) = word_of(p);
-        let n = (WORD - off).min(src.len() - done);
-        // SAFETY: `w` is the aligned word containing `p`, inside the widened range (contract).
-        let a = unsafe { cell(w) };
-        let part = &src[done..done + n];
-        if n == WORD {
-            let mut b = [0u8; WORD];
-            b.copy_from_slice(part);
-            a.store(u64::from_ne_bytes(b), Ordering::Relaxed);
-        } else {
-            // Only the range's bytes of this word change; a concurrent change to the others
-            // makes the exchange fail and the merge run again on the new value.
-            let _ = a.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |old| {
-                let mut b = old.to_ne_bytes();
-                b[off..off + n].copy_from_slice(part);
-                Some(u64::from_ne_bytes(b))
-            });
-        }
-        done += n;
-        p = p.wrapping_add(n);
+    let head = head_len(dst, src.len());
+    let (first, rest) = src.split_at(head);
+    if !first.is_empty() {
+        // SAFETY: the word containing `dst` is inside the widened range (contract).
+        unsafe { write_partial(dst, first) };
     }
+    let p = dst.wrapping_add(head);
+    let nwords = rest.len() / WORD;
+    let mut words = rest.chunks_exact(WORD);
+    let w0 = p.cast::<u64>();
+    for (i, chunk) in (&mut words).enumerate() {
+        let mut b = [0u8; WORD];
+        b.copy_from_slice(chunk);
+        // SAFETY: `p` is 8-aligned here, and word `i` lies inside the range (contract).
+        unsafe { cell(w0.wrapping_add(i)) }.store(u64::from_ne_bytes(b), Ordering::Relaxed);
+    }
+    let tail = words.remainder();
+    if !tail.is_empty() {
+        // SAFETY: the tail's word is the one after the whole words, inside the widened range.
+        unsafe { write_partial(p.wrapping_add(nwords * WORD), tail) };
+    }
+}
+
+/// How many bytes of a `len`-byte range at `p` lie in `p`'s word before the next boundary
+/// (0 when `p` is aligned).
+fn head_len(p: *mut u8, len: usize) -> usize {
+    ((WORD - p.addr() % WORD) % WORD).min(len)
+}
+
+/// Reads `dst.len()` bytes (within one word) at `p`.
+///
+/// # Safety
+/// The aligned word containing `p..p+dst.len()` is valid and reached only through this module.
+unsafe fn read_partial(p: *mut u8, dst: &mut [u8]) {
+    let (w, off) = word_of(p);
+    // SAFETY: the caller's contract is `cell`'s for that word.
+    let bytes = unsafe { cell(w) }.load(Ordering::Relaxed).to_ne_bytes();
+    dst.copy_from_slice(&bytes[off..off + dst.len()]);
+}
+
+/// Writes `src` (within one word) at `p`, leaving the word's other bytes as they are: a
+/// concurrent change to them makes the exchange fail and the merge run again on the new value.
+///
+/// # Safety
+/// As [`read_partial`], and the word is valid for writes.
+unsafe fn write_partial(p: *mut u8, src: &[u8]) {
+    let (w, off) = word_of(p);
+    // SAFETY: the caller's contract is `cell`'s for that word.
+    let a = unsafe { cell(w) };
+    let _ = a.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |old| {
+        let mut b = old.to_ne_bytes();
+        b[off..off + src.len()].copy_from_slice(src);
+        Some(u64::from_ne_bytes(b))
+    });
 }
 
 /// An RDMA atomic on the aligned word at `w`; returns the original value.
