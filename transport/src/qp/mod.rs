@@ -153,7 +153,6 @@ pub struct Qp {
     pub(crate) req_idx: usize,
     pub(crate) req_off: u32,
     pub(crate) next_psn: Psn,
-    pub(crate) rd_atomic_inflight: u32,
     pub(crate) noack_pkts: u32,
     pub(crate) draining: bool,
     // Completer.
@@ -204,7 +203,6 @@ impl Qp {
             req_idx: 0,
             req_off: 0,
             next_psn: Psn::new(0),
-            rd_atomic_inflight: 0,
             noack_pkts: 0,
             draining: false,
             comp_psn: Psn::new(0),
@@ -495,7 +493,6 @@ impl Qp {
         }
         self.req_idx = 0;
         self.req_off = 0;
-        self.rd_atomic_inflight = 0;
         self.retrans_at = None;
         self.rnr_wait_until = None;
         if let Some(w) = self.resp.take_in_progress_recv() {
@@ -542,9 +539,6 @@ impl Qp {
                 self.req_off = self.sq.front().map_or(0, |n| self.resume_offset(n));
             }
             self.req_idx = self.req_idx.saturating_sub(1);
-            if w.wr.opcode.is_read_or_atomic() {
-                self.rd_atomic_inflight = self.rd_atomic_inflight.saturating_sub(1);
-            }
             if w.signaled || status != WcStatus::Success {
                 ctx.completions.push_back(Completion {
                     qpn: self.qpn,

@@ -67,20 +67,26 @@ impl Qp {
             if self.req_off - w.read_done >= READ_WINDOW_PKTS * mtu {
                 return None;
             }
-        } else if w.wr.opcode.is_read_or_atomic() {
-            if self.rd_atomic_inflight >= u32::from(self.attr.max_rd_atomic) {
-                if self.attr.max_rd_atomic == 0 {
-                    // No READ/atomic may ever be outstanding: a local QP operation error.
-                    self.fail(ctx, idx, WcStatus::LocQpOpErr);
-                }
-                return None;
-            }
+        } else if w.wr.opcode.is_read_or_atomic() && self.attr.max_rd_atomic == 0 {
+            // No READ/atomic may ever be outstanding: a local QP operation error.
+            self.fail(ctx, idx, WcStatus::LocQpOpErr);
+            return None;
         } else if self.qp_type == QpType::Rc
+            && !w.wr.opcode.is_read_or_atomic()
             && self.comp_psn.distance_to(self.next_psn) >= MAX_UNACKED_PSNS
         {
             return None;
         }
+        // Every READ request message (each chunk of a long READ) and every atomic holds a
+        // responder resource until its response is in: never more than max_rd_atomic of them
+        // (the responder NAKs one beyond its max_dest_rd_atomic).
+        if self.sq[idx].wr.opcode.is_read_or_atomic()
+            && self.rd_requests_outstanding() >= u32::from(self.attr.max_rd_atomic)
+        {
+            return None;
+        }
         if fresh {
+            let w = &self.sq[idx];
             let npkts = w.npkts(mtu);
             let first = self.next_psn;
             let w = &mut self.sq[idx];
@@ -233,7 +239,6 @@ impl Qp {
         // packets, each a valid request on the wire, at most READ_WINDOW_PKTS ahead of the
         // data received: the responder cannot flood a receiver that has no flow control.
         let from = self.req_off;
-        let first_chunk = from == w.read_done;
         // Chunks are aligned to READ_CHUNK_PKTS packets from the start of the WQE, so a chunk
         // reissued after a loss never reaches past what the first requests covered (the
         // responder only replays duplicates that end before the PSN it expects).
@@ -254,9 +259,6 @@ impl Qp {
             payload: &[],
         };
         let tx = self.emit(idx, repr, buf);
-        if first_chunk {
-            self.rd_atomic_inflight += 1;
-        }
         if from + chunk >= w.len {
             self.next_psn = w.last_psn + 1;
             self.req_idx += 1;
@@ -290,10 +292,36 @@ impl Qp {
         };
         let tx = self.emit(idx, repr, buf);
         self.next_psn = w.first_psn + 1;
-        self.rd_atomic_inflight += 1;
         self.req_idx += 1;
         self.req_off = 0;
         Ok(tx)
+    }
+
+    /// READ request messages and atomics sent whose responses are not all in: each READ WQE
+    /// counts the chunks (aligned READ_CHUNK_PKTS-packet requests) between the data received
+    /// and what was requested; after a rewind only what was requested again counts.
+    pub(crate) fn rd_requests_outstanding(&self) -> u32 {
+        let chunk = READ_CHUNK_PKTS * self.mtu();
+        let mut n = 0;
+        for (i, w) in self.sq.iter().enumerate().take(self.req_idx + 1) {
+            if !w.started || w.status.is_some() {
+                continue;
+            }
+            let whole = i < self.req_idx;
+            match w.wr.opcode {
+                WrOpcode::RdmaRead => {
+                    let requested = if whole { w.len } else { self.req_off };
+                    if requested > w.read_done {
+                        n += requested.div_ceil(chunk) - w.read_done / chunk;
+                    } else if whole && w.len == 0 {
+                        n += 1; // a zero-length READ is one request
+                    }
+                }
+                WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd if whole => n += 1,
+                _ => {}
+            }
+        }
+        n
     }
 
     /// Go-back-N: the requester resends from the oldest unacknowledged PSN (`comp_psn`), which
@@ -301,7 +329,6 @@ impl Qp {
     pub(crate) fn rewind(&mut self) {
         self.req_idx = 0;
         self.req_off = 0;
-        self.rd_atomic_inflight = 0;
         self.noack_pkts = 0;
         self.req_off = self.sq.front().map_or(0, |w| self.resume_offset(w));
         self.next_psn = self.comp_psn;

@@ -60,6 +60,8 @@ enum Response {
         psn: Psn,
         orig: u64,
         msn: u32,
+        /// The answer to a duplicate (it replays the original's resource, holding none).
+        dup: bool,
     },
     Read {
         psn: Psn,
@@ -68,6 +70,8 @@ enum Response {
         remaining: u32,
         first: bool,
         msn: u32,
+        /// As for `AtomicAck`.
+        dup: bool,
     },
 }
 
@@ -279,12 +283,15 @@ impl Qp {
         Ok(Some(psn + 1))
     }
 
-    /// READ and atomic responses queued and not yet sent in full.
-    fn rd_atomic_outstanding(&self) -> usize {
+    /// READ and atomic responses queued and not yet sent in full: those of new requests
+    /// (`dup == false`), which hold responder resources, or those of duplicates.
+    fn rd_atomic_outstanding(&self, dups: bool) -> usize {
         self.resp
             .out
             .iter()
-            .filter(|r| matches!(r, Response::Read { .. } | Response::AtomicAck { .. }))
+            .filter(|r| {
+                matches!(r, Response::Read { dup, .. } | Response::AtomicAck { dup, .. } if *dup == dups)
+            })
             .count()
     }
 
@@ -294,7 +301,7 @@ impl Qp {
     /// responder queue without bound.
     fn check_rd_atomic_room<M: Memory + ?Sized>(&self, ctx: &mut Ctx<'_, M>) -> Result<(), Fault> {
         let max = usize::from(self.attr.max_dest_rd_atomic);
-        if self.rd_atomic_outstanding() >= max {
+        if self.rd_atomic_outstanding(false) >= max {
             ctx.counters.rd_atomic_exceeded += 1;
             log::debug!(
                 "QP {:#x}: a READ/atomic request beyond max_dest_rd_atomic ({max}, the \
@@ -549,6 +556,7 @@ impl Qp {
             remaining: reth.dma_len,
             first: true,
             msn,
+            dup: false,
         });
         Ok(last + 1)
     }
@@ -586,7 +594,12 @@ impl Qp {
             .add_resource(Resource::Atomic { psn, orig }, self.attr.max_dest_rd_atomic);
         self.resp.bump_msn();
         let msn = self.resp.msn;
-        self.resp.push(Response::AtomicAck { psn, orig, msn });
+        self.resp.push(Response::AtomicAck {
+            psn,
+            orig,
+            msn,
+            dup: false,
+        });
         Ok(psn + 1)
     }
 
@@ -618,13 +631,7 @@ impl Qp {
                             AccessFlags::REMOTE_READ,
                         )
                         .is_ok();
-                let room =
-                    self.rd_atomic_outstanding() < usize::from(self.attr.max_dest_rd_atomic.max(1));
-                if fits && ok && !room {
-                    // A flood of duplicates must not grow the response queue either.
-                    ctx.counters.rd_atomic_exceeded += 1;
-                    ctx.counters.dropped += 1;
-                } else if fits && ok {
+                if fits && ok {
                     // The requester went back to `psn`: responses of this READ still queued
                     // from an earlier request are stale; drop them rather than send the data
                     // twice behind them (a long READ would otherwise outlast the timeout).
@@ -632,14 +639,23 @@ impl Qp {
                     self.resp.out.retain(
                         |r| !matches!(r, Response::Read { psn: q, .. } if q.is_within(psn, last)),
                     );
-                    self.resp.push(Response::Read {
-                        psn,
-                        va: reth.va,
-                        rkey: reth.rkey,
-                        remaining: reth.dma_len,
-                        first: true,
-                        msn,
-                    });
+                    if self.rd_atomic_outstanding(true)
+                        < usize::from(self.attr.max_dest_rd_atomic.max(1))
+                    {
+                        self.resp.push(Response::Read {
+                            psn,
+                            va: reth.va,
+                            rkey: reth.rkey,
+                            remaining: reth.dma_len,
+                            first: true,
+                            msn,
+                            dup: true,
+                        });
+                    } else {
+                        // A flood of duplicates must not grow the response queue either.
+                        ctx.counters.rd_atomic_exceeded += 1;
+                        ctx.counters.dropped += 1;
+                    }
                 } else if fits {
                     // A READ retried after its region was deregistered: executed again, it
                     // fails the R_Key check, and the requester still waiting for it gets the
@@ -661,10 +677,15 @@ impl Qp {
                     Resource::Atomic { psn: p, orig } if *p == psn => Some(*orig),
                     _ => None,
                 });
-                let room =
-                    self.rd_atomic_outstanding() < usize::from(self.attr.max_dest_rd_atomic.max(1));
+                let room = self.rd_atomic_outstanding(true)
+                    < usize::from(self.attr.max_dest_rd_atomic.max(1));
                 match saved {
-                    Some(orig) if room => self.resp.push(Response::AtomicAck { psn, orig, msn }),
+                    Some(orig) if room => self.resp.push(Response::AtomicAck {
+                        psn,
+                        orig,
+                        msn,
+                        dup: true,
+                    }),
                     _ => ctx.counters.dropped += 1,
                 }
             }
@@ -824,7 +845,7 @@ impl Qp {
                     repr.emit(&mut buf[..n]);
                     n
                 }
-                Response::AtomicAck { psn, orig, msn } => {
+                Response::AtomicAck { psn, orig, msn, .. } => {
                     self.resp.out.pop_front();
                     let repr = PacketRepr {
                         bth: BthRepr::new(Opcode::RC_ATOMIC_ACKNOWLEDGE, dest_qp, psn),
@@ -849,6 +870,7 @@ impl Qp {
                     remaining,
                     first,
                     msn,
+                    ..
                 } => {
                     let plen = remaining.min(mtu);
                     let last = plen == remaining;
