@@ -1,6 +1,7 @@
 //! What the ibverbs tests share: the check for Debian's packages they need.
 #![allow(dead_code)] // each test crate uses its part
 
+use std::io::Write;
 use std::path::Path;
 
 /// Whether `what` (found by `found`) is installed. If it is not: a loud `SKIPPED` line naming
@@ -12,7 +13,12 @@ pub(crate) fn installed(what: &str, found: bool, package: &str) -> bool {
             std::env::var_os("CI").is_none(),
             "{what} is not installed (apt-get install {package})"
         );
-        eprintln!("SKIPPED: {what} is not installed (apt-get install {package})");
+        // Straight to the process's stderr, past the test harness's capture, so the skip
+        // shows in a plain `cargo test` run.
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIPPED: {what} is not installed (apt-get install {package})"
+        );
     }
     found
 }
