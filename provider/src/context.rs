@@ -225,6 +225,12 @@ impl Context {
         self.inner.next_handle.fetch_add(1, Ordering::Relaxed)
     }
 
+    /// The socket address the context's device is bound to (its address, port 4791 unless
+    /// opened otherwise).
+    pub fn local_addr(&self) -> std::net::SocketAddr {
+        self.shared.local
+    }
+
     /// The device this context was opened on.
     pub fn device(&self) -> &Device {
         &self.inner.device

@@ -47,17 +47,17 @@
 
 pub mod context;
 pub mod cq;
-pub mod decode;
 pub mod device;
 mod dma;
+mod encap;
 mod error;
 pub mod faults;
-pub mod frame;
 mod mr;
 pub mod pcap;
 pub mod qp;
 pub mod runtime;
 mod sys;
+pub mod udp;
 
 pub use context::{
     AddressHandle, Context, DeviceAttr, MemoryRegion, OpenOptions, PortAttr, ProtectionDomain,
@@ -69,4 +69,3 @@ pub use ferroce_transport as transport;
 pub use ferroce_wire as wire;
 pub use qp::{QpInitAttr, QueuePair, SharedReceiveQueue};
 pub use runtime::{AsyncEventRecord, RuntimeCounters};
-pub mod tools;

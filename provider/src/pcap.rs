@@ -1,5 +1,8 @@
 //! Classic pcap files (the libpcap format, `tcpdump -w`): a reader that never panics on bad
-//! input and a writer, for `ferroce pcap` and for recording traffic.
+//! input and a writer, for `ferroce pcap` and for recording traffic (`FERROCE_PCAP`), and the
+//! Ethernet framing recordings put around each datagram ([`encapsulate`]).
+
+pub use crate::encap::encapsulate;
 
 use std::fmt;
 use std::io::{self, Read, Write};

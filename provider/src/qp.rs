@@ -188,6 +188,46 @@ impl QueuePair {
         Ok(())
     }
 
+    /// Walks the QP RESET → INIT → RTR → RTS towards the QP `dest_qp_num` at `peer`, with
+    /// verbs' usual values: every access right, `timeout` 14, `retry_cnt` 7, `rnr_retry` 7,
+    /// `min_rnr_timer` 12, `max_rd_atomic` = `max_dest_rd_atomic` = 16, Q_Key 0x11111111 for
+    /// UD (whose QPs need no peer: `peer` and `dest_qp_num` are ignored there). `sq_psn` is
+    /// this side's first PSN, `rq_psn` the peer's.
+    ///
+    /// # Errors
+    /// [`Error::Modify`] if the device refuses an attribute (an MTU above its active MTU, say).
+    pub fn connect_to(
+        &self,
+        peer: std::net::IpAddr,
+        dest_qp_num: u32,
+        path_mtu: ferroce_transport::Mtu,
+        sq_psn: u32,
+        rq_psn: u32,
+    ) -> Result<()> {
+        let up = ferroce_transport::BringUp {
+            peer,
+            dest_qp_num,
+            path_mtu,
+            sq_psn,
+            rq_psn,
+            qp_access_flags: ferroce_transport::AccessFlags(1 | 2 | 4 | 8),
+            qkey: 0x1111_1111,
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            min_rnr_timer: 12,
+            max_rd_atomic: 16,
+            max_dest_rd_atomic: 16,
+        };
+        for (attr, mask) in up.steps(ferroce_transport::Service::of(
+            self.qp_type(),
+            self.qp_num(),
+        )) {
+            self.modify(&attr, mask)?;
+        }
+        Ok(())
+    }
+
     /// `ibv_query_qp`.
     pub fn query(&self) -> QpAttr {
         let qpn = self.inner.qpn;

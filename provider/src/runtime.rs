@@ -22,7 +22,6 @@ use parking_lot::{Condvar, Mutex};
 
 use crate::cq::CqInner;
 use crate::faults::Faults;
-use crate::frame;
 use crate::mr::MrTable;
 use crate::pcap;
 use crate::sys::{self, EventFd, RecvBatch, SendBatch};
@@ -225,7 +224,7 @@ impl Shared {
                 }
             };
             if let Some(w) = pcap.as_mut() {
-                let f = frame::encapsulate(self.local, tx.dst, 0, &send.next_buf()[..tx.len]);
+                let f = pcap::encapsulate(self.local, tx.dst, 0, &send.next_buf()[..tx.len]);
                 let _ = w.write_record(wall_clock(), &f);
             }
             let (mut dup, mut release) = (false, None);
@@ -304,7 +303,7 @@ impl Shared {
             };
             st.counters.udp_rcvd += 1;
             if let Some(w) = st.pcap.as_mut() {
-                let f = frame::encapsulate(from, self.local, 0, bytes);
+                let f = pcap::encapsulate(from, self.local, 0, bytes);
                 let _ = w.write_record(wall_clock(), &f);
             }
             let owned;

@@ -103,7 +103,7 @@ fn sockaddr_into(addr: SocketAddr, out: &mut libc::sockaddr_storage) -> libc::so
 }
 
 /// Buffers for batched receive: `n` slots of `size` bytes.
-pub(crate) struct RecvBatch {
+pub struct RecvBatch {
     bufs: Vec<Vec<u8>>,
     addrs: Vec<libc::sockaddr_storage>,
     iovs: Vec<libc::iovec>,
@@ -115,7 +115,8 @@ pub(crate) struct RecvBatch {
 unsafe impl Send for RecvBatch {}
 
 impl RecvBatch {
-    pub(crate) fn new(n: usize, size: usize) -> RecvBatch {
+    /// `n` receive slots of `size` bytes each.
+    pub fn new(n: usize, size: usize) -> RecvBatch {
         RecvBatch {
             bufs: (0..n).map(|_| vec![0u8; size]).collect(),
             // SAFETY: all-zero is a valid sockaddr_storage.
@@ -126,7 +127,7 @@ impl RecvBatch {
     }
 
     /// `recvmmsg` without blocking; returns how many datagrams arrived (0 if none).
-    pub(crate) fn recv(&mut self, fd: RawFd) -> io::Result<usize> {
+    pub fn recv(&mut self, fd: RawFd) -> io::Result<usize> {
         let n = self.bufs.len();
         self.iovs.clear();
         self.hdrs.clear();
@@ -168,7 +169,7 @@ impl RecvBatch {
     }
 
     /// Datagram `i` of the last `recv`: its source and bytes.
-    pub(crate) fn get(&self, i: usize) -> Option<(SocketAddr, &[u8])> {
+    pub fn get(&self, i: usize) -> Option<(SocketAddr, &[u8])> {
         let len = self.hdrs.get(i)?.msg_len as usize;
         let from = sockaddr_from(&self.addrs[i])?;
         Some((from, &self.bufs[i][..len]))
@@ -176,7 +177,7 @@ impl RecvBatch {
 }
 
 /// Datagrams queued for one `sendmmsg`.
-pub(crate) struct SendBatch {
+pub struct SendBatch {
     pub(crate) bufs: Vec<Vec<u8>>,
     lens: Vec<usize>,
     dests: Vec<SocketAddr>,
@@ -184,7 +185,8 @@ pub(crate) struct SendBatch {
 }
 
 impl SendBatch {
-    pub(crate) fn new(n: usize, size: usize) -> SendBatch {
+    /// Room for `n` datagrams of up to `size` bytes.
+    pub fn new(n: usize, size: usize) -> SendBatch {
         SendBatch {
             bufs: (0..n).map(|_| vec![0u8; size]).collect(),
             lens: vec![0; n],
@@ -193,32 +195,34 @@ impl SendBatch {
         }
     }
 
-    pub(crate) fn is_full(&self) -> bool {
+    /// Whether the batch holds `n` datagrams.
+    pub fn is_full(&self) -> bool {
         self.count == self.bufs.len()
     }
 
-    pub(crate) fn is_empty(&self) -> bool {
+    /// Whether no datagram is queued.
+    pub fn is_empty(&self) -> bool {
         self.count == 0
     }
 
     /// Datagrams queued.
-    pub(crate) fn len(&self) -> usize {
+    pub fn len(&self) -> usize {
         self.count
     }
 
     /// The last datagram committed.
-    pub(crate) fn last(&self) -> &[u8] {
+    pub fn last(&self) -> &[u8] {
         let i = self.count.saturating_sub(1);
         &self.bufs[i][..self.lens[i]]
     }
 
     /// The buffer for the next datagram.
-    pub(crate) fn next_buf(&mut self) -> &mut [u8] {
+    pub fn next_buf(&mut self) -> &mut [u8] {
         &mut self.bufs[self.count]
     }
 
     /// Commits the datagram written into `next_buf`.
-    pub(crate) fn commit(&mut self, len: usize, dest: SocketAddr) {
+    pub fn commit(&mut self, len: usize, dest: SocketAddr) {
         self.lens[self.count] = len;
         if self.dests.len() > self.count {
             self.dests[self.count] = dest;
@@ -231,7 +235,7 @@ impl SendBatch {
     /// Sends everything queued with `sendmmsg` (retrying on EAGAIN by polling for
     /// writability), then empties the batch. Datagrams the kernel refuses are dropped and
     /// counted, as a NIC drops on a full queue; the transport recovers them.
-    pub(crate) fn flush(&mut self, fd: RawFd) -> io::Result<usize> {
+    pub fn flush(&mut self, fd: RawFd) -> io::Result<usize> {
         let n = self.count;
         // SAFETY: all-zero is a valid sockaddr_storage.
         let mut addrs: Vec<libc::sockaddr_storage> = (0..n).map(|_| unsafe { zeroed() }).collect();
@@ -286,7 +290,7 @@ impl SendBatch {
 
 /// Waits until one of `fds` is ready for `events` or the timeout passes; returns whether any
 /// is ready.
-pub(crate) fn poll_fds(fds: &[RawFd], events: i16, timeout: Option<Duration>) -> io::Result<bool> {
+pub fn poll_fds(fds: &[RawFd], events: i16, timeout: Option<Duration>) -> io::Result<bool> {
     let mut p: Vec<libc::pollfd> = fds
         .iter()
         .map(|&fd| libc::pollfd {

@@ -10,8 +10,8 @@ use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use ferroce::frame::{self, Decoded, RoceDatagram};
 use ferroce::pcap::Reader;
+use ferroce_cli::frame::{self, Decoded, RoceDatagram};
 use ferroce_wire::{IcrcContext, Opcode, Operation, PacketRepr};
 
 /// The RoCEv2 packet count of each capture, as tshark (`-Y udp.dstport==4791`) and the lab's

@@ -11,12 +11,12 @@ use std::io::{BufRead, BufReader, Write};
 use std::net::{IpAddr, TcpStream};
 use std::time::{Duration, Instant};
 
-use ferroce::tools::loopback::{ALL_ACCESS, connect};
 use ferroce::transport::{
     BringUp, Mtu, QpCap, QpType, RecvWr, SendFlags, SendWr, Service, WcOpcode, WcStatus,
     WorkCompletion, WrOpcode,
 };
 use ferroce::{CompletionQueue, Device, QpInitAttr, QueuePair};
+use ferroce_cli::tools::loopback::{ALL_ACCESS, connect};
 
 const MEM: usize = 17 << 20;
 /// The region `rdma_peer` registers (the suite starts it with this size).

@@ -60,7 +60,7 @@ pub fn side(addr: [u8; 4], qp_type: QpType, mem: usize) -> Side {
 
 /// RESET → INIT → RTR → RTS towards `peer` (the tools' bring-up).
 pub fn connect(qp: &QueuePair, peer: IpAddr, peer_qpn: u32, mtu: Mtu, sq_psn: u32, rq_psn: u32) {
-    ferroce::tools::loopback::connect(qp, peer, peer_qpn, mtu, sq_psn, rq_psn).unwrap();
+    qp.connect_to(peer, peer_qpn, mtu, sq_psn, rq_psn).unwrap();
 }
 
 pub fn pair(a: [u8; 4], b: [u8; 4], qp_type: QpType, mtu: Mtu, mem: usize) -> (Side, Side) {

@@ -7,7 +7,7 @@ use std::time::Duration;
 use ferroce_wire::PacketRepr;
 
 use crate::frame::{self, Decoded};
-use crate::pcap::{PcapError, Reader};
+use ferroce::pcap::{PcapError, Reader};
 
 /// Counts over a capture's RoCEv2 packets (UDP to port 4791).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -134,7 +134,7 @@ pub fn decode_pcap<R: Read, W: Write>(input: R, out: &mut W) -> Result<Summary, 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pcap::{LINKTYPE_ETHERNET, Writer};
+    use ferroce::pcap::{LINKTYPE_ETHERNET, Writer};
     use ferroce_wire::{BthRepr, ExtHeaders, IcrcContext, Opcode, Psn};
     use std::net::{IpAddr, SocketAddr};
 
@@ -155,7 +155,7 @@ mod tests {
         if corrupt {
             p[13] ^= 1;
         }
-        frame::encapsulate(src, dst, 0x42, &p)
+        ferroce::pcap::encapsulate(src, dst, 0x42, &p)
     }
 
     #[test]
@@ -174,13 +174,13 @@ mod tests {
         // Not RoCE: skipped entirely.
         w.write_record(
             Duration::from_secs(12),
-            &frame::encapsulate(v4s, "10.1.0.2:53".parse().unwrap(), 0, &[0; 12]),
+            &ferroce::pcap::encapsulate(v4s, "10.1.0.2:53".parse().unwrap(), 0, &[0; 12]),
         )
         .unwrap();
         // RoCE port, unknown opcode.
         w.write_record(
             Duration::from_secs(13),
-            &frame::encapsulate(
+            &ferroce::pcap::encapsulate(
                 v4s,
                 v4d,
                 0,

@@ -3,8 +3,8 @@
 
 use std::net::IpAddr;
 
-use crate::transport::{AccessFlags, BringUp, Mtu, QpCap, QpType, Service};
-use crate::{
+use ferroce::transport::{AccessFlags, Mtu, QpCap, QpType};
+use ferroce::{
     CompletionQueue, Context, Device, Error, MemoryRegion, OpenOptions, ProtectionDomain,
     QpInitAttr, QueuePair, Result,
 };
@@ -53,7 +53,7 @@ pub fn open_pair(opts: &OpenOptions) -> Result<(Context, Context)> {
 pub fn side(ctx: Context, qp_type: QpType, nqp: usize, mem: usize, depth: u32) -> Result<Side> {
     let pd = ctx.alloc_pd();
     let cq = ctx.create_cq(
-        (depth * 2 * nqp as u32).clamp(16, crate::context::limits::MAX_CQE),
+        (depth * 2 * nqp as u32).clamp(16, ferroce::context::limits::MAX_CQE),
         None,
     )?;
     let cap = QpCap {
@@ -86,7 +86,7 @@ pub fn side(ctx: Context, qp_type: QpType, nqp: usize, mem: usize, depth: u32) -
 }
 
 /// Walks `qp` RESET → INIT → RTR → RTS towards `peer_qpn` at `peer` with verbs' usual values
-/// (timeout 14, retry_cnt 7, rnr_retry 7, min_rnr_timer 12, 16 READ/atomics each way).
+/// ([`QueuePair::connect_to`]).
 ///
 /// # Errors
 /// [`Error::Modify`] if the device refuses an attribute (an MTU above its active MTU, say).
@@ -98,25 +98,7 @@ pub fn connect(
     sq_psn: u32,
     rq_psn: u32,
 ) -> Result<()> {
-    let up = BringUp {
-        peer,
-        dest_qp_num: peer_qpn,
-        path_mtu: mtu,
-        sq_psn,
-        rq_psn,
-        qp_access_flags: ALL_ACCESS,
-        qkey: 0x1111_1111,
-        timeout: 14,
-        retry_cnt: 7,
-        rnr_retry: 7,
-        min_rnr_timer: 12,
-        max_rd_atomic: 16,
-        max_dest_rd_atomic: 16,
-    };
-    for (attr, mask) in up.steps(Service::of(qp.qp_type(), qp.qp_num())) {
-        qp.modify(&attr, mask)?;
-    }
-    Ok(())
+    qp.connect_to(peer, peer_qpn, mtu, sq_psn, rq_psn)
 }
 
 /// Two sides connected QP to QP.

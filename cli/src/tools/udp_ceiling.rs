@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::Result;
-use crate::sys::{RecvBatch, SendBatch};
+use ferroce::Result;
+use ferroce::udp::{RecvBatch, SendBatch};
 
 /// Figures of one run.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -41,7 +41,7 @@ fn udp_blast(size: usize, dur: Duration) -> Result<(f64, f64)> {
         while !s2.load(Ordering::Relaxed) {
             match b.recv(rx.as_raw_fd()) {
                 Ok(0) => {
-                    let _ = crate::sys::poll_fds(
+                    let _ = ferroce::udp::poll_fds(
                         &[rx.as_raw_fd()],
                         libc::POLLIN,
                         Some(Duration::from_millis(10)),

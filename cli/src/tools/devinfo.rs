@@ -2,7 +2,7 @@
 
 use std::io::Write;
 
-use crate::{Device, Result};
+use ferroce::{Device, Result};
 
 /// Prints every device (or the named one); `verbose` adds the device attributes, `counters`
 /// opens each device briefly to show its counters (skipped for devices already in use).
@@ -12,7 +12,7 @@ use crate::{Device, Result};
 pub fn run(out: &mut dyn Write, device: Option<&str>, verbose: bool, counters: bool) -> Result<()> {
     let devs = match device {
         Some(d) => vec![Device::find(d)?],
-        None => crate::devices()?,
+        None => ferroce::devices()?,
     };
     for d in devs {
         let _ = writeln!(out, "hca_id:\t{}", d.name);

@@ -2,9 +2,9 @@
 
 use std::time::{Duration, Instant};
 
-use crate::Result;
 use crate::tools::loopback::Side;
-use crate::transport::{RecvWr, SendFlags, SendWr, WcStatus, WorkCompletion, WrOpcode};
+use ferroce::Result;
+use ferroce::transport::{RecvWr, SendFlags, SendWr, WcStatus, WorkCompletion, WrOpcode};
 
 /// The operation measured.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -80,8 +80,8 @@ impl BwResult {
     }
 }
 
-fn fail(wc: &WorkCompletion) -> crate::Error {
-    crate::Error::Io(std::io::Error::other(format!(
+fn fail(wc: &WorkCompletion) -> ferroce::Error {
+    ferroce::Error::Io(std::io::Error::other(format!(
         "wr_id {} completed with {} ({})",
         wc.wr_id, wc.status, wc.status as u32
     )))
@@ -222,7 +222,7 @@ fn spin_one(side: &Side, deadline: Instant) -> Result<WorkCompletion> {
             return Ok(wc);
         }
         if Instant::now() > deadline {
-            return Err(crate::Error::Io(std::io::Error::new(
+            return Err(ferroce::Error::Io(std::io::Error::new(
                 std::io::ErrorKind::TimedOut,
                 "no completion within 10 s",
             )));
@@ -260,7 +260,7 @@ pub fn latency(a: &Side, b: &Side, op: Op, size: u32, iters: u64) -> Result<LatR
                 // B answers as soon as the ping lands.
                 loop {
                     let wc = spin_one(b, deadline)?;
-                    if wc.opcode == crate::transport::WcOpcode::Recv {
+                    if wc.opcode == ferroce::transport::WcOpcode::Recv {
                         break;
                     }
                 }
@@ -273,7 +273,7 @@ pub fn latency(a: &Side, b: &Side, op: Op, size: u32, iters: u64) -> Result<LatR
                 let mut got_send = false;
                 while !(got_recv && got_send) {
                     let wc = spin_one(a, deadline)?;
-                    if wc.opcode == crate::transport::WcOpcode::Recv {
+                    if wc.opcode == ferroce::transport::WcOpcode::Recv {
                         got_recv = true;
                     } else {
                         got_send = true;

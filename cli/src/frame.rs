@@ -1,22 +1,22 @@
-//! Ethernet, IPv4, IPv6 and UDP framing around RoCEv2 payloads, for captures and raw sockets.
+//! Decoding the Ethernet, IPv4, IPv6 and UDP framing around RoCEv2 payloads in captures.
 //!
 //! Decoding goes through `pnet_packet`'s checked views; every length is cross-checked (IP total
 //! length, UDP length, Ethernet padding trimmed) so the UDP payload handed on is exactly the
-//! RoCEv2 packet. Building writes a complete Ethernet frame as kernel rxe would send it
-//! (DF set, TTL 64, UDP checksum 0 over IPv4).
+//! RoCEv2 packet. Frames are built by the library's recorder (`ferroce::pcap::encapsulate`);
+//! the tests here decode what it builds, so the two are checked against each other.
 
-use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+use std::net::{IpAddr, SocketAddr};
 
-use pnet_packet::ethernet::{EtherType, EtherTypes, EthernetPacket, MutableEthernetPacket};
+use pnet_packet::ethernet::{EtherType, EtherTypes, EthernetPacket};
 use pnet_packet::ip::IpNextHeaderProtocols;
-use pnet_packet::ipv4::{self, Ipv4Flags, Ipv4Packet, MutableIpv4Packet};
-use pnet_packet::ipv6::{Ipv6Packet, MutableIpv6Packet};
-use pnet_packet::udp::{self, MutableUdpPacket, UdpPacket};
+use pnet_packet::ipv4::{Ipv4Flags, Ipv4Packet};
+use pnet_packet::ipv6::Ipv6Packet;
+use pnet_packet::udp::UdpPacket;
 use pnet_packet::vlan::VlanPacket;
 
 use ferroce_wire::ROCE_UDP_PORT;
 
-use crate::pcap::{LINKTYPE_ETHERNET, LINKTYPE_LINUX_SLL, LINKTYPE_RAW};
+use ferroce::pcap::{LINKTYPE_ETHERNET, LINKTYPE_LINUX_SLL, LINKTYPE_RAW};
 
 const ETH_HEADER_LEN: usize = 14;
 const SLL_HEADER_LEN: usize = 16;
@@ -201,88 +201,10 @@ fn finish_udp<'a>(
     })
 }
 
-/// Builds the Ethernet frame that carries `udp_payload` from `src` to `dst` as kernel rxe
-/// sends it: DF, TTL/hop limit 64, TOS 0, the given IPv4 Identification, UDP checksum 0 over
-/// IPv4 and a real one over IPv6. The MAC addresses are locally administered placeholders
-/// derived from the IP addresses. `src` and `dst` must be of the same family; a mixed pair is
-/// treated as IPv6 with the IPv4 address mapped.
-pub fn encapsulate(src: SocketAddr, dst: SocketAddr, ip_ident: u16, udp_payload: &[u8]) -> Vec<u8> {
-    let udp_len = UDP_HEADER_LEN + udp_payload.len();
-    let (ip_len, ethertype) = match (src.ip(), dst.ip()) {
-        (IpAddr::V4(_), IpAddr::V4(_)) => (IPV4_HEADER_LEN, EtherTypes::Ipv4),
-        _ => (IPV6_HEADER_LEN, EtherTypes::Ipv6),
-    };
-    let mut frame = vec![0u8; ETH_HEADER_LEN + ip_len + udp_len];
-    {
-        let mut eth = MutableEthernetPacket::new(&mut frame).expect("frame sized for Ethernet");
-        eth.set_ethertype(ethertype);
-    }
-    frame[0..6].copy_from_slice(&placeholder_mac(dst.ip()));
-    frame[6..12].copy_from_slice(&placeholder_mac(src.ip()));
-    {}
-    let (ip_bytes, udp_bytes) = frame[ETH_HEADER_LEN..].split_at_mut(ip_len);
-    {
-        let mut u = MutableUdpPacket::new(udp_bytes).expect("buffer sized for UDP");
-        u.set_source(src.port());
-        u.set_destination(dst.port());
-        u.set_length(udp_len as u16);
-        u.set_payload(udp_payload);
-    }
-    match (src.ip(), dst.ip()) {
-        (IpAddr::V4(s), IpAddr::V4(d)) => {
-            let mut ip = MutableIpv4Packet::new(ip_bytes).expect("buffer sized for IPv4");
-            ip.set_version(4);
-            ip.set_header_length(5);
-            ip.set_total_length((ip_len + udp_len) as u16);
-            ip.set_identification(ip_ident);
-            ip.set_flags(Ipv4Flags::DontFragment);
-            ip.set_ttl(64);
-            ip.set_next_level_protocol(IpNextHeaderProtocols::Udp);
-            ip.set_source(s);
-            ip.set_destination(d);
-            let c = ipv4::checksum(&ip.to_immutable());
-            ip.set_checksum(c);
-        }
-        (s, d) => {
-            let (s, d) = (to_v6(s), to_v6(d));
-            let mut ip = MutableIpv6Packet::new(ip_bytes).expect("buffer sized for IPv6");
-            ip.set_version(6);
-            ip.set_payload_length(udp_len as u16);
-            ip.set_next_header(IpNextHeaderProtocols::Udp);
-            ip.set_hop_limit(64);
-            ip.set_source(s);
-            ip.set_destination(d);
-            let mut u = MutableUdpPacket::new(udp_bytes).expect("buffer sized for UDP");
-            let c = udp::ipv6_checksum(&u.to_immutable(), &s, &d);
-            u.set_checksum(c);
-        }
-    }
-    frame
-}
-
-fn to_v6(a: IpAddr) -> Ipv6Addr {
-    match a {
-        IpAddr::V4(v4) => v4.to_ipv6_mapped(),
-        IpAddr::V6(v6) => v6,
-    }
-}
-
-fn placeholder_mac(a: IpAddr) -> [u8; 6] {
-    let o = match a {
-        IpAddr::V4(v4) => v4.octets(),
-        IpAddr::V6(v6) => {
-            let s = v6.segments();
-            let [a, b] = s[6].to_be_bytes();
-            let [c, d] = s[7].to_be_bytes();
-            [a, b, c, d]
-        }
-    };
-    [0x02, 0x00, o[0], o[1], o[2], o[3]]
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ferroce::pcap::encapsulate;
 
     fn sa(s: &str) -> SocketAddr {
         s.parse().unwrap()

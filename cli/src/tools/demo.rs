@@ -6,12 +6,12 @@ use std::time::{Duration, Instant};
 
 use crate::tools::loopback::connected_pair;
 use crate::tools::perf::{self, Limit, Op};
-use crate::transport::{Mtu, QpType, SendFlags, SendWr, WcStatus, WrOpcode};
-use crate::{Error, OpenOptions, Result};
+use ferroce::transport::{Mtu, QpType, SendFlags, SendWr, WcStatus, WrOpcode};
+use ferroce::{Error, OpenOptions, Result};
 
 const MIB: usize = 1 << 20;
 
-fn wait_one(side: &crate::tools::loopback::Side) -> Result<crate::transport::WorkCompletion> {
+fn wait_one(side: &crate::tools::loopback::Side) -> Result<ferroce::transport::WorkCompletion> {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         if let Some(wc) = side.cq.poll_one() {
@@ -63,7 +63,7 @@ pub fn run(out: &mut dyn Write) -> Result<()> {
             out,
             format!(
                 "  {name}: {} GID {} QPN {:#08x}, {} MiB registered (rkey {:#x})",
-                s.ctx.shared.local,
+                s.ctx.local_addr(),
                 s.ctx.query_gid(1)?,
                 s.qps[0].qp_num(),
                 s.mr.len() / MIB,

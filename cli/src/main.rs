@@ -8,10 +8,10 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use ferroce::OpenOptions;
-use ferroce::tools::loopback::connected_pair;
-use ferroce::tools::perf::{self, Limit, Op};
-use ferroce::tools::{demo, devinfo, pingpong, udp_ceiling};
 use ferroce::transport::{Mtu, QpType};
+use ferroce_cli::tools::loopback::connected_pair;
+use ferroce_cli::tools::perf::{self, Limit, Op};
+use ferroce_cli::tools::{demo, devinfo, pingpong, udp_ceiling};
 
 /// ferroce: a software RoCEv2 (RDMA over UDP 4791) stack in user space.
 #[derive(Parser, Debug)]
@@ -346,7 +346,7 @@ fn pcap(path: &PathBuf, strict: bool) -> ExitCode {
     };
     let stdout = io::stdout();
     let mut out = BufWriter::new(stdout.lock());
-    let result = ferroce::decode::decode_pcap(BufReader::new(f), &mut out);
+    let result = ferroce_cli::decode::decode_pcap(BufReader::new(f), &mut out);
     let flushed = out.flush();
     match (result, flushed) {
         (Ok(sum), Ok(())) => {

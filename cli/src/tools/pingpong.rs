@@ -8,11 +8,11 @@ use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv6Addr, TcpListener, TcpStream, ToSocketAddrs};
 use std::time::Instant;
 
-use crate::transport::{
+use ferroce::transport::{
     AccessFlags, AhAttr, BringUp, Mtu, QpAttr, QpAttrMask, QpCap, QpState, QpType, RecvWr,
     SendFlags, SendWr, Service, WcStatus, WorkCompletion, WrOpcode,
 };
-use crate::{CompletionChannel, Device, Error, QpInitAttr, Result};
+use ferroce::{CompletionChannel, Device, Error, QpInitAttr, Result};
 
 const SEND_WRID: u64 = 1;
 const RECV_WRID: u64 = 2;
@@ -169,7 +169,7 @@ pub fn run(opts: &Options, out: &mut dyn Write) -> Result<()> {
         ))?;
     let dev = match &opts.device {
         Some(d) => Device::find(d)?,
-        None => crate::devices()?
+        None => ferroce::devices()?
             .into_iter()
             .next()
             .ok_or_else(|| Error::NoDevice("(none)".into()))?,
@@ -297,7 +297,7 @@ pub fn run(opts: &Options, out: &mut dyn Write) -> Result<()> {
     let _ = writeln!(out, "  remote address: {}", rem.line());
 
     let page = 4096usize;
-    let fill = |mr: &crate::MemoryRegion| {
+    let fill = |mr: &ferroce::MemoryRegion| {
         for i in (0..size as usize).step_by(page) {
             let _ = mr.write(i, &[(i / page) as u8]);
         }
