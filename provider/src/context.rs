@@ -376,6 +376,13 @@ impl Context {
         self.shared.events_fd.raw()
     }
 
+    /// The async event descriptor, borrowed (for `tokio::io::unix::AsyncFd`, mio or epoll).
+    pub fn async_fd_borrowed(&self) -> std::os::fd::BorrowedFd<'_> {
+        // SAFETY: the eventfd lives in the runtime's Shared, which this context holds an Arc
+        // of, so the descriptor stays open for the borrow's lifetime.
+        unsafe { std::os::fd::BorrowedFd::borrow_raw(self.async_fd()) }
+    }
+
     /// The device's counters: the engine's (named as rxe's hw_counters) and the runtime's.
     pub fn counters(&self) -> (ferroce_transport::Counters, RuntimeCounters) {
         let st = self.shared.engine.lock();

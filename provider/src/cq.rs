@@ -100,6 +100,22 @@ impl CompletionQueue {
         n
     }
 
+    /// Waits up to `timeout` for one completion, polling (each poll of an empty CQ also drives
+    /// the network, as a poll-mode driver does) and yielding the CPU between polls. For a
+    /// thread that should sleep instead, arm the CQ with a [`CompletionChannel`].
+    pub fn wait(&self, timeout: Duration) -> Option<WorkCompletion> {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            if let Some(wc) = self.poll_one() {
+                return Some(wc);
+            }
+            if std::time::Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::yield_now();
+        }
+    }
+
     /// One completion, if any (a convenience over [`CompletionQueue::poll`]).
     pub fn poll_one(&self) -> Option<WorkCompletion> {
         let mut one = [WorkCompletion::default()];
@@ -247,5 +263,20 @@ impl CompletionChannel {
     /// The channel's file descriptor (readable while an event is pending).
     pub fn fd(&self) -> RawFd {
         self.inner.fd.raw()
+    }
+}
+
+impl std::os::fd::AsRawFd for CompletionChannel {
+    fn as_raw_fd(&self) -> RawFd {
+        self.fd()
+    }
+}
+
+/// For `tokio::io::unix::AsyncFd`, mio or epoll: readable while an event is pending.
+impl std::os::fd::AsFd for CompletionChannel {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        // SAFETY: the descriptor belongs to the channel's eventfd, which lives in the
+        // Arc<ChannelInner> this handle holds, so it stays open for the borrow's lifetime.
+        unsafe { std::os::fd::BorrowedFd::borrow_raw(self.fd()) }
     }
 }

@@ -32,8 +32,7 @@
 //! # Example
 //!
 //! ```no_run
-//! use ferroce::{Device, QpInitAttr};
-//! use ferroce::transport::{AccessFlags, QpCap, QpType};
+//! use ferroce::{AccessFlags, Device, QpCap, QpInitAttr, QpType, SendWr};
 //!
 //! let ctx = Device::find("127.0.0.1")?.open()?;
 //! let pd = ctx.alloc_pd();
@@ -41,10 +40,13 @@
 //! let cq = ctx.create_cq(64, None)?;
 //! let cap = QpCap { max_send_wr: 16, max_recv_wr: 16, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 64 };
 //! let qp = pd.create_qp(&QpInitAttr { qp_type: QpType::Rc, send_cq: &cq, recv_cq: &cq, srq: None, cap, sq_sig_all: false })?;
-//! # let _ = (mr, qp);
+//! // Send `qp.endpoint(psn)` and `mr.remote()` to the peer (`to_bytes`), get its own back,
+//! // then `qp.connect(psn, &peer)` and post, e.g. `SendWr::write(1, mr.sge(0, 64), peer_mr.at(0))`.
+//! # let _ = (mr, qp, SendWr::new(0, ferroce::WrOpcode::Send));
 //! # Ok::<(), ferroce::Error>(())
 //! ```
 
+mod connect;
 pub mod context;
 pub mod cq;
 pub mod device;
@@ -59,6 +61,7 @@ pub mod runtime;
 mod sys;
 pub mod udp;
 
+pub use connect::{QpEndpoint, RemoteMemory};
 pub use context::{
     AddressHandle, Context, DeviceAttr, MemoryRegion, OpenOptions, PortAttr, ProtectionDomain,
 };
@@ -66,6 +69,11 @@ pub use cq::{CompletionChannel, CompletionQueue};
 pub use device::{Device, devices};
 pub use error::{Error, Result};
 pub use ferroce_transport as transport;
+/// The verbs vocabulary, at the crate root: what a program needs besides the handles.
+pub use ferroce_transport::{
+    AccessFlags, AhAttr, Mtu, QpAttr, QpAttrMask, QpCap, QpState, QpType, RecvWr, RemoteAddr,
+    SendFlags, SendWr, Sge, WcFlags, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
+};
 pub use ferroce_wire as wire;
 pub use qp::{QpInitAttr, QueuePair, SharedReceiveQueue};
 pub use runtime::{AsyncEventRecord, RuntimeCounters};

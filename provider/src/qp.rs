@@ -169,6 +169,11 @@ impl QueuePair {
         self.inner.qp_type
     }
 
+    /// The context the QP belongs to.
+    pub fn context(&self) -> &crate::Context {
+        &self.inner.pd.ctx
+    }
+
     /// The PD.
     pub fn pd(&self) -> &ProtectionDomain {
         &self.inner.pd

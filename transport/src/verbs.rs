@@ -626,6 +626,92 @@ impl SendWr {
         }
     }
 
+    /// `IBV_WR_SEND` of the bytes `local` names, signaled (it completes on the send CQ).
+    pub fn send(wr_id: u64, local: Sge) -> SendWr {
+        SendWr::signaled(wr_id, WrOpcode::Send, local)
+    }
+
+    /// `IBV_WR_SEND_WITH_IMM`, signaled.
+    pub fn send_with_imm(wr_id: u64, local: Sge, imm_data: u32) -> SendWr {
+        SendWr {
+            imm_data,
+            ..SendWr::signaled(wr_id, WrOpcode::SendWithImm, local)
+        }
+    }
+
+    /// `IBV_WR_RDMA_WRITE` of the bytes `local` names to `remote`, signaled.
+    pub fn write(wr_id: u64, local: Sge, remote: RemoteAddr) -> SendWr {
+        SendWr {
+            remote,
+            ..SendWr::signaled(wr_id, WrOpcode::RdmaWrite, local)
+        }
+    }
+
+    /// `IBV_WR_RDMA_WRITE_WITH_IMM`, signaled (it also consumes a receive at the peer).
+    pub fn write_with_imm(wr_id: u64, local: Sge, remote: RemoteAddr, imm_data: u32) -> SendWr {
+        SendWr {
+            remote,
+            imm_data,
+            ..SendWr::signaled(wr_id, WrOpcode::RdmaWriteWithImm, local)
+        }
+    }
+
+    /// `IBV_WR_RDMA_READ` of `remote` into the bytes `local` names, signaled.
+    pub fn read(wr_id: u64, local: Sge, remote: RemoteAddr) -> SendWr {
+        SendWr {
+            remote,
+            ..SendWr::signaled(wr_id, WrOpcode::RdmaRead, local)
+        }
+    }
+
+    /// `IBV_WR_ATOMIC_FETCH_AND_ADD` of `add` to the 8 bytes at `remote`; the original value
+    /// lands in `local` (8 bytes). Signaled.
+    pub fn fetch_add(wr_id: u64, local: Sge, remote: RemoteAddr, add: u64) -> SendWr {
+        SendWr {
+            remote,
+            compare_add: add,
+            ..SendWr::signaled(wr_id, WrOpcode::AtomicFetchAndAdd, local)
+        }
+    }
+
+    /// `IBV_WR_ATOMIC_CMP_AND_SWP`: `swap` replaces the 8 bytes at `remote` if they equal
+    /// `compare`; the original value lands in `local`. Signaled.
+    pub fn compare_swap(
+        wr_id: u64,
+        local: Sge,
+        remote: RemoteAddr,
+        compare: u64,
+        swap: u64,
+    ) -> SendWr {
+        SendWr {
+            remote,
+            compare_add: compare,
+            swap,
+            ..SendWr::signaled(wr_id, WrOpcode::AtomicCmpAndSwp, local)
+        }
+    }
+
+    /// The same request without `IBV_SEND_SIGNALED`: verbs then reports it only if it fails
+    /// (or every request, on a QP created with `sq_sig_all`).
+    pub fn unsignaled(mut self) -> SendWr {
+        self.send_flags = SendFlags(self.send_flags.0 & !SendFlags::SIGNALED.0);
+        self
+    }
+
+    /// The same request with more `send_flags` (FENCE, SOLICITED, INLINE).
+    pub fn with_flags(mut self, flags: SendFlags) -> SendWr {
+        self.send_flags = SendFlags(self.send_flags.0 | flags.0);
+        self
+    }
+
+    fn signaled(wr_id: u64, opcode: WrOpcode, local: Sge) -> SendWr {
+        SendWr {
+            send_flags: SendFlags::SIGNALED,
+            sg_list: vec![local],
+            ..SendWr::new(wr_id, opcode)
+        }
+    }
+
     /// The message length: the inline bytes given, or the sum of the SGE lengths.
     pub fn length(&self) -> u64 {
         match &self.inline_data {

@@ -1,0 +1,100 @@
+//! The Rust API a newcomer reaches for: endpoints exchanged as bytes, `QueuePair::connect`,
+//! the work-request constructors, `RemoteMemory`, `CompletionQueue::wait`, `AsFd`.
+
+#![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
+
+use std::os::fd::{AsFd, AsRawFd};
+use std::time::Duration;
+
+use ferroce::{
+    AccessFlags, Device, QpCap, QpEndpoint, QpInitAttr, QpType, RemoteMemory, SendWr, WcOpcode,
+    WcStatus,
+};
+
+const T: Duration = Duration::from_secs(10);
+
+#[test]
+fn endpoints_over_bytes_then_every_constructor() {
+    let all = AccessFlags(1 | 2 | 4 | 8);
+    let mut sides = Vec::new();
+    for addr in ["127.89.0.1", "127.89.0.2"] {
+        let ctx = Device::find(addr).unwrap().open().unwrap();
+        let pd = ctx.alloc_pd();
+        let ch = ctx.create_comp_channel().unwrap();
+        let cq = ctx.create_cq(16, Some(&ch)).unwrap();
+        let cap = QpCap {
+            max_send_wr: 8,
+            max_recv_wr: 8,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 0,
+        };
+        let qp = pd
+            .create_qp(&QpInitAttr {
+                qp_type: QpType::Rc,
+                send_cq: &cq,
+                recv_cq: &cq,
+                srq: None,
+                cap,
+                sq_sig_all: false,
+            })
+            .unwrap();
+        let mr = pd.reg_mr(4096, all).unwrap();
+        sides.push((ctx, ch, cq, qp, mr));
+    }
+    let (a, b) = (&sides[0], &sides[1]);
+    // What would cross a TCP connection: bytes only.
+    let ea = QpEndpoint::from_bytes(&a.3.endpoint(7).to_bytes()).unwrap();
+    let eb = QpEndpoint::from_bytes(&b.3.endpoint(9).to_bytes()).unwrap();
+    let rb = RemoteMemory::from_bytes(&b.4.remote().to_bytes()).unwrap();
+    assert_eq!(rb.len, 4096);
+    a.3.connect(7, &eb).unwrap();
+    b.3.connect(9, &ea).unwrap();
+
+    // Nothing posted yet: wait gives up after its timeout.
+    assert!(a.2.wait(Duration::from_millis(20)).is_none());
+
+    a.4.write(0, &[5u8; 16]).unwrap();
+    let wrs = [
+        SendWr::write(1, a.4.sge(0, 16), rb.at(64)),
+        SendWr::read(2, a.4.sge(512, 16), rb.at(64)),
+        SendWr::fetch_add(3, a.4.sge(1024, 8), rb.at(128), 5),
+        SendWr::compare_swap(4, a.4.sge(1032, 8), rb.at(128), 5, 40),
+        SendWr::write(5, a.4.sge(0, 16), rb.at(256)).unsignaled(),
+    ];
+    for w in &wrs[..4] {
+        a.3.post_send(w).unwrap();
+    }
+    let ops: Vec<_> = (0..4).map(|_| a.2.wait(T).unwrap()).collect();
+    assert!(ops.iter().all(|w| w.status == WcStatus::Success), "{ops:?}");
+    assert_eq!(
+        ops.iter().map(|w| w.opcode).collect::<Vec<_>>(),
+        [
+            WcOpcode::RdmaWrite,
+            WcOpcode::RdmaRead,
+            WcOpcode::FetchAdd,
+            WcOpcode::CompSwap
+        ]
+    );
+    let mut back = [0u8; 16];
+    a.4.read(512, &mut back).unwrap();
+    assert_eq!(back, [5u8; 16]);
+    assert_eq!(a.4.atomic_load(1024).unwrap(), 0, "fetch_add saw 0");
+    assert_eq!(a.4.atomic_load(1032).unwrap(), 5, "compare_swap saw 5");
+    assert_eq!(b.4.atomic_load(128).unwrap(), 40);
+
+    // An unsignaled request completes silently.
+    a.3.post_send(&wrs[4]).unwrap();
+    a.3.post_send(&SendWr::write(6, a.4.sge(0, 16), rb.at(512)))
+        .unwrap();
+    assert_eq!(
+        a.2.wait(T).unwrap().wr_id,
+        6,
+        "only the signaled one reports"
+    );
+
+    // The channel's descriptor, borrowed for an event loop.
+    assert_eq!(a.1.as_fd().as_raw_fd(), a.1.fd());
+    assert_eq!(a.1.as_raw_fd(), a.1.fd());
+    assert_eq!(a.0.async_fd_borrowed().as_raw_fd(), a.0.async_fd());
+}
