@@ -12,16 +12,21 @@ D=${FERROCE_LAB_CACHE:-/var/tmp/ferroce-rxe-lab}
 # The Debian mirror is the one this machine's apt already uses (its bookworm main source, in
 # deb822 .sources or one-line .list form); FERROCE_LAB_MIRROR overrides it.
 apt_mirror() {
-  local f
+  local f u=""
   for f in /etc/apt/sources.list.d/*.sources; do
     [ -f "$f" ] || continue
-    awk 'BEGIN{RS=""} /Suites:[^\n]*bookworm( |$|\n)/ && /Components:[^\n]*main/ {
-           if (match($0, /URIs:[ \t]*[^ \t\n]+/)) { u=substr($0, RSTART, RLENGTH); sub(/URIs:[ \t]*/, "", u); print u; exit } }' "$f"
+    u=$(awk 'BEGIN{RS=""} /Suites:[^\n]*bookworm( |$|\n)/ && /Components:[^\n]*main/ {
+           if (match($0, /URIs:[ \t]*[^ \t\n]+/)) { u=substr($0, RSTART, RLENGTH); sub(/URIs:[ \t]*/, "", u); print u; exit } }' "$f")
+    [ -n "$u" ] && { echo "$u"; return 0; }
   done
-  cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null |
-    awk '$1=="deb" && $3=="bookworm" && / main/ {print $2}'
+  for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
+    [ -f "$f" ] || continue
+    u=$(awk '$1=="deb" && $3=="bookworm" && / main/ {print $2; exit}' "$f")
+    [ -n "$u" ] && { echo "$u"; return 0; }
+  done
+  return 0
 }
-MIRROR=${FERROCE_LAB_MIRROR:-$(apt_mirror | head -n 1)}
+MIRROR=${FERROCE_LAB_MIRROR:-$(apt_mirror)}
 [ -n "$MIRROR" ] || { echo "build.sh: no Debian bookworm source in /etc/apt; set FERROCE_LAB_MIRROR" >&2; exit 1; }
 T0=$(date +%s)
 log() { echo "[build +$(( $(date +%s) - T0 ))s] $*" >&2; }
