@@ -28,6 +28,14 @@ pub enum Error {
     WrongParent(&'static str),
     /// Not supported by ferroce (EOPNOTSUPP).
     NotSupported(&'static str),
+    /// `post_send_batch` stopped at the work request `index` (the ones before it were
+    /// posted), for `error` (verbs' `bad_wr`).
+    Refused {
+        /// The position of the refused work request in the batch.
+        index: usize,
+        /// Why it was refused.
+        error: Box<Error>,
+    },
 }
 
 /// `Result` with the provider's [`Error`].
@@ -48,6 +56,7 @@ impl fmt::Display for Error {
             Error::InvalidArgument(what) => write!(f, "invalid argument: {what}"),
             Error::WrongParent(what) => write!(f, "object from another parent: {what}"),
             Error::NotSupported(what) => write!(f, "not supported: {what}"),
+            Error::Refused { index, error } => write!(f, "work request {index}: {error}"),
         }
     }
 }
@@ -58,6 +67,7 @@ impl std::error::Error for Error {
             Error::Io(e) => Some(e),
             Error::Modify(e) => Some(e),
             Error::Post(e) => Some(e),
+            Error::Refused { error, .. } => Some(error.as_ref()),
             _ => None,
         }
     }
@@ -77,6 +87,7 @@ impl Error {
             | Error::WrongParent(_) => libc::EINVAL,
             Error::Busy(_) => libc::EBUSY,
             Error::NotSupported(_) => libc::EOPNOTSUPP,
+            Error::Refused { error, .. } => error.errno(),
         }
     }
 }

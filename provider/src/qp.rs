@@ -253,22 +253,31 @@ impl QueuePair {
     /// have, a message too long.
     pub fn post_send(&self, wr: &SendWr) -> Result<()> {
         self.post_send_batch(std::slice::from_ref(wr))
+            .map_err(|e| match e {
+                Error::Refused { error, .. } => *error,
+                e => e,
+            })
     }
 
     /// `ibv_post_send` for a list of work requests (one lock, one batch of packets). Stops at
     /// the first refused WR.
     ///
     /// # Errors
-    /// As [`QueuePair::post_send`], with the index of the refused WR.
+    /// [`Error::Refused`] with the index of the refused WR and why (as
+    /// [`QueuePair::post_send`]); the WRs before it were posted.
     pub fn post_send_batch(&self, wrs: &[SendWr]) -> Result<()> {
         let qpn = self.inner.qpn;
         self.inner.pd.ctx.shared.with_engine(|st, mrs, now| {
-            for wr in wrs {
-                st.ep.post_send(qpn, wr.clone(), mrs, now)?;
+            for (index, wr) in wrs.iter().enumerate() {
+                st.ep
+                    .post_send(qpn, wr.clone(), mrs, now)
+                    .map_err(|e| Error::Refused {
+                        index,
+                        error: Box::new(Error::from(e)),
+                    })?;
             }
-            Ok::<(), ferroce_transport::VerbError>(())
-        })?;
-        Ok(())
+            Ok(())
+        })
     }
 
     /// `ibv_post_recv` for one work request.

@@ -98,3 +98,62 @@ fn endpoints_over_bytes_then_every_constructor() {
     assert_eq!(a.1.as_raw_fd(), a.1.fd());
     assert_eq!(a.0.async_fd_borrowed().as_raw_fd(), a.0.async_fd());
 }
+
+/// `post_send_batch` says which work request it refused; those before it were posted.
+#[test]
+fn post_send_batch_names_the_refused_wr() {
+    let ctx = Device::find("127.89.1.1").unwrap().open().unwrap();
+    let pd = ctx.alloc_pd();
+    let cq = ctx.create_cq(16, None).unwrap();
+    let qp = pd
+        .create_qp(&QpInitAttr {
+            qp_type: QpType::Rc,
+            send_cq: &cq,
+            recv_cq: &cq,
+            srq: None,
+            cap: QpCap {
+                max_send_wr: 2,
+                max_recv_wr: 1,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: 0,
+            },
+            sq_sig_all: false,
+        })
+        .unwrap();
+    let mr = pd.reg_mr(64, AccessFlags::LOCAL_WRITE).unwrap();
+    qp.connect_to(
+        "127.89.1.2".parse().unwrap(),
+        5,
+        ferroce::Mtu::Mtu1024,
+        1,
+        1,
+    )
+    .unwrap();
+    let remote = ferroce::RemoteAddr {
+        remote_addr: 0,
+        rkey: 1,
+    };
+    let wrs: Vec<_> = (0..3)
+        .map(|i| SendWr::write(i, mr.sge(0, 8), remote))
+        .collect();
+    match qp.post_send_batch(&wrs) {
+        Err(ferroce::Error::Refused { index, error }) => {
+            assert_eq!(index, 2, "the third WR does not fit max_send_wr 2");
+            assert_eq!(error.errno(), libc::ENOMEM);
+        }
+        other => panic!("{other:?}"),
+    }
+    // A single post keeps its plain error.
+    assert!(matches!(
+        qp.post_send(&wrs[0]),
+        Err(ferroce::Error::Post(_))
+    ));
+}
+
+/// A poll buffer's unfilled entries cannot pass for successes.
+#[test]
+fn an_unfilled_completion_is_not_a_success() {
+    let wc = ferroce::WorkCompletion::default();
+    assert_eq!(wc.status, WcStatus::GeneralErr);
+}

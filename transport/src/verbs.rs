@@ -754,11 +754,12 @@ pub struct WorkCompletion {
 }
 
 impl Default for WorkCompletion {
-    /// A zeroed successful SEND completion (for preallocated `poll` buffers).
+    /// A placeholder for preallocated `poll` buffers: zeroed, with status `GeneralErr`, so an
+    /// entry `poll` did not fill can never be mistaken for a success.
     fn default() -> WorkCompletion {
         WorkCompletion {
             wr_id: 0,
-            status: WcStatus::Success,
+            status: WcStatus::GeneralErr,
             opcode: WcOpcode::Send,
             vendor_err: 0,
             byte_len: 0,
