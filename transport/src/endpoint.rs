@@ -10,7 +10,8 @@
 //! `poll_timeout` and call `handle_timeout` when it expires. Every call takes `now` where time
 //! matters; the engine never reads a clock.
 
-use std::collections::{HashMap, VecDeque};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
 
 use ferroce_wire::{IcrcContext, Opcode, PacketRepr, Transport};
@@ -221,15 +222,45 @@ impl EndpointConfig {
 #[derive(Debug)]
 pub struct Endpoint {
     cfg: EndpointConfig,
-    qps: HashMap<u32, Qp>,
-    srqs: HashMap<u32, Srq>,
+    qps: QpnMap<Qp>,
+    srqs: QpnMap<Srq>,
     next_qpn: u32,
     next_srqn: u32,
     counters: Counters,
     events: VecDeque<AsyncEvent>,
     completions: VecDeque<Completion>,
     active: VecDeque<u32>,
+    /// QPs with a timer, earliest deadline first. An entry is current only while it equals
+    /// the QP's entry in `deadlines`; stale ones are dropped when they reach the top, so
+    /// `poll_timeout` and `handle_timeout` never scan every QP.
+    timer_heap: BinaryHeap<Reverse<(Instant, u32)>>,
+    /// Each QP's deadline as last entered in `timer_heap`.
+    deadlines: QpnMap<Instant>,
+    /// Scratch for `handle_timeout` (kept to avoid an allocation per call).
+    due: Vec<u32>,
 }
+
+/// Hashes a QP or SRQ number (small, mostly sequential integers) by one multiply that spreads
+/// it over 64 bits. A peer chooses which numbers it looks up but never what is in the table,
+/// so it cannot build collisions.
+#[derive(Default)]
+struct QpnHasher(u64);
+
+impl std::hash::Hasher for QpnHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 << 8 | u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_u32(&mut self, n: u32) {
+        self.0 = u64::from(n).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+type QpnMap<V> = HashMap<u32, V, std::hash::BuildHasherDefault<QpnHasher>>;
 
 macro_rules! ctx {
     ($self:ident, $mem:expr, $now:expr, $srq:expr) => {
@@ -250,13 +281,16 @@ impl Endpoint {
         Endpoint {
             next_qpn: cfg.first_qpn,
             cfg,
-            qps: HashMap::new(),
-            srqs: HashMap::new(),
+            qps: QpnMap::default(),
+            srqs: QpnMap::default(),
             next_srqn: 1,
             counters: Counters::default(),
             events: VecDeque::new(),
             completions: VecDeque::new(),
             active: VecDeque::new(),
+            timer_heap: BinaryHeap::new(),
+            deadlines: QpnMap::default(),
+            due: Vec::new(),
         }
     }
 
@@ -309,6 +343,7 @@ impl Endpoint {
     /// # Errors
     /// [`VerbError::NoSuchQp`].
     pub fn destroy_qp(&mut self, qpn: u32) -> Result<(), VerbError> {
+        self.deadlines.remove(&qpn);
         self.qps
             .remove(&qpn)
             .map(|_| ())
@@ -447,12 +482,39 @@ impl Endpoint {
         qp.post_recv(wr, &mut ctx).map_err(VerbError::Post)
     }
 
+    /// After any call that touched the QP: into the transmit rotation, timer re-entered.
     fn schedule(&mut self, qpn: u32) {
         if let Some(qp) = self.qps.get_mut(&qpn) {
             if !qp.scheduled {
                 qp.scheduled = true;
                 self.active.push_back(qpn);
             }
+        }
+        self.rearm(qpn);
+    }
+
+    /// Makes sure the timer heap holds an entry for the QP at or before its deadline. A
+    /// deadline that moved later (the usual case: a retransmit timer re-armed on progress)
+    /// keeps its earlier entry, which re-enters the real deadline when it comes up; so most
+    /// calls push nothing, and `poll_timeout` may name a time a little early, never late.
+    fn rearm(&mut self, qpn: u32) {
+        let Some(t) = self.qps.get(&qpn).and_then(Qp::poll_timeout) else {
+            return;
+        };
+        if self.deadlines.get(&qpn).is_some_and(|&e| e <= t) {
+            return;
+        }
+        self.deadlines.insert(qpn, t);
+        self.timer_heap.push(Reverse((t, qpn)));
+    }
+
+    /// Drops stale entries from the top of the timer heap.
+    fn prune_timers(&mut self) {
+        while let Some(&Reverse((t, qpn))) = self.timer_heap.peek() {
+            if self.deadlines.get(&qpn) == Some(&t) {
+                break;
+            }
+            self.timer_heap.pop();
         }
     }
 
@@ -562,6 +624,11 @@ impl Endpoint {
             let tx = qp
                 .poll_response(&mut ctx, buf)
                 .or_else(|| qp.poll_request(&mut ctx, buf));
+            if tx.is_none() {
+                qp.scheduled = false;
+            }
+            // Sending arms the retransmit timer; a failed request may have stopped it.
+            self.rearm(qpn);
             match tx {
                 Some(tx) => {
                     // More may follow: back to the end of the rotation.
@@ -588,27 +655,36 @@ impl Endpoint {
                         qpn,
                     });
                 }
-                None => qp.scheduled = false,
+                None => {}
             }
         }
         None
     }
 
-    /// The earliest timer deadline, if any.
+    /// The earliest timer deadline, if any: the top of a heap of QPs with a deadline, so its
+    /// cost does not grow with the number of QPs. It may be a little early (a deadline that
+    /// moved later); `handle_timeout` then only re-enters the later one.
     #[must_use]
-    pub fn poll_timeout(&self) -> Option<Instant> {
-        self.qps.values().filter_map(Qp::poll_timeout).min()
+    pub fn poll_timeout(&mut self) -> Option<Instant> {
+        self.prune_timers();
+        self.timer_heap.peek().map(|&Reverse((t, _))| t)
     }
 
-    /// Runs every timer that expired at `now`.
+    /// Runs every timer that expired at `now` (a call before any deadline does nothing).
     pub fn handle_timeout<M: Memory + ?Sized>(&mut self, now: Instant, mem: &M) {
-        let due: Vec<u32> = self
-            .qps
-            .values()
-            .filter(|q| q.poll_timeout().is_some_and(|t| t <= now))
-            .map(Qp::qpn)
-            .collect();
-        for qpn in due {
+        let mut due = std::mem::take(&mut self.due);
+        loop {
+            self.prune_timers();
+            match self.timer_heap.peek() {
+                Some(&Reverse((t, qpn))) if t <= now => {
+                    self.timer_heap.pop();
+                    self.deadlines.remove(&qpn);
+                    due.push(qpn);
+                }
+                _ => break,
+            }
+        }
+        for &qpn in &due {
             if let Some(qp) = self.qps.get_mut(&qpn) {
                 let mut ctx = ctx!(self, mem, now, None);
                 qp.handle_timeout(&mut ctx);
@@ -616,6 +692,8 @@ impl Endpoint {
             }
             self.schedule(qpn);
         }
+        due.clear();
+        self.due = due;
     }
 
     /// The next work completion.

@@ -330,7 +330,7 @@ impl Network {
         let next_packet = self.wire.peek().map(|r| r.0.at);
         let next_timer = self
             .nodes
-            .iter()
+            .iter_mut()
             .filter(|n| !n.down)
             .filter_map(|n| n.endpoint.poll_timeout())
             .min();
