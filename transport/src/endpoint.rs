@@ -629,33 +629,30 @@ impl Endpoint {
             }
             // Sending arms the retransmit timer; a failed request may have stopped it.
             self.rearm(qpn);
-            match tx {
-                Some(tx) => {
-                    // More may follow: back to the end of the rotation.
-                    self.active.push_back(qpn);
-                    let dst = SocketAddr::new(tx.dest, self.cfg.dst_port);
-                    let icrc = match (self.cfg.local, tx.dest) {
-                        (IpAddr::V4(s), IpAddr::V4(d)) => {
-                            IcrcContext::v4(s, d, 0, self.cfg.src_port, self.cfg.dst_port)
-                        }
-                        (IpAddr::V6(s), IpAddr::V6(d)) => {
-                            IcrcContext::v6(s, d, self.cfg.src_port, self.cfg.dst_port)
-                        }
-                        _ => {
-                            self.counters.dropped += 1;
-                            continue;
-                        }
-                    };
-                    icrc.fill(&mut buf[..tx.len]);
-                    return Some(Transmit {
-                        dst,
-                        len: tx.len,
-                        hop_limit: tx.hop_limit,
-                        traffic_class: tx.traffic_class,
-                        qpn,
-                    });
-                }
-                None => {}
+            if let Some(tx) = tx {
+                // More may follow: back to the end of the rotation.
+                self.active.push_back(qpn);
+                let dst = SocketAddr::new(tx.dest, self.cfg.dst_port);
+                let icrc = match (self.cfg.local, tx.dest) {
+                    (IpAddr::V4(s), IpAddr::V4(d)) => {
+                        IcrcContext::v4(s, d, 0, self.cfg.src_port, self.cfg.dst_port)
+                    }
+                    (IpAddr::V6(s), IpAddr::V6(d)) => {
+                        IcrcContext::v6(s, d, self.cfg.src_port, self.cfg.dst_port)
+                    }
+                    _ => {
+                        self.counters.dropped += 1;
+                        continue;
+                    }
+                };
+                icrc.fill(&mut buf[..tx.len]);
+                return Some(Transmit {
+                    dst,
+                    len: tx.len,
+                    hop_limit: tx.hop_limit,
+                    traffic_class: tx.traffic_class,
+                    qpn,
+                });
             }
         }
         None
