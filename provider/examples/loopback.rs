@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use ferroce::{
-    AccessFlags, CompletionQueue, Context, Device, MemoryRegion, QpCap, QpInitAttr, QpType,
-    QueuePair, SendWr, WcStatus,
+    AccessFlags, CompletionQueue, Context, Device, MemoryRegion, QpType, QueuePair, SendWr,
+    WcStatus,
 };
 
 struct Side {
@@ -20,20 +20,11 @@ fn side(addr: &str) -> Result<Side, ferroce::Error> {
     let ctx = Device::find(addr)?.open()?;
     let pd = ctx.alloc_pd();
     let cq = ctx.create_cq(16, None)?;
-    let qp = pd.create_qp(&QpInitAttr {
-        qp_type: QpType::Rc,
-        send_cq: &cq,
-        recv_cq: &cq,
-        srq: None,
-        cap: QpCap {
-            max_send_wr: 8,
-            max_recv_wr: 8,
-            max_send_sge: 1,
-            max_recv_sge: 1,
-            max_inline_data: 0,
-        },
-        sq_sig_all: false,
-    })?;
+    let qp = pd
+        .qp(QpType::Rc, &cq)
+        .max_send_wr(8)
+        .max_recv_wr(8)
+        .build()?;
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
     let mr = pd.reg_mr(4096, access)?;
     Ok(Side {

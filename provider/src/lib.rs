@@ -75,5 +75,5 @@ pub use ferroce_transport::{
     SendFlags, SendWr, Sge, WcFlags, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
 };
 pub use ferroce_wire as wire;
-pub use qp::{QpInitAttr, QueuePair, SharedReceiveQueue};
+pub use qp::{QpBuilder, QpInitAttr, QueuePair, SharedReceiveQueue};
 pub use runtime::{AsyncEventRecord, RuntimeCounters};

@@ -76,7 +76,103 @@ fn check_cap(cap: &QpCap) -> Result<()> {
     Ok(())
 }
 
+/// Creates a QP with sensible defaults, each attribute a method ([`ProtectionDomain::qp`]):
+/// 64 send and receive WRs, one SGE each, no inline data, not `sq_sig_all`, one CQ for both
+/// directions unless [`QpBuilder::recv_cq`] says otherwise.
+#[derive(Debug, Clone)]
+pub struct QpBuilder<'a> {
+    pd: &'a ProtectionDomain,
+    init: QpInitAttr<'a>,
+}
+
+impl<'a> QpBuilder<'a> {
+    /// `send_cq` (also the receive CQ unless [`QpBuilder::recv_cq`] is given).
+    pub fn send_cq(mut self, cq: &'a CompletionQueue) -> Self {
+        self.init.send_cq = cq;
+        self
+    }
+
+    /// `recv_cq`.
+    pub fn recv_cq(mut self, cq: &'a CompletionQueue) -> Self {
+        self.init.recv_cq = cq;
+        self
+    }
+
+    /// `srq`: receives come from this SRQ (the QP gets no receive queue of its own).
+    pub fn srq(mut self, srq: &'a SharedReceiveQueue) -> Self {
+        self.init.srq = Some(srq);
+        self.init.cap.max_recv_wr = 0;
+        self.init.cap.max_recv_sge = 0;
+        self
+    }
+
+    /// `cap.max_send_wr`.
+    pub fn max_send_wr(mut self, n: u32) -> Self {
+        self.init.cap.max_send_wr = n;
+        self
+    }
+
+    /// `cap.max_recv_wr`.
+    pub fn max_recv_wr(mut self, n: u32) -> Self {
+        self.init.cap.max_recv_wr = n;
+        self
+    }
+
+    /// `cap.max_send_sge`.
+    pub fn max_send_sge(mut self, n: u32) -> Self {
+        self.init.cap.max_send_sge = n;
+        self
+    }
+
+    /// `cap.max_recv_sge`.
+    pub fn max_recv_sge(mut self, n: u32) -> Self {
+        self.init.cap.max_recv_sge = n;
+        self
+    }
+
+    /// `cap.max_inline_data`.
+    pub fn max_inline_data(mut self, n: u32) -> Self {
+        self.init.cap.max_inline_data = n;
+        self
+    }
+
+    /// `sq_sig_all`: every send WR completes, signaled or not.
+    pub fn sq_sig_all(mut self, on: bool) -> Self {
+        self.init.sq_sig_all = on;
+        self
+    }
+
+    /// `ibv_create_qp` with these attributes.
+    ///
+    /// # Errors
+    /// As [`ProtectionDomain::create_qp`].
+    pub fn build(self) -> Result<QueuePair> {
+        self.pd.create_qp(&self.init)
+    }
+}
+
 impl ProtectionDomain {
+    /// A [`QpBuilder`] for a QP of `qp_type` reporting to `cq`.
+    pub fn qp<'a>(&'a self, qp_type: QpType, cq: &'a CompletionQueue) -> QpBuilder<'a> {
+        QpBuilder {
+            pd: self,
+            init: QpInitAttr {
+                qp_type,
+                send_cq: cq,
+                recv_cq: cq,
+                srq: None,
+                cap: QpCap {
+                    max_send_wr: 64,
+                    max_recv_wr: 64,
+                    max_send_sge: 1,
+                    max_recv_sge: 1,
+                    max_inline_data: 0,
+                },
+                sq_sig_all: false,
+            },
+        }
+    }
+
     /// `ibv_create_qp`.
     ///
     /// # Errors

@@ -6,10 +6,7 @@
 use std::os::fd::{AsFd, AsRawFd};
 use std::time::Duration;
 
-use ferroce::{
-    AccessFlags, Device, QpCap, QpEndpoint, QpInitAttr, QpType, RemoteMemory, SendWr, WcOpcode,
-    WcStatus,
-};
+use ferroce::{AccessFlags, Device, QpEndpoint, QpType, RemoteMemory, SendWr, WcOpcode, WcStatus};
 
 const T: Duration = Duration::from_secs(10);
 
@@ -22,23 +19,7 @@ fn endpoints_over_bytes_then_every_constructor() {
         let pd = ctx.alloc_pd();
         let ch = ctx.create_comp_channel().unwrap();
         let cq = ctx.create_cq(16, Some(&ch)).unwrap();
-        let cap = QpCap {
-            max_send_wr: 8,
-            max_recv_wr: 8,
-            max_send_sge: 1,
-            max_recv_sge: 1,
-            max_inline_data: 0,
-        };
-        let qp = pd
-            .create_qp(&QpInitAttr {
-                qp_type: QpType::Rc,
-                send_cq: &cq,
-                recv_cq: &cq,
-                srq: None,
-                cap,
-                sq_sig_all: false,
-            })
-            .unwrap();
+        let qp = pd.qp(QpType::Rc, &cq).max_send_wr(8).build().unwrap();
         let mr = pd.reg_mr(4096, all).unwrap();
         sides.push((ctx, ch, cq, qp, mr));
     }
@@ -105,22 +86,7 @@ fn post_send_batch_names_the_refused_wr() {
     let ctx = Device::find("127.89.1.1").unwrap().open().unwrap();
     let pd = ctx.alloc_pd();
     let cq = ctx.create_cq(16, None).unwrap();
-    let qp = pd
-        .create_qp(&QpInitAttr {
-            qp_type: QpType::Rc,
-            send_cq: &cq,
-            recv_cq: &cq,
-            srq: None,
-            cap: QpCap {
-                max_send_wr: 2,
-                max_recv_wr: 1,
-                max_send_sge: 1,
-                max_recv_sge: 1,
-                max_inline_data: 0,
-            },
-            sq_sig_all: false,
-        })
-        .unwrap();
+    let qp = pd.qp(QpType::Rc, &cq).max_send_wr(2).build().unwrap();
     let mr = pd.reg_mr(64, AccessFlags::LOCAL_WRITE).unwrap();
     qp.connect_to(
         "127.89.1.2".parse().unwrap(),
@@ -156,4 +122,46 @@ fn post_send_batch_names_the_refused_wr() {
 fn an_unfilled_completion_is_not_a_success() {
     let wc = ferroce::WorkCompletion::default();
     assert_eq!(wc.status, WcStatus::GeneralErr);
+}
+
+/// The QP builder: defaults, and the attributes it sets reach the QP.
+#[test]
+fn qp_builder_sets_what_it_says() {
+    let ctx = Device::find("127.89.2.1").unwrap().open().unwrap();
+    let pd = ctx.alloc_pd();
+    let (scq, rcq) = (
+        ctx.create_cq(16, None).unwrap(),
+        ctx.create_cq(16, None).unwrap(),
+    );
+    let qp = pd.qp(QpType::Rc, &scq).build().unwrap();
+    let cap = qp.query().cap;
+    assert_eq!(
+        (cap.max_send_wr, cap.max_recv_wr, cap.max_send_sge),
+        (64, 64, 1)
+    );
+    let srq = pd
+        .create_srq(ferroce::transport::SrqAttr {
+            max_wr: 8,
+            max_sge: 1,
+            srq_limit: 0,
+        })
+        .unwrap();
+    let qp = pd
+        .qp(QpType::Ud, &scq)
+        .recv_cq(&rcq)
+        .srq(&srq)
+        .max_send_wr(3)
+        .max_inline_data(32)
+        .sq_sig_all(true)
+        .build()
+        .unwrap();
+    let a = qp.query();
+    assert_eq!((a.cap.max_send_wr, a.cap.max_recv_wr), (3, 0));
+    assert!(a.cap.max_inline_data >= 32);
+    let mr = pd.reg_mr(64, AccessFlags::LOCAL_WRITE).unwrap();
+    let r = qp.post_recv(&ferroce::RecvWr {
+        wr_id: 1,
+        sg_list: vec![mr.sge(0, 8)],
+    });
+    assert!(r.is_err(), "a QP on an SRQ has no receive queue of its own");
 }
