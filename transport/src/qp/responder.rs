@@ -7,7 +7,7 @@ use std::net::IpAddr;
 
 use ferroce_wire::{
     AethRepr, AtomicAckEthRepr, BthRepr, ExtHeaders, NakCode, Opcode, Operation, PacketRepr,
-    Position, Psn, Syndrome,
+    Position, Psn, RethRepr, Syndrome,
 };
 
 use super::{Ctx, Qp, Tx, wc};
@@ -153,6 +153,19 @@ impl Responder {
             self.resources.pop_front();
         }
         self.resources.push_back(r);
+    }
+
+    /// Queues the responses of a READ (`dup`: a duplicate's, replaying its original).
+    fn queue_read(&mut self, psn: Psn, reth: &RethRepr, msn: u32, dup: bool) {
+        self.push(Response::Read {
+            psn,
+            va: reth.va,
+            rkey: reth.rkey,
+            remaining: reth.dma_len,
+            first: true,
+            msn,
+            dup,
+        });
     }
 
     fn bump_msn(&mut self) {
@@ -549,15 +562,7 @@ impl Qp {
             .add_resource(Resource::Read, self.attr.max_dest_rd_atomic);
         self.resp.bump_msn();
         let msn = self.resp.msn;
-        self.resp.push(Response::Read {
-            psn,
-            va: reth.va,
-            rkey: reth.rkey,
-            remaining: reth.dma_len,
-            first: true,
-            msn,
-            dup: false,
-        });
+        self.resp.queue_read(psn, &reth, msn, false);
         Ok(last + 1)
     }
 
@@ -642,15 +647,7 @@ impl Qp {
                     if self.rd_atomic_outstanding(true)
                         < usize::from(self.attr.max_dest_rd_atomic.max(1))
                     {
-                        self.resp.push(Response::Read {
-                            psn,
-                            va: reth.va,
-                            rkey: reth.rkey,
-                            remaining: reth.dma_len,
-                            first: true,
-                            msn,
-                            dup: true,
-                        });
+                        self.resp.queue_read(psn, &reth, msn, true);
                     } else {
                         // A flood of duplicates must not grow the response queue either.
                         ctx.counters.rd_atomic_exceeded += 1;
