@@ -95,8 +95,7 @@ unsafe fn send_wr(w: &ibv_send_wr, ud: bool) -> Result<SendWr, c_int> {
                 if g.length == 0 {
                     continue;
                 }
-                // SAFETY: verbs' contract for IBV_SEND_INLINE: each SGE's addr..addr+length is
-                // readable program memory during ibv_post_send.
+                // SAFETY: verbs' contract for IBV_SEND_INLINE: each SGE's addr..addr+length is readable program memory during ibv_post_send.
                 let bytes = unsafe {
                     core::slice::from_raw_parts(g.addr as usize as *const u8, g.length as usize)
                 };
@@ -120,8 +119,7 @@ unsafe fn send_wr(w: &ibv_send_wr, ud: bool) -> Result<SendWr, c_int> {
         if u.ah.is_null() {
             return Err(libc::EINVAL);
         }
-        // SAFETY: a UD request's AH is one of this library the program has not destroyed
-        // (this function's contract).
+        // SAFETY: a UD request's AH is one of this library the program has not destroyed (this function's contract).
         let ah = unsafe { ah_of(u.ah) };
         s.ud = Some(UdDest {
             ah: ah.ah.attr(),
@@ -144,15 +142,13 @@ unsafe extern "C" fn post_send(
     wr: *mut ibv_send_wr,
     bad_wr: *mut *mut ibv_send_wr,
 ) -> c_int {
-    // SAFETY: verbs.h calls this through the QP's own context ops, so `qp` is a QP of this
-    // library the program has not destroyed; its `qp_type` is written only at creation.
+    // SAFETY: verbs.h calls this through the QP's own context ops, so `qp` is a QP of this library the program has not destroyed; its `qp_type` is written only at creation.
     let (q, ud) = unsafe { (qp_of(qp), (*qp).qp_type == 4) };
     let mut cur = wr;
     while !cur.is_null() {
         // SAFETY: the program's list is valid up to its NULL `next`.
         let w = unsafe { &*cur };
-        // SAFETY: each WR of the program's list is valid, and a UD WR names a live AH of ours
-        // (ibv_post_send's contract, which is send_wr's).
+        // SAFETY: each WR of the program's list is valid, and a UD WR names a live AH of ours (ibv_post_send's contract, which is send_wr's).
         let r = unsafe { send_wr(w, ud) }.and_then(|s| {
             q.qp.post_send(&s).map_err(|e| {
                 log::debug!("ibv_post_send on QP {:#x}: {e}", q.qp.qp_num());
@@ -211,8 +207,7 @@ unsafe extern "C" fn post_recv(
 ) -> c_int {
     // SAFETY: verbs.h calls this through the QP's own ops: a live QP of this library.
     let q = unsafe { qp_of(qp) };
-    // SAFETY: ibv_post_recv's contract: the list is valid up to its NULL `next`, `bad_wr`
-    // NULL or writable.
+    // SAFETY: ibv_post_recv's contract: the list is valid up to its NULL `next`, `bad_wr` NULL or writable.
     unsafe { post_recv_list(wr, bad_wr, |r| q.qp.post_recv(r)) }
 }
 
@@ -223,8 +218,7 @@ unsafe extern "C" fn post_srq_recv(
 ) -> c_int {
     // SAFETY: verbs.h calls this through the SRQ's own context ops: a live SRQ of ours.
     let s = unsafe { srq_of(srq) };
-    // SAFETY: ibv_post_srq_recv's contract: the list is valid up to its NULL `next`,
-    // `bad_wr` NULL or writable.
+    // SAFETY: ibv_post_srq_recv's contract: the list is valid up to its NULL `next`, `bad_wr` NULL or writable.
     unsafe { post_recv_list(wr, bad_wr, |r| s.srq.post_recv(r)) }
 }
 

@@ -29,16 +29,13 @@ pub struct Dev {
     pub index: u32,
 }
 
-// SAFETY: a Dev's raw pointers (in `ibv` and `verbs_ops`) point at leaked, immutable data or
-// are NULL, and nothing mutates a Dev after creation, so moving it between threads is fine.
+// SAFETY: a Dev's raw pointers (in `ibv` and `verbs_ops`) point at leaked, immutable data or are NULL, and nothing mutates a Dev after creation, so moving it between threads is fine.
 unsafe impl Send for Dev {}
-// SAFETY: a Dev is immutable after creation (no interior mutability), so shared access from
-// several threads is only reads.
+// SAFETY: a Dev is immutable after creation (no interior mutability), so shared access from several threads is only reads.
 unsafe impl Sync for Dev {}
 
 struct DevPtr(*mut Dev);
-// SAFETY: the pointer is to a Dev leaked for the life of the process and never mutated, so
-// any thread may hold it.
+// SAFETY: the pointer is to a Dev leaked for the life of the process and never mutated, so any thread may hold it.
 unsafe impl Send for DevPtr {}
 // SAFETY: sharing the pointer only lets threads read the immutable, leaked Dev.
 unsafe impl Sync for DevPtr {}
@@ -222,8 +219,7 @@ pub struct Ctx {
 /// # Safety
 /// `c` must be a live context of ours (from [`ibv_open_device`], not closed).
 pub unsafe fn ctx_of<'a>(c: *mut ibv_context) -> &'a Ctx {
-    // SAFETY: the caller's context is the `context` field of the verbs_context of a live
-    // CtxBox, so box_of gives that box's C struct.
+    // SAFETY: the caller's context is the `context` field of the verbs_context of a live CtxBox, so box_of gives that box's C struct.
     unsafe { CtxBox::rust(box_of(c)) }
 }
 
@@ -281,9 +277,7 @@ pub extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_context {
             children: std::sync::atomic::AtomicUsize::new(0),
         },
     );
-    // SAFETY: p is the box just leaked, valid until ibv_close_device frees it; the pointer is
-    // derived by raw projection (no reference), so it keeps the whole box's provenance, which
-    // box_of relies on to get back to it.
+    // SAFETY: p is the box just leaked, valid until ibv_close_device frees it; the pointer is derived by raw projection (no reference), so it keeps the whole box's provenance, which box_of relies on to get back to it.
     unsafe { &raw mut (*p).context }
 }
 
@@ -309,9 +303,7 @@ pub unsafe extern "C" fn ibv_close_device(context: *mut ibv_context) -> c_int {
         );
         return 0;
     }
-    // SAFETY: the box was leaked by ibv_open_device (the program's context is its
-    // `vctx.context`, so box_of gives back the leaked pointer's address and provenance); no
-    // child object refers to it any more (checked above) and the program closes it once.
+    // SAFETY: the box was leaked by ibv_open_device (the program's context is its `vctx.context`, so box_of gives back the leaked pointer's address and provenance); no child object refers to it any more (checked above) and the program closes it once.
     unsafe { CtxBox::free(box_of(context)) };
     0
 }
@@ -328,8 +320,7 @@ pub unsafe extern "C" fn ibv_query_device(
     if context.is_null() || attr.is_null() {
         return libc::EINVAL;
     }
-    // SAFETY: `context` is an open context of ours and `attr` is valid for writing (this
-    // function's contract).
+    // SAFETY: `context` is an open context of ours and `attr` is valid for writing (this function's contract).
     unsafe { attr.write(device_attr(ctx_of(context))) };
     0
 }
@@ -439,8 +430,7 @@ unsafe extern "C" fn vctx_query_port(
     if port_num != 1 {
         return libc::EINVAL;
     }
-    // SAFETY: `context` came from this library's ibv_open_device and is not closed (verbs forbids
-    // using a closed context), so it is the context of a live Ctx.
+    // SAFETY: `context` came from this library's ibv_open_device and is not closed (verbs forbids using a closed context), so it is the context of a live Ctx.
     let a = port_attr(unsafe { ctx_of(context) });
     let n = attr_len.min(core::mem::size_of::<ibv_port_attr>());
     // SAFETY: the caller's buffer holds attr_len bytes; we copy at most that.
@@ -460,8 +450,7 @@ pub unsafe extern "C" fn ibv_query_port(
     port_num: u8,
     attr: *mut ibv_port_attr,
 ) -> c_int {
-    // SAFETY: ibv_query_port's contract (an open context of ours, `attr` writable) is
-    // vctx_query_port's.
+    // SAFETY: ibv_query_port's contract (an open context of ours, `attr` writable) is vctx_query_port's.
     unsafe {
         vctx_query_port(
             context,
@@ -495,8 +484,7 @@ pub unsafe extern "C" fn ibv_query_gid(
         set_errno(libc::EINVAL);
         return -1;
     }
-    // SAFETY: `context` came from this library's ibv_open_device and is not closed (verbs forbids
-    // using a closed context), so it is the context of a live Ctx.
+    // SAFETY: `context` came from this library's ibv_open_device and is not closed (verbs forbids using a closed context), so it is the context of a live Ctx.
     match gid_of(unsafe { ctx_of(context) }, index as u32) {
         Some(g) => {
             // SAFETY: gid is valid for writing.
@@ -548,8 +536,7 @@ pub unsafe extern "C" fn _ibv_query_gid_ex(
     if entry_size < core::mem::size_of::<ibv_gid_entry>() {
         return libc::EINVAL;
     }
-    // SAFETY: `context` came from this library's ibv_open_device and is not closed (verbs forbids
-    // using a closed context), so it is the context of a live Ctx.
+    // SAFETY: `context` came from this library's ibv_open_device and is not closed (verbs forbids using a closed context), so it is the context of a live Ctx.
     match gid_entry(unsafe { ctx_of(context) }, gid_index) {
         Some(e) => {
             // SAFETY: entry is valid for entry_size >= sizeof bytes.
@@ -575,8 +562,7 @@ pub unsafe extern "C" fn _ibv_query_gid_table(
     if context.is_null() || flags != 0 || entry_size < core::mem::size_of::<ibv_gid_entry>() {
         return -(libc::EINVAL as isize);
     }
-    // SAFETY: `context` came from this library's ibv_open_device and is not closed (verbs forbids
-    // using a closed context), so it is the context of a live Ctx.
+    // SAFETY: `context` came from this library's ibv_open_device and is not closed (verbs forbids using a closed context), so it is the context of a live Ctx.
     let c = unsafe { ctx_of(context) };
     let mut n = 0usize;
     for i in 0..2u32 {
@@ -607,8 +593,7 @@ pub unsafe extern "C" fn ibv_query_gid_type(
         set_errno(libc::EINVAL);
         return -1;
     }
-    // SAFETY: `context` came from this library's ibv_open_device and is not closed (verbs forbids
-    // using a closed context), so it is the context of a live Ctx.
+    // SAFETY: `context` came from this library's ibv_open_device and is not closed (verbs forbids using a closed context), so it is the context of a live Ctx.
     if gid_of(unsafe { ctx_of(context) }, index).is_none() {
         set_errno(libc::EINVAL);
         return -1;

@@ -47,9 +47,7 @@ impl<C, R> Obj<C, R> {
     /// # Safety
     /// `p` was returned by [`Obj::into_raw`] for this `C` and `R` and is not freed during `'a`.
     pub unsafe fn rust<'a>(p: *const C) -> &'a R {
-        // SAFETY: `p` points at the start of a live Obj<C, R> (the caller's contract); the
-        // place projection reaches the `rust` field without forming a reference to the box,
-        // so the C struct, which other threads write, is not covered by it.
+        // SAFETY: `p` points at the start of a live Obj<C, R> (the caller's contract); the place projection reaches the `rust` field without forming a reference to the box, so the C struct, which other threads write, is not covered by it.
         unsafe { &(*p.cast::<Obj<C, R>>()).rust }
     }
 
@@ -126,8 +124,7 @@ impl EventAcks {
 /// # Safety
 /// As [`atomic_u32`].
 pub unsafe fn publish_u32(f: *mut u32, v: u64) {
-    // SAFETY: `f` is an aligned field of a live object, accessed only atomically (this
-    // function's contract is atomic_u32's).
+    // SAFETY: `f` is an aligned field of a live object, accessed only atomically (this function's contract is atomic_u32's).
     unsafe { atomic_u32(f) }.store(v as u32, Ordering::SeqCst);
 }
 
@@ -173,16 +170,13 @@ mod tests {
             s.spawn(move || {
                 let p = addr as *mut Face;
                 for st in 1..=3 {
-                    // SAFETY: `state` is an aligned i32 of the live object, written only
-                    // atomically.
+                    // SAFETY: `state` is an aligned i32 of the live object, written only atomically.
                     unsafe { atomic_i32(&raw mut (*p).state) }.store(st, Ordering::SeqCst);
                 }
                 std::thread::sleep(Duration::from_millis(5));
-                // SAFETY: `p` is live until free (after the scope); the Rust state never
-                // covers the C face.
+                // SAFETY: `p` is live until free (after the scope); the Rust state never covers the C face.
                 let n = unsafe { Obj::<Face, State>::rust(p) }.acks.acked(1);
-                // SAFETY: `events_completed` is an aligned u32 of the live object, written
-                // only atomically.
+                // SAFETY: `events_completed` is an aligned u32 of the live object, written only atomically.
                 unsafe { publish_u32(&raw mut (*p).events_completed, n) };
             });
             s.spawn(move || {
@@ -193,8 +187,7 @@ mod tests {
                 // SAFETY: `handle` is never written after creation.
                 assert_eq!(unsafe { (*p).handle }, 7);
                 r.acks.wait_all_acked();
-                // SAFETY: the ack is published before `acked` returned's value is stored;
-                // read atomically as it is written.
+                // SAFETY: the ack is published before `acked` returned's value is stored; read atomically as it is written.
                 let st = unsafe { atomic_i32(&raw mut (*p).state) }.load(Ordering::SeqCst);
                 assert!((0..=3).contains(&st));
             });

@@ -122,8 +122,7 @@ pub(crate) unsafe fn ch_of<'a>(ch: *mut ibv_comp_channel) -> &'a ChannelInner {
 /// # Safety
 /// `cq` was returned by this library's `ibv_create_cq`/`_ex` and not yet destroyed.
 pub(crate) unsafe fn cq_of<'a>(cq: *mut ibv_cq) -> &'a CqInner {
-    // SAFETY: every CQ is an Obj<ibv_cq_ex, CqInner> whose ibv_cq_ex starts with the ibv_cq
-    // the program holds; it is live by the caller's contract.
+    // SAFETY: every CQ is an Obj<ibv_cq_ex, CqInner> whose ibv_cq_ex starts with the ibv_cq the program holds; it is live by the caller's contract.
     unsafe { Cq::rust(cq.cast()) }
 }
 
@@ -132,8 +131,7 @@ pub(crate) unsafe fn cq_of<'a>(cq: *mut ibv_cq) -> &'a CqInner {
 /// # Safety
 /// `qp` was returned by this library's `ibv_create_qp`/`_ex` and not yet destroyed.
 pub(crate) unsafe fn qp_of<'a>(qp: *mut ibv_qp) -> &'a QpInner {
-    // SAFETY: every QP is an Obj<ibv_qp_ex, QpInner> whose ibv_qp_ex starts with the ibv_qp
-    // the program holds; it is live by the caller's contract.
+    // SAFETY: every QP is an Obj<ibv_qp_ex, QpInner> whose ibv_qp_ex starts with the ibv_qp the program holds; it is live by the caller's contract.
     unsafe { Qp::rust(qp.cast()) }
 }
 
@@ -176,8 +174,7 @@ pub unsafe extern "C" fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd 
     if context.is_null() {
         return fail(libc::EINVAL);
     }
-    // SAFETY: `context` came from this library's ibv_open_device and is not closed (verbs
-    // forbids using a closed context), so it is the context of a live Ctx.
+    // SAFETY: `context` came from this library's ibv_open_device and is not closed (verbs forbids using a closed context), so it is the context of a live Ctx.
     let c = unsafe { ctx_of(context) };
     let pd = c.ctx.alloc_pd();
     c.children.fetch_add(1, Ordering::SeqCst);
@@ -204,13 +201,11 @@ pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
     if p.pd.in_use() {
         return libc::EBUSY;
     }
-    // SAFETY: the live PD's `context` is written only at creation; its context outlives it
-    // (closing a context with live PDs keeps it allocated).
+    // SAFETY: the live PD's `context` is written only at creation; its context outlives it (closing a context with live PDs keeps it allocated).
     unsafe { ctx_of((*pd).context) }
         .children
         .fetch_sub(1, Ordering::SeqCst);
-    // SAFETY: nothing of ferroce refers to the PD any more (no child: checked above), and the
-    // program gives up `pd` with this call.
+    // SAFETY: nothing of ferroce refers to the PD any more (no child: checked above), and the program gives up `pd` with this call.
     unsafe { Pd::free(pd) };
     0
 }
@@ -244,9 +239,7 @@ unsafe fn reg(
     // SAFETY: `pd` is a PD of this library the program has not deallocated (verbs' rule).
     let p = unsafe { pd_of(pd) };
     let flags = AccessFlags(access & 0xf);
-    // SAFETY: verbs' ibv_reg_mr contract makes addr..addr+length valid for reads and writes
-    // until ibv_dereg_mr returns (which is when the region's dereg returns), and a C program's
-    // memory is outside Rust's references; the aligned words around it lie in the same pages.
+    // SAFETY: verbs' ibv_reg_mr contract makes addr..addr+length valid for reads and writes until ibv_dereg_mr returns (which is when the region's dereg returns), and a C program's memory is outside Rust's references; the aligned words around it lie in the same pages.
     let r = unsafe { p.pd.reg_mr_raw(addr.cast(), length, flags) };
     match r {
         Ok(mr) => Mr::into_raw(
@@ -326,8 +319,7 @@ pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
     let m = unsafe { Mr::rust(mr) };
     // When dereg returns, no copy into or out of the program's memory runs or can start.
     m.mr.clone().dereg();
-    // SAFETY: nothing of ferroce refers to the Mr box (MRs are in no table of this crate), and
-    // the program gives up `mr` with this call.
+    // SAFETY: nothing of ferroce refers to the Mr box (MRs are in no table of this crate), and the program gives up `mr` with this call.
     unsafe { Mr::free(mr) };
     0
 }
@@ -345,8 +337,7 @@ pub unsafe extern "C" fn ibv_create_comp_channel(
     if context.is_null() {
         return fail(libc::EINVAL);
     }
-    // SAFETY: `context` came from this library's ibv_open_device and is not closed (verbs
-    // forbids using a closed context), so it is the context of a live Ctx.
+    // SAFETY: `context` came from this library's ibv_open_device and is not closed (verbs forbids using a closed context), so it is the context of a live Ctx.
     let c = unsafe { ctx_of(context) };
     match c.ctx.create_comp_channel() {
         Ok(ch) => {
@@ -382,8 +373,7 @@ pub unsafe extern "C" fn ibv_destroy_comp_channel(channel: *mut ibv_comp_channel
     unsafe { ctx_of((*channel).context) }
         .children
         .fetch_sub(1, Ordering::SeqCst);
-    // SAFETY: no CQ uses the channel (checked above), so nothing of ferroce refers to it, and
-    // the program gives up `channel` with this call.
+    // SAFETY: no CQ uses the channel (checked above), so nothing of ferroce refers to it, and the program gives up `channel` with this call.
     unsafe { Channel::free(channel) };
     0
 }
@@ -421,8 +411,7 @@ pub(crate) unsafe fn create_cq(
     if context.is_null() || cqe == 0 || comp_vector != 0 {
         return fail(libc::EINVAL);
     }
-    // SAFETY: `context` came from this library's ibv_open_device and is not closed (verbs
-    // forbids using a closed context), so it is the context of a live Ctx.
+    // SAFETY: `context` came from this library's ibv_open_device and is not closed (verbs forbids using a closed context), so it is the context of a live Ctx.
     let c = unsafe { ctx_of(context) };
     // SAFETY: a non-NULL channel is one of this library's, not destroyed (caller's contract).
     let ch = (!channel.is_null()).then(|| unsafe { &ch_of(channel).ch });
@@ -464,8 +453,7 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
         log::debug!("ibv_destroy_cq: a QP still uses the CQ (EBUSY)");
         return libc::EBUSY;
     }
-    // SAFETY: a live CQ's `context` and `handle` are written only at creation; the context
-    // outlives the CQ.
+    // SAFETY: a live CQ's `context` and `handle` are written only at creation; the context outlives the CQ.
     let (c, handle) = unsafe { (ctx_of((*cq).context), (*cq).handle) };
     // Out of the table first: from now on no event can be handed out for this CQ, so the
     // counts below only grow by acknowledgements.
@@ -473,8 +461,7 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
     q.comp_events.wait_all_acked();
     q.async_events.wait_all_acked();
     c.children.fetch_sub(1, Ordering::SeqCst);
-    // SAFETY: the CQ is in no table, no QP uses it, every event handed out for it has been
-    // acknowledged (so no thread holds it from an event), and the program gives it up here.
+    // SAFETY: the CQ is in no table, no QP uses it, every event handed out for it has been acknowledged (so no thread holds it from an event), and the program gives it up here.
     unsafe { Cq::free(cq.cast()) };
     0
 }
@@ -518,8 +505,7 @@ pub unsafe extern "C" fn ibv_get_cq_event(
     }
     // SAFETY: `channel` is a channel of this library the program has not destroyed.
     let ch = unsafe { ch_of(channel) };
-    // SAFETY: a live channel's `fd` and `context` are written only at creation; the context
-    // outlives the channel.
+    // SAFETY: a live channel's `fd` and `context` are written only at creation; the context outlives the channel.
     let (fd, c) = unsafe { ((*channel).fd, ctx_of((*channel).context)) };
     let nb = nonblocking(fd);
     loop {
@@ -536,8 +522,7 @@ pub unsafe extern "C" fn ibv_get_cq_event(
             let table = c.cqs.lock();
             table.get(&event_cq.handle()).map(|&p| {
                 let p = p as *mut ibv_cq;
-                // SAFETY: CQs in the table are live (destroy removes them before freeing,
-                // under this lock); counting here, under the lock, makes destroy wait for it.
+                // SAFETY: CQs in the table are live (destroy removes them before freeing, under this lock); counting here, under the lock, makes destroy wait for it.
                 unsafe { cq_of(p) }.comp_events.reported();
                 p
             })
@@ -547,9 +532,7 @@ pub unsafe extern "C" fn ibv_get_cq_event(
             log::debug!("ibv_get_cq_event: event of a destroyed CQ dropped");
             continue;
         };
-        // SAFETY: `p` stays live until this event is acknowledged (destroy waits for it); its
-        // `cq_context` is written only at creation; the out-pointers are valid for writing
-        // (this function's contract).
+        // SAFETY: `p` stays live until this event is acknowledged (destroy waits for it); its `cq_context` is written only at creation; the out-pointers are valid for writing (this function's contract).
         unsafe {
             *cq = p;
             *cq_context = (*p).cq_context;
@@ -571,8 +554,7 @@ pub unsafe extern "C" fn ibv_ack_cq_events(cq: *mut ibv_cq, nevents: c_uint) {
     let q = unsafe { cq_of(cq) };
     q.cq.ack_events(nevents);
     let total = q.comp_events.acked(nevents);
-    // SAFETY: `comp_events_completed` is an aligned u32 of the live CQ that ferroce writes only
-    // atomically (acknowledgements may come from several threads).
+    // SAFETY: `comp_events_completed` is an aligned u32 of the live CQ that ferroce writes only atomically (acknowledgements may come from several threads).
     unsafe { publish_u32(&raw mut (*cq).comp_events_completed, total) };
 }
 
@@ -582,8 +564,7 @@ pub unsafe extern "C" fn ibv_ack_cq_events(cq: *mut ibv_cq, nevents: c_uint) {
 /// # Safety
 /// `qp` is a live QP of ours.
 unsafe fn publish_state(qp: *mut ibv_qp, state: QpState) {
-    // SAFETY: `state` is an aligned c_int (i32) field of the live QP that ferroce writes only
-    // atomically.
+    // SAFETY: `state` is an aligned c_int (i32) field of the live QP that ferroce writes only atomically.
     unsafe { atomic_i32(&raw mut (*qp).state) }.store(state as c_int, Ordering::SeqCst);
 }
 
@@ -616,8 +597,7 @@ unsafe fn create_qp(pd: *mut ibv_pd, a: &mut ibv_qp_init_attr, ex: bool) -> *mut
         // XRC, raw packet, driver QPs.
         return fail(libc::EOPNOTSUPP);
     };
-    // SAFETY: the program passes a PD and CQs of this library it has not destroyed (verbs'
-    // rule; checked non-NULL above).
+    // SAFETY: the program passes a PD and CQs of this library it has not destroyed (verbs' rule; checked non-NULL above).
     let (p, scq, rcq) = unsafe { (pd_of(pd), cq_of(send_cq), cq_of(recv_cq)) };
     // SAFETY: a non-NULL srq is an SRQ of this library the program has not destroyed.
     let s = (!srq.is_null()).then(|| unsafe { &srq_of(srq).srq });
@@ -686,8 +666,7 @@ pub unsafe extern "C" fn ibv_create_qp(
     if init_attr.is_null() {
         return fail(libc::EINVAL);
     }
-    // SAFETY: init_attr is valid for reading and writing, and names live objects of ours
-    // (this function's contract, which is create_qp's).
+    // SAFETY: init_attr is valid for reading and writing, and names live objects of ours (this function's contract, which is create_qp's).
     unsafe { create_qp(pd, &mut *init_attr, false) }
 }
 
@@ -724,8 +703,7 @@ pub(crate) unsafe extern "C" fn vctx_create_qp_ex(
         qp_type: a.qp_type,
         sq_sig_all: a.sq_sig_all,
     };
-    // SAFETY: verbs' ibv_create_qp_ex contract: the PD and the objects `attr` names are live
-    // objects of this library, which is create_qp's contract.
+    // SAFETY: verbs' ibv_create_qp_ex contract: the PD and the objects `attr` names are live objects of this library, which is create_qp's contract.
     let qp = unsafe { create_qp(a.pd, &mut base, ex) };
     a.cap = base.cap;
     qp
@@ -852,8 +830,7 @@ pub unsafe extern "C" fn ibv_modify_qp(
     if mask & !MASK_KNOWN != 0 {
         return libc::EINVAL;
     }
-    // SAFETY: `qp` is a QP of this library the program has not destroyed; `attr` is valid for
-    // reading (this function's contract).
+    // SAFETY: `qp` is a QP of this library the program has not destroyed; `attr` is valid for reading (this function's contract).
     let (q, a) = unsafe { (qp_of(qp), &*attr) };
     let mask = QpAttrMask(mask);
     let qa = match qp_attr_from(a, mask) {
@@ -928,8 +905,7 @@ pub unsafe extern "C" fn ibv_query_qp(
         alt_timeout: 0,
         rate_limit: 0,
     };
-    // SAFETY: both out-pointers are valid for writing (this function's contract); the QP's
-    // context, CQ, SRQ and type fields are written only at creation.
+    // SAFETY: both out-pointers are valid for writing (this function's contract); the QP's context, CQ, SRQ and type fields are written only at creation.
     unsafe {
         attr.write(out);
         init_attr.write(ibv_qp_init_attr {
@@ -954,14 +930,12 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
     if qp.is_null() {
         return libc::EINVAL;
     }
-    // SAFETY: `qp` is a QP of this library the program has not destroyed; its `context` and
-    // `qp_num` are written only at creation, and the context outlives it.
+    // SAFETY: `qp` is a QP of this library the program has not destroyed; its `context` and `qp_num` are written only at creation, and the context outlives it.
     let (q, c, qpn) = unsafe { (qp_of(qp), ctx_of((*qp).context), (*qp).qp_num) };
     // Out of the table first: no async event can be handed out for it after this.
     c.qps.lock().remove(&qpn);
     q.events.wait_all_acked();
-    // SAFETY: the QP is in no table and every event handed out for it has been acknowledged,
-    // so no thread holds it; the program gives it up with this call.
+    // SAFETY: the QP is in no table and every event handed out for it has been acknowledged, so no thread holds it; the program gives it up with this call.
     unsafe { Qp::free(qp.cast()) };
     0
 }
@@ -980,8 +954,7 @@ pub unsafe extern "C" fn ibv_create_srq(
     if pd.is_null() || init.is_null() {
         return fail(libc::EINVAL);
     }
-    // SAFETY: `pd` is a PD of this library the program has not deallocated; `init` is valid
-    // for reading and writing (this function's contract).
+    // SAFETY: `pd` is a PD of this library the program has not deallocated; `init` is valid for reading and writing (this function's contract).
     let (p, a) = unsafe { (pd_of(pd), &mut *init) };
     let r = p.pd.create_srq(SrqAttr {
         max_wr: a.attr.max_wr,
@@ -1035,8 +1008,7 @@ pub unsafe extern "C" fn ibv_modify_srq(
     if mask & 1 != 0 {
         return libc::EOPNOTSUPP;
     }
-    // SAFETY: `srq` is an SRQ of this library the program has not destroyed; `attr` is valid
-    // for reading (this function's contract).
+    // SAFETY: `srq` is an SRQ of this library the program has not destroyed; `attr` is valid for reading (this function's contract).
     let (s, a) = unsafe { (srq_of(srq), &*attr) };
     if mask & 2 != 0 {
         if let Err(e) = s.srq.arm_limit(a.srq_limit) {
@@ -1077,14 +1049,12 @@ pub unsafe extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
     if srq.is_null() {
         return libc::EINVAL;
     }
-    // SAFETY: `srq` is an SRQ of this library the program has not destroyed; its `context`
-    // and `handle` are written only at creation, and the context outlives it.
+    // SAFETY: `srq` is an SRQ of this library the program has not destroyed; its `context` and `handle` are written only at creation, and the context outlives it.
     let (s, c, handle) = unsafe { (srq_of(srq), ctx_of((*srq).context), (*srq).handle) };
     // Out of the table first: no async event can be handed out for it after this.
     c.srqs.lock().remove(&handle);
     s.events.wait_all_acked();
-    // SAFETY: the SRQ is in no table and every event handed out for it has been acknowledged;
-    // the program gives it up with this call.
+    // SAFETY: the SRQ is in no table and every event handed out for it has been acknowledged; the program gives it up with this call.
     unsafe { Srq::free(srq) };
     0
 }
@@ -1100,8 +1070,7 @@ pub unsafe extern "C" fn ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) 
     if pd.is_null() || attr.is_null() {
         return fail(libc::EINVAL);
     }
-    // SAFETY: `pd` is a PD of this library the program has not deallocated; `attr` is valid
-    // for reading (this function's contract).
+    // SAFETY: `pd` is a PD of this library the program has not deallocated; `attr` is valid for reading (this function's contract).
     let (p, a) = unsafe { (pd_of(pd), &*attr) };
     let aa = match ah_attr_from(a) {
         Ok(x) => x,
@@ -1130,8 +1099,7 @@ pub unsafe extern "C" fn ibv_destroy_ah(ah: *mut ibv_ah) -> c_int {
     if ah.is_null() {
         return libc::EINVAL;
     }
-    // SAFETY: `ah` is an AH of this library the program has not destroyed; AHs are in no
-    // table and have no events, so nothing else refers to it; the program gives it up here.
+    // SAFETY: `ah` is an AH of this library the program has not destroyed; AHs are in no table and have no events, so nothing else refers to it; the program gives it up here.
     unsafe { Ah::free(ah) };
     0
 }
@@ -1207,8 +1175,7 @@ pub unsafe extern "C" fn ibv_create_ah_from_wc(
     if pd.is_null() {
         return fail(libc::EINVAL);
     }
-    // SAFETY: ibv_create_ah_from_wc's contract: `wc` is valid and `grh` points at the 40-byte
-    // GRH area of that receive (ibv_init_ah_from_wc's contract); `a` is a local.
+    // SAFETY: ibv_create_ah_from_wc's contract: `wc` is valid and `grh` points at the 40-byte GRH area of that receive (ibv_init_ah_from_wc's contract); `a` is a local.
     if unsafe { ibv_init_ah_from_wc(NULL.cast(), port_num, wc, grh, &mut a) } != 0 {
         return core::ptr::null_mut();
     }
@@ -1241,8 +1208,7 @@ fn report(c: &Ctx, rec: AsyncEventRecord) -> Option<(Element, c_int)> {
         let t = c.qps.lock();
         t.get(&qpn).map(|&p| {
             let p = p as *mut ibv_qp;
-            // SAFETY: QPs in the table are live (destroy removes them, under this lock,
-            // before it waits and frees).
+            // SAFETY: QPs in the table are live (destroy removes them, under this lock, before it waits and frees).
             unsafe { qp_of(p) }.events.reported();
             (Element::Qp(p), ty)
         })
@@ -1288,8 +1254,7 @@ pub unsafe extern "C" fn ibv_get_async_event(
         set_errno(libc::EINVAL);
         return -1;
     }
-    // SAFETY: `context` came from this library's ibv_open_device and is not closed; its
-    // `async_fd` is written only at open.
+    // SAFETY: `context` came from this library's ibv_open_device and is not closed; its `async_fd` is written only at open.
     let (c, fd) = unsafe { (ctx_of(context), (*context).async_fd) };
     let nb = nonblocking(fd);
     loop {
@@ -1337,9 +1302,7 @@ pub unsafe extern "C" fn ibv_ack_async_event(event: *mut ibv_async_event) {
     }
     // SAFETY: `event` is valid for reading (this function's contract).
     let ev = unsafe { event.read() };
-    // SAFETY: the element of an unacknowledged event is live (its destroy waits for this
-    // acknowledgement); its type follows from the event type ibv_get_async_event chose; the
-    // counters are aligned u32 fields that ferroce writes only atomically.
+    // SAFETY: the element of an unacknowledged event is live (its destroy waits for this acknowledgement); its type follows from the event type ibv_get_async_event chose; the counters are aligned u32 fields that ferroce writes only atomically.
     unsafe {
         match ev.event_type {
             IBV_EVENT_COMM_EST | IBV_EVENT_SQ_DRAINED | IBV_EVENT_QP_LAST_WQE_REACHED => {

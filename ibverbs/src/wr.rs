@@ -63,8 +63,7 @@ pub fn qp_ex(base: ibv_qp) -> ibv_qp_ex {
 /// # Safety
 /// `qp` is the `ibv_qp_ex` of a live QP of ours.
 unsafe fn with_batch<R>(qp: *mut ibv_qp_ex, f: impl FnOnce(&QpInner, &mut Batch) -> R) -> R {
-    // SAFETY: the caller's qp is the ibv_qp_ex of a live QP of this library, which starts with
-    // its ibv_qp.
+    // SAFETY: the caller's qp is the ibv_qp_ex of a live QP of this library, which starts with its ibv_qp.
     let q = unsafe { qp_of(qp.cast()) };
     let mut b = q.batch.lock();
     f(q, &mut b)
@@ -75,8 +74,7 @@ unsafe fn with_batch<R>(qp: *mut ibv_qp_ex, f: impl FnOnce(&QpInner, &mut Batch)
 /// # Safety
 /// As [`with_batch`].
 unsafe fn begin(qp: *mut ibv_qp_ex, opcode: WrOpcode, fill: impl FnOnce(&mut SendWr)) {
-    // SAFETY: `qp` is the live QP's ibv_qp_ex (this function's contract, with_batch's);
-    // `wr_id` and `wr_flags` are the program's, set by this same thread before the call.
+    // SAFETY: `qp` is the live QP's ibv_qp_ex (this function's contract, with_batch's); `wr_id` and `wr_flags` are the program's, set by this same thread before the call.
     let (wr_id, wr_flags) = unsafe { ((*qp).wr_id, (*qp).wr_flags) };
     // SAFETY: as just said, with_batch's contract holds.
     unsafe {
@@ -108,20 +106,17 @@ unsafe fn set(qp: *mut ibv_qp_ex, f: impl FnOnce(&mut SendWr)) {
 }
 
 unsafe extern "C" fn wr_start(qp: *mut ibv_qp_ex) {
-    // SAFETY: the ibv_wr_* slots are this library's and are called with the live ibv_qp_ex
-    // they belong to (verbs forbids calls after ibv_destroy_qp).
+    // SAFETY: the ibv_wr_* slots are this library's and are called with the live ibv_qp_ex they belong to (verbs forbids calls after ibv_destroy_qp).
     unsafe { with_batch(qp, |_, b| *b = Batch::default()) }
 }
 
 unsafe extern "C" fn wr_abort(qp: *mut ibv_qp_ex) {
-    // SAFETY: the ibv_wr_* slots are this library's and are called with the live ibv_qp_ex
-    // they belong to (verbs forbids calls after ibv_destroy_qp).
+    // SAFETY: the ibv_wr_* slots are this library's and are called with the live ibv_qp_ex they belong to (verbs forbids calls after ibv_destroy_qp).
     unsafe { with_batch(qp, |_, b| *b = Batch::default()) }
 }
 
 unsafe extern "C" fn wr_complete(qp: *mut ibv_qp_ex) -> c_int {
-    // SAFETY: the ibv_wr_* slots are this library's and are called with the live ibv_qp_ex
-    // they belong to (verbs forbids calls after ibv_destroy_qp).
+    // SAFETY: the ibv_wr_* slots are this library's and are called with the live ibv_qp_ex they belong to (verbs forbids calls after ibv_destroy_qp).
     unsafe {
         with_batch(qp, |q, b| {
             let batch = std::mem::take(b);
@@ -141,8 +136,7 @@ unsafe extern "C" fn wr_complete(qp: *mut ibv_qp_ex) -> c_int {
 
 /// BIND_MW, LOCAL_INV, SEND_WITH_INV, TSO, XRC, ATOMIC_WRITE: the batch fails with EOPNOTSUPP.
 unsafe extern "C" fn wr_unsupported(qp: *mut ibv_qp_ex) {
-    // SAFETY: the ibv_wr_* slots are this library's and are called with the live ibv_qp_ex
-    // they belong to (verbs forbids calls after ibv_destroy_qp); other arguments are not read.
+    // SAFETY: the ibv_wr_* slots are this library's and are called with the live ibv_qp_ex they belong to (verbs forbids calls after ibv_destroy_qp); other arguments are not read.
     unsafe {
         with_batch(qp, |_, b| {
             if b.err == 0 {
@@ -153,8 +147,7 @@ unsafe extern "C" fn wr_unsupported(qp: *mut ibv_qp_ex) {
 }
 
 unsafe extern "C" fn wr_rdma_write(qp: *mut ibv_qp_ex, rkey: u32, remote_addr: u64) {
-    // SAFETY: the ibv_wr_* slots are this library's and are called with the live ibv_qp_ex
-    // they belong to (verbs forbids calls after ibv_destroy_qp).
+    // SAFETY: the ibv_wr_* slots are this library's and are called with the live ibv_qp_ex they belong to (verbs forbids calls after ibv_destroy_qp).
     unsafe {
         begin(qp, WrOpcode::RdmaWrite, |w| {
             w.remote = RemoteAddr { remote_addr, rkey }
@@ -163,8 +156,7 @@ unsafe extern "C" fn wr_rdma_write(qp: *mut ibv_qp_ex, rkey: u32, remote_addr: u
 }
 
 unsafe extern "C" fn wr_rdma_write_imm(qp: *mut ibv_qp_ex, rkey: u32, remote_addr: u64, imm: u32) {
-    // SAFETY: the ibv_wr_* slots are this library's and are called with the live ibv_qp_ex
-    // they belong to (verbs forbids calls after ibv_destroy_qp).
+    // SAFETY: the ibv_wr_* slots are this library's and are called with the live ibv_qp_ex they belong to (verbs forbids calls after ibv_destroy_qp).
     unsafe {
         begin(qp, WrOpcode::RdmaWriteWithImm, |w| {
             w.remote = RemoteAddr { remote_addr, rkey };
@@ -174,8 +166,7 @@ unsafe extern "C" fn wr_rdma_write_imm(qp: *mut ibv_qp_ex, rkey: u32, remote_add
 }
 
 unsafe extern "C" fn wr_rdma_read(qp: *mut ibv_qp_ex, rkey: u32, remote_addr: u64) {
-    // SAFETY: the ibv_wr_* slots are this library's and are called with the live ibv_qp_ex
-    // they belong to (verbs forbids calls after ibv_destroy_qp).
+    // SAFETY: the ibv_wr_* slots are this library's and are called with the live ibv_qp_ex they belong to (verbs forbids calls after ibv_destroy_qp).
     unsafe {
         begin(qp, WrOpcode::RdmaRead, |w| {
             w.remote = RemoteAddr { remote_addr, rkey }
@@ -184,14 +175,12 @@ unsafe extern "C" fn wr_rdma_read(qp: *mut ibv_qp_ex, rkey: u32, remote_addr: u6
 }
 
 unsafe extern "C" fn wr_send(qp: *mut ibv_qp_ex) {
-    // SAFETY: the ibv_wr_* slots are this library's and are called with the live ibv_qp_ex
-    // they belong to (verbs forbids calls after ibv_destroy_qp).
+    // SAFETY: the ibv_wr_* slots are this library's and are called with the live ibv_qp_ex they belong to (verbs forbids calls after ibv_destroy_qp).
     unsafe { begin(qp, WrOpcode::Send, |_| {}) }
 }
 
 unsafe extern "C" fn wr_send_imm(qp: *mut ibv_qp_ex, imm: u32) {
-    // SAFETY: the ibv_wr_* slots are this library's and are called with the live ibv_qp_ex
-    // they belong to (verbs forbids calls after ibv_destroy_qp).
+    // SAFETY: the ibv_wr_* slots are this library's and are called with the live ibv_qp_ex they belong to (verbs forbids calls after ibv_destroy_qp).
     unsafe {
         begin(qp, WrOpcode::SendWithImm, |w| {
             w.imm_data = u32::from_be(imm)
@@ -206,8 +195,7 @@ unsafe extern "C" fn wr_atomic_cmp_swp(
     compare: u64,
     swap: u64,
 ) {
-    // SAFETY: the ibv_wr_* slots are this library's and are called with the live ibv_qp_ex
-    // they belong to (verbs forbids calls after ibv_destroy_qp).
+    // SAFETY: the ibv_wr_* slots are this library's and are called with the live ibv_qp_ex they belong to (verbs forbids calls after ibv_destroy_qp).
     unsafe {
         begin(qp, WrOpcode::AtomicCmpAndSwp, |w| {
             w.remote = RemoteAddr { remote_addr, rkey };
@@ -223,8 +211,7 @@ unsafe extern "C" fn wr_atomic_fetch_add(
     remote_addr: u64,
     add: u64,
 ) {
-    // SAFETY: the ibv_wr_* slots are this library's and are called with the live ibv_qp_ex
-    // they belong to (verbs forbids calls after ibv_destroy_qp).
+    // SAFETY: the ibv_wr_* slots are this library's and are called with the live ibv_qp_ex they belong to (verbs forbids calls after ibv_destroy_qp).
     unsafe {
         begin(qp, WrOpcode::AtomicFetchAndAdd, |w| {
             w.remote = RemoteAddr { remote_addr, rkey };
@@ -234,8 +221,7 @@ unsafe extern "C" fn wr_atomic_fetch_add(
 }
 
 unsafe extern "C" fn wr_set_sge(qp: *mut ibv_qp_ex, lkey: u32, addr: u64, length: u32) {
-    // SAFETY: the ibv_wr_* slots are this library's and are called with the live ibv_qp_ex
-    // they belong to (verbs forbids calls after ibv_destroy_qp).
+    // SAFETY: the ibv_wr_* slots are this library's and are called with the live ibv_qp_ex they belong to (verbs forbids calls after ibv_destroy_qp).
     unsafe { set(qp, |w| w.sg_list = vec![Sge { addr, length, lkey }]) }
 }
 
@@ -253,8 +239,7 @@ unsafe extern "C" fn wr_set_sge_list(qp: *mut ibv_qp_ex, num_sge: usize, sg_list
             })
             .collect()
     };
-    // SAFETY: the ibv_wr_* slots are this library's and are called with the live ibv_qp_ex
-    // they belong to (verbs forbids calls after ibv_destroy_qp).
+    // SAFETY: the ibv_wr_* slots are this library's and are called with the live ibv_qp_ex they belong to (verbs forbids calls after ibv_destroy_qp).
     unsafe { set(qp, |w| w.sg_list = list) }
 }
 
@@ -271,8 +256,7 @@ unsafe fn set_inline(qp: *mut ibv_qp_ex, bufs: &[(*const u8, usize)]) {
             data.extend_from_slice(unsafe { core::slice::from_raw_parts(p, n) });
         }
     }
-    // SAFETY: the ibv_wr_* slots are this library's and are called with the live ibv_qp_ex
-    // they belong to (verbs forbids calls after ibv_destroy_qp).
+    // SAFETY: the ibv_wr_* slots are this library's and are called with the live ibv_qp_ex they belong to (verbs forbids calls after ibv_destroy_qp).
     unsafe {
         set(qp, |w| {
             w.send_flags |= SendFlags::INLINE;
@@ -283,8 +267,7 @@ unsafe fn set_inline(qp: *mut ibv_qp_ex, bufs: &[(*const u8, usize)]) {
 }
 
 unsafe extern "C" fn wr_set_inline_data(qp: *mut ibv_qp_ex, addr: *mut c_void, length: usize) {
-    // SAFETY: ibv_wr_set_inline_data's contract: addr holds length readable bytes, and `qp`
-    // is the live ibv_qp_ex the slot belongs to.
+    // SAFETY: ibv_wr_set_inline_data's contract: addr holds length readable bytes, and `qp` is the live ibv_qp_ex the slot belongs to.
     unsafe { set_inline(qp, &[(addr.cast_const().cast(), length)]) }
 }
 
@@ -296,15 +279,13 @@ unsafe extern "C" fn wr_set_inline_data_list(
     let bufs: Vec<(*const u8, usize)> = if num_buf == 0 || buf_list.is_null() {
         Vec::new()
     } else {
-        // SAFETY: ibv_wr_set_inline_data_list's contract: a non-NULL buf_list holds num_buf
-        // entries.
+        // SAFETY: ibv_wr_set_inline_data_list's contract: a non-NULL buf_list holds num_buf entries.
         unsafe { core::slice::from_raw_parts(buf_list, num_buf) }
             .iter()
             .map(|b| (b.addr.cast_const().cast::<u8>(), b.length))
             .collect()
     };
-    // SAFETY: ibv_wr_set_inline_data_list's contract: each buffer holds its length in
-    // readable bytes, and `qp` is the live ibv_qp_ex the slot belongs to.
+    // SAFETY: ibv_wr_set_inline_data_list's contract: each buffer holds its length in readable bytes, and `qp` is the live ibv_qp_ex the slot belongs to.
     unsafe { set_inline(qp, &bufs) }
 }
 
@@ -315,8 +296,7 @@ unsafe extern "C" fn wr_set_ud_addr(
     remote_qkey: u32,
 ) {
     if ah.is_null() {
-        // SAFETY: the ibv_wr_* slots are this library's and are called with the live ibv_qp_ex
-        // they belong to (verbs forbids calls after ibv_destroy_qp).
+        // SAFETY: the ibv_wr_* slots are this library's and are called with the live ibv_qp_ex they belong to (verbs forbids calls after ibv_destroy_qp).
         unsafe {
             with_batch(qp, |_, b| {
                 if b.err == 0 {
@@ -326,11 +306,9 @@ unsafe extern "C" fn wr_set_ud_addr(
         };
         return;
     }
-    // SAFETY: ibv_wr_set_ud_addr's contract: `ah` (non-NULL, checked) is an AH of this
-    // library the program has not destroyed.
+    // SAFETY: ibv_wr_set_ud_addr's contract: `ah` (non-NULL, checked) is an AH of this library the program has not destroyed.
     let attr = unsafe { ah_of(ah) }.ah.attr();
-    // SAFETY: the ibv_wr_* slots are this library's and are called with the live ibv_qp_ex
-    // they belong to (verbs forbids calls after ibv_destroy_qp).
+    // SAFETY: the ibv_wr_* slots are this library's and are called with the live ibv_qp_ex they belong to (verbs forbids calls after ibv_destroy_qp).
     unsafe {
         set(qp, |w| {
             w.ud = Some(UdDest {

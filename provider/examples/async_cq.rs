@@ -43,8 +43,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     qp_a.connect(1, &qp_b.endpoint(2))?;
     qp_b.connect(2, &qp_a.endpoint(1))?;
 
-    // SAFETY: the channel owns its eventfd for its whole life, and `as_raw_fd` always returns
-    // that descriptor, which is what `register` asks of the object it takes over.
+    // SAFETY: the channel owns its eventfd for its whole life, and `as_raw_fd` always returns that descriptor, which is what `register` asks of the object it takes over.
     let channel = unsafe { AsyncFd::register(channel) }.map_err(|e| e.to_string())?;
     for i in 0..3u64 {
         mr_a.write(0, &i.to_be_bytes())?;

@@ -378,8 +378,7 @@ impl Context {
 
     /// The async event descriptor, borrowed (for `tokio::io::unix::AsyncFd`, mio or epoll).
     pub fn async_fd_borrowed(&self) -> std::os::fd::BorrowedFd<'_> {
-        // SAFETY: the eventfd lives in the runtime's Shared, which this context holds an Arc
-        // of, so the descriptor stays open for the borrow's lifetime.
+        // SAFETY: the eventfd lives in the runtime's Shared, which this context holds an Arc of, so the descriptor stays open for the borrow's lifetime.
         unsafe { std::os::fd::BorrowedFd::borrow_raw(self.async_fd()) }
     }
 
@@ -478,8 +477,7 @@ impl ProtectionDomain {
         access: AccessFlags,
     ) -> Result<MemoryRegion> {
         check_access(access, len as u64)?;
-        // SAFETY: this function's own contract is `foreign`'s: the widened range stays valid
-        // until deregistration and is reached by Rust only through region copies.
+        // SAFETY: this function's own contract is `foreign`'s: the widened range stays valid until deregistration and is reached by Rust only through region copies.
         let mr = unsafe { MrInner::foreign(self.handle(), ptr, len, access) };
         let inner = self.ctx.shared.mrs.register(mr)?;
         Ok(MemoryRegion {

@@ -275,8 +275,7 @@ impl std::os::fd::AsRawFd for CompletionChannel {
 /// For `tokio::io::unix::AsyncFd`, mio or epoll: readable while an event is pending.
 impl std::os::fd::AsFd for CompletionChannel {
     fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
-        // SAFETY: the descriptor belongs to the channel's eventfd, which lives in the
-        // Arc<ChannelInner> this handle holds, so it stays open for the borrow's lifetime.
+        // SAFETY: the descriptor belongs to the channel's eventfd, which lives in the Arc<ChannelInner> this handle holds, so it stays open for the borrow's lifetime.
         unsafe { std::os::fd::BorrowedFd::borrow_raw(self.fd()) }
     }
 }

@@ -40,8 +40,7 @@ fn word_of(p: *mut u8) -> (*mut u64, usize) {
 /// # Safety
 /// `w` is an aligned word valid for reads and writes that only this module touches from Rust.
 unsafe fn cell<'a>(w: *mut u64) -> &'a AtomicU64 {
-    // SAFETY: `w` is 8-aligned and valid (the caller's contract), and every Rust access to it
-    // is atomic (this module is the only accessor), which is what `from_ptr` requires.
+    // SAFETY: `w` is 8-aligned and valid (the caller's contract), and every Rust access to it is atomic (this module is the only accessor), which is what `from_ptr` requires.
     unsafe { AtomicU64::from_ptr(w) }
 }
 
@@ -63,8 +62,7 @@ pub(crate) unsafe fn read(src: *const u8, dst: &mut [u8]) {
     let mut words = rest.chunks_exact_mut(WORD);
     let w0 = p.cast::<u64>();
     for (i, chunk) in (&mut words).enumerate() {
-        // SAFETY: `p` is 8-aligned here (the head took the rest of its word), and word `i`
-        // lies inside the range (contract).
+        // SAFETY: `p` is 8-aligned here (the head took the rest of its word), and word `i` lies inside the range (contract).
         let v = unsafe { cell(w0.wrapping_add(i)) }.load(Ordering::Relaxed);
         chunk.copy_from_slice(&v.to_ne_bytes());
     }
@@ -261,10 +259,8 @@ mod tests {
             });
         });
         // SAFETY: word 3 of `mem`; both threads are done.
-        assert_eq!(
-            unsafe { load_word((base as *mut u8).add(24).cast()) },
-            rounds
-        );
+        let counted = unsafe { load_word((base as *mut u8).add(24).cast()) };
+        assert_eq!(counted, rounds);
         let mut out = [0u8; 32];
         // SAFETY: the whole of `mem`.
         unsafe { read(base as *const u8, &mut out) };

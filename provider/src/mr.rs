@@ -42,13 +42,9 @@ pub(crate) struct MrInner {
     _backing: Backing,
 }
 
-// SAFETY: `ptr` is the only non-Send field. The bytes it points to are reached only through
-// `dma`, whose every access is atomic, so using them from any thread is race-free; the pointer
-// stays valid while the MrInner lives (an owned mapping is dropped with it; foreign memory is
-// kept valid until deregistration by `reg_mr_raw`'s caller).
+// SAFETY: `ptr` is the only non-Send field. The bytes it points to are reached only through `dma`, whose every access is atomic, so using them from any thread is race-free; the pointer stays valid while the MrInner lives (an owned mapping is dropped with it; foreign memory is kept valid until deregistration by `reg_mr_raw`'s caller).
 unsafe impl Send for MrInner {}
-// SAFETY: every method takes &self and touches the bytes only through `dma` (atomic accesses),
-// so shared use from several threads cannot race; the other fields are immutable.
+// SAFETY: every method takes &self and touches the bytes only through `dma` (atomic accesses), so shared use from several threads cannot race; the other fields are immutable.
 unsafe impl Sync for MrInner {}
 
 impl fmt::Debug for MrInner {
@@ -127,9 +123,7 @@ impl MrInner {
     /// Copies bytes out of the region.
     pub(crate) fn copy_out(&self, addr: u64, buf: &mut [u8]) -> Result<(), MemError> {
         let off = self.offset(addr, buf.len() as u64)?;
-        // SAFETY: `off + buf.len()` is inside the region (checked above), whose memory (widened
-        // to whole words: `foreign`'s contract, or a page-aligned mapping) is valid while `self`
-        // lives and reached by Rust only through `dma`.
+        // SAFETY: `off + buf.len()` is inside the region (checked above), whose memory (widened to whole words: `foreign`'s contract, or a page-aligned mapping) is valid while `self` lives and reached by Rust only through `dma`.
         unsafe { dma::read(self.ptr.wrapping_add(off), buf) };
         Ok(())
     }
@@ -148,8 +142,7 @@ impl MrInner {
             return Err(MemError::Misaligned);
         }
         let off = self.offset(addr, 8)?;
-        // SAFETY: the 8 bytes are inside the region and 8-aligned (addr is; checked above), in
-        // memory valid while `self` lives and reached by Rust only through `dma`.
+        // SAFETY: the 8 bytes are inside the region and 8-aligned (addr is; checked above), in memory valid while `self` lives and reached by Rust only through `dma`.
         Ok(unsafe { dma::atomic(self.ptr.wrapping_add(off).cast(), op) })
     }
 
@@ -159,8 +152,7 @@ impl MrInner {
             return Err(MemError::Misaligned);
         }
         let off = self.offset(addr, 8)?;
-        // SAFETY: the 8 bytes are inside the region and 8-aligned (checked above), in memory
-        // valid while `self` lives and reached by Rust only through `dma`.
+        // SAFETY: the 8 bytes are inside the region and 8-aligned (checked above), in memory valid while `self` lives and reached by Rust only through `dma`.
         Ok(unsafe { dma::load_word(self.ptr.wrapping_add(off).cast()) })
     }
 }

@@ -110,8 +110,7 @@ pub struct RecvBatch {
     hdrs: Vec<libc::mmsghdr>,
 }
 
-// SAFETY: the raw pointers inside the headers point into the batch's own vectors and are only
-// used by the thread that owns the batch.
+// SAFETY: the raw pointers inside the headers point into the batch's own vectors and are only used by the thread that owns the batch.
 unsafe impl Send for RecvBatch {}
 
 impl RecvBatch {
@@ -146,8 +145,7 @@ impl RecvBatch {
             h.msg_hdr.msg_iovlen = 1;
             self.hdrs.push(h);
         }
-        // SAFETY: `hdrs` holds `n` headers whose name and iovec pointers point into
-        // `self.addrs`, `self.iovs` and `self.bufs`, all alive and unaliased for the call.
+        // SAFETY: `hdrs` holds `n` headers whose name and iovec pointers point into `self.addrs`, `self.iovs` and `self.bufs`, all alive and unaliased for the call.
         let r = unsafe {
             libc::recvmmsg(
                 fd,
@@ -366,8 +364,7 @@ impl EventFd {
             return; // already zero: a read would block on a blocking eventfd
         }
         let mut v: u64 = 0;
-        // SAFETY: reads at most 8 bytes into a live u64 from our own descriptor, which poll
-        // just found readable (only ferroce reads it), so this does not block.
+        // SAFETY: reads at most 8 bytes into a live u64 from our own descriptor, which poll just found readable (only ferroce reads it), so this does not block.
         let _ = unsafe { libc::read(self.0.as_raw_fd(), (&raw mut v).cast(), 8) };
     }
 

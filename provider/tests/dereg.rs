@@ -86,8 +86,7 @@ fn dereg_then_munmap_while_a_peer_streams_writes_and_reads() {
         // Program memory, as a C program's malloc/mmap: mapped here, unmapped right after
         // deregistration.
         let mut map = memmap2::MmapMut::map_anon(LEN).unwrap();
-        // SAFETY: the mapping stays valid until it is dropped, which happens only after
-        // `dereg` has returned, and this test makes no reference into it meanwhile.
+        // SAFETY: the mapping stays valid until it is dropped, which happens only after `dereg` has returned, and this test makes no reference into it meanwhile.
         let mr = unsafe { a.pd.reg_mr_raw(map.as_mut_ptr(), LEN, ALL) }.unwrap();
         let (raddr, rkey) = (mr.addr(), mr.rkey());
         let (qa, qb) = (rc_qp(&a), rc_qp(&b));
