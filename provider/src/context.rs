@@ -341,12 +341,7 @@ impl Context {
                 return Err(Error::WrongParent("completion channel"));
             }
         }
-        Ok(CompletionQueue::new(
-            self,
-            self.next_handle(),
-            cqe as usize,
-            channel,
-        ))
+        Ok(CompletionQueue::new(self, cqe as usize, channel))
     }
 
     /// `ibv_get_async_event`, waiting at most `timeout`.

@@ -2,13 +2,14 @@
 
 use std::collections::VecDeque;
 use std::os::fd::RawFd;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU32, Ordering};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use ferroce_transport::WorkCompletion;
 use parking_lot::{Condvar, Mutex};
 
+use crate::runtime::Shared;
 use crate::sys::EventFd;
 use crate::{Context, Error, Result};
 
@@ -27,6 +28,16 @@ pub(crate) struct CqInner {
     /// Events `get_event` returned for this CQ (queued but unread ones do not count).
     got_events: AtomicU32,
     acked_events: AtomicU32,
+    /// The device runtime whose CQ registry lists this CQ.
+    device: Weak<Shared>,
+}
+
+impl Drop for CqInner {
+    fn drop(&mut self) {
+        if let Some(shared) = self.device.upgrade() {
+            shared.cqs.lock().remove(&self.handle);
+        }
+    }
 }
 
 impl CqInner {
@@ -64,13 +75,14 @@ pub struct CompletionQueue {
 }
 
 impl CompletionQueue {
+    /// A new CQ, registered with the device's runtime under a number unique on the device.
     pub(crate) fn new(
         ctx: &Context,
-        handle: u32,
         cqe: usize,
         channel: Option<&CompletionChannel>,
     ) -> CompletionQueue {
-        CompletionQueue {
+        let handle = ctx.shared.next_cq_number();
+        let cq = CompletionQueue {
             inner: Arc::new(CqInner {
                 handle,
                 queue: Mutex::new(VecDeque::with_capacity(cqe.min(4096))),
@@ -79,9 +91,15 @@ impl CompletionQueue {
                 armed: AtomicU8::new(NOT_ARMED),
                 got_events: AtomicU32::new(0),
                 acked_events: AtomicU32::new(0),
+                device: Arc::downgrade(&ctx.shared),
             }),
             ctx: ctx.clone(),
-        }
+        };
+        ctx.shared
+            .cqs
+            .lock()
+            .insert(handle, Arc::downgrade(&cq.inner));
+        cq
     }
 
     /// `ibv_poll_cq`: moves up to `wcs.len()` completions into `wcs`, oldest first; returns
@@ -182,9 +200,8 @@ impl CompletionQueue {
             .shared
             .engine
             .lock()
-            .routes
-            .values()
-            .any(|(s, r)| Arc::ptr_eq(s, &self.inner) || Arc::ptr_eq(r, &self.inner))
+            .ep
+            .cq_in_use(self.inner.handle)
     }
 }
 

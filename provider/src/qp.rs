@@ -37,7 +37,6 @@ impl Drop for QpInner {
     fn drop(&mut self) {
         let qpn = self.qpn;
         self.pd.ctx.shared.with_engine(|st, _, _| {
-            st.routes.remove(&qpn);
             let _ = st.ep.destroy_qp(qpn);
         });
     }
@@ -209,18 +208,15 @@ impl ProtectionDomain {
             cap: init.cap,
             srq: init.srq.map(|s| s.inner.srqn),
             sq_sig_all: init.sq_sig_all,
+            send_cq: init.send_cq.inner.handle,
+            recv_cq: init.recv_cq.inner.handle,
         };
-        let (scq, rcq) = (init.send_cq.inner.clone(), init.recv_cq.inner.clone());
         let qpn = shared.with_engine(|st, _, _| {
-            let r = if gsi {
+            if gsi {
                 st.ep.create_gsi_qp(t_init)
             } else {
                 st.ep.create_qp(t_init)
-            };
-            if let Ok(q) = r {
-                st.routes.insert(q, (scq, rcq));
             }
-            r
         })?;
         Ok(QueuePair {
             inner: Arc::new(QpInner {

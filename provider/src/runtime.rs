@@ -13,11 +13,11 @@ use std::fs::File;
 use std::io::BufWriter;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::AsRawFd;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use ferroce_transport::{AsyncEvent, Endpoint, EndpointConfig, Instant, WcQueue};
+use ferroce_transport::{AsyncEvent, Endpoint, EndpointConfig, Instant};
 use parking_lot::{Condvar, Mutex};
 
 use crate::cq::CqInner;
@@ -68,8 +68,6 @@ pub enum AsyncEventRecord {
 pub(crate) struct EngineState {
     pub(crate) ep: Endpoint,
     send: SendBatch,
-    /// Where each QP's completions go: (send CQ, receive CQ).
-    pub(crate) routes: HashMap<u32, (Arc<CqInner>, Arc<CqInner>)>,
     faults: Option<Faults>,
     pcap: Option<pcap::Writer<BufWriter<File>>>,
     pub(crate) counters: RuntimeCounters,
@@ -90,6 +88,10 @@ pub(crate) struct Shared {
     pub(crate) events: Mutex<VecDeque<AsyncEventRecord>>,
     pub(crate) events_cond: Condvar,
     pub(crate) events_fd: EventFd,
+    /// Every live CQ of the device by the number the engine reports completions with
+    /// ([`ferroce_transport::Completion::cq`]). Locked after `engine`, never before.
+    pub(crate) cqs: Mutex<HashMap<u32, Weak<CqInner>>>,
+    next_cq: AtomicU32,
     /// The receive buffers; whoever holds this lock is the one receiver.
     receive_batch: Mutex<RecvBatch>,
 }
@@ -144,7 +146,6 @@ impl Shared {
             engine: Mutex::new(EngineState {
                 ep: Endpoint::new(cfg.engine),
                 send: SendBatch::new(BATCH, MAX_PACKET),
-                routes: HashMap::new(),
                 faults: cfg.faults.map(Faults::new),
                 pcap,
                 counters: RuntimeCounters::default(),
@@ -158,6 +159,8 @@ impl Shared {
             events: Mutex::new(VecDeque::new()),
             events_cond: Condvar::new(),
             events_fd: EventFd::new_blocking()?,
+            cqs: Mutex::new(HashMap::new()),
+            next_cq: AtomicU32::new(1),
             receive_batch: Mutex::new(RecvBatch::new(BATCH, MAX_PACKET)),
         });
         let s2 = shared.clone();
@@ -256,14 +259,23 @@ impl Shared {
         if let Some(w) = st.pcap.as_mut() {
             let _ = std::io::Write::flush(w.inner_mut());
         }
-        // Completions to their CQs.
+        // Completions to the CQs the engine names.
         while let Some(c) = st.ep.poll_completion() {
-            if let Some((scq, rcq)) = st.routes.get(&c.qpn) {
-                let cq = if c.queue == WcQueue::Send { scq } else { rcq };
-                if !cq.push(c.wc) {
-                    st.counters.cq_overflows += 1;
-                    self.push_event(AsyncEventRecord::CqErr { cq: cq.handle });
+            // The registry lock is released before the CQ is used: dropping the last handle
+            // of a CQ (possible right after `upgrade`) takes it to unregister.
+            let cq = self.cqs.lock().get(&c.cq).and_then(Weak::upgrade);
+            match cq {
+                Some(cq) => {
+                    if !cq.push(c.wc) {
+                        st.counters.cq_overflows += 1;
+                        self.push_event(AsyncEventRecord::CqErr { cq: cq.handle });
+                    }
                 }
+                None => log::debug!(
+                    "completion of QP {:#x} for CQ {} dropped: the CQ is gone",
+                    c.qpn,
+                    c.cq
+                ),
             }
         }
         while let Some(e) = st.ep.poll_event() {
@@ -275,6 +287,11 @@ impl Shared {
                 self.wake.signal();
             }
         }
+    }
+
+    /// A number for a new CQ, unique on this device.
+    pub(crate) fn next_cq_number(&self) -> u32 {
+        self.next_cq.fetch_add(1, Ordering::Relaxed)
     }
 
     fn push_event(&self, e: AsyncEventRecord) {

@@ -39,6 +39,8 @@ fn setup(idle_qps: usize) -> Pair {
         cap,
         srq: None,
         sq_sig_all: false,
+        send_cq: 0,
+        recv_cq: 0,
     };
     let mut buf = vec![0u8; 8192];
     for i in 0..idle_qps {

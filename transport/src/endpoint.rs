@@ -37,6 +37,8 @@ pub enum WcQueue {
 pub struct Completion {
     /// The local QP.
     pub qpn: u32,
+    /// The CQ it goes to: the QP's `send_cq` or `recv_cq` from its [`QpInitAttr`].
+    pub cq: u32,
     /// Send or receive side.
     pub queue: WcQueue,
     /// The completion itself.
@@ -348,6 +350,15 @@ impl Endpoint {
             .remove(&qpn)
             .map(|_| ())
             .ok_or(VerbError::NoSuchQp(qpn))
+    }
+
+    /// Whether a QP reports to CQ `cq` (its `send_cq` or `recv_cq`): what makes
+    /// `ibv_destroy_cq` refuse with EBUSY.
+    pub fn cq_in_use(&self, cq: u32) -> bool {
+        self.qps.values().any(|q| {
+            let (s, r) = q.cqs();
+            s == cq || r == cq
+        })
     }
 
     /// The QP numbers in use.

@@ -180,6 +180,8 @@ fn gsi_qp1_carries_mads() {
         cap,
         srq: None,
         sq_sig_all: true,
+        send_cq: 0,
+        recv_cq: 0,
     };
     let now = Instant::ZERO;
     let mut mrs = Vec::new();
@@ -258,6 +260,8 @@ fn gsi_qp1_carries_mads() {
 }
 
 /// Two RC QPs share one SRQ; the limit event fires once when the queue drops below the limit.
+/// Each QP reports to its own CQs, SRQ receives included (the CQ of the QP a WQE was consumed
+/// on, as verbs says).
 #[test]
 fn srq_shared_by_two_qps_with_limit_event() {
     let mut net = Network::new(5, 2, LinkConfig::default());
@@ -280,6 +284,8 @@ fn srq_shared_by_two_qps_with_limit_event() {
         cap,
         srq: None,
         sq_sig_all: true,
+        send_cq: 0,
+        recv_cq: 0,
     };
     let b_init = QpInitAttr {
         srq: Some(srqn),
@@ -290,9 +296,19 @@ fn srq_shared_by_two_qps_with_limit_event() {
     let mrb = net.nodes[1].mem.register(PD, vec![0; 8192], o.access);
     let (aa, ab) = (net.nodes[0].addr, net.nodes[1].addr);
     let mut pairs = Vec::new();
-    for _ in 0..2 {
-        let qa = net.nodes[0].endpoint.create_qp(a_init).unwrap();
-        let qb = net.nodes[1].endpoint.create_qp(b_init).unwrap();
+    for k in 0..2u32 {
+        let a = QpInitAttr {
+            send_cq: 10 + k,
+            recv_cq: 20 + k,
+            ..a_init
+        };
+        let b = QpInitAttr {
+            send_cq: 30 + k,
+            recv_cq: 40 + k,
+            ..b_init
+        };
+        let qa = net.nodes[0].endpoint.create_qp(a).unwrap();
+        let qb = net.nodes[1].endpoint.create_qp(b).unwrap();
         connect(&mut net, 0, qa, ab, qb, 100, 200, &o);
         connect(&mut net, 1, qb, aa, qa, 200, 100, &o);
         pairs.push((qa, qb));
@@ -335,6 +351,32 @@ fn srq_shared_by_two_qps_with_limit_event() {
     ids.sort_unstable();
     assert_eq!(ids, vec![0, 1, 2, 3]);
     assert!(recvs.iter().any(|c| c.qpn == pairs[0].1) && recvs.iter().any(|c| c.qpn == pairs[1].1));
+    for c in &recvs {
+        let k = u32::from(c.qpn == pairs[1].1);
+        assert_eq!(
+            c.cq,
+            40 + k,
+            "receive completion on {:#x} went to CQ {}",
+            c.qpn,
+            c.cq
+        );
+    }
+    let sends: Vec<_> = net.nodes[0].completions.iter().collect();
+    assert_eq!(sends.len(), 4);
+    for c in sends {
+        assert_eq!(c.queue, WcQueue::Send);
+        let k = u32::from(c.qpn == pairs[1].0);
+        assert_eq!(
+            c.cq,
+            10 + k,
+            "send completion on {:#x} went to CQ {}",
+            c.qpn,
+            c.cq
+        );
+    }
+    assert!(net.nodes[1].endpoint.cq_in_use(41) && !net.nodes[1].endpoint.cq_in_use(20));
+    net.nodes[1].endpoint.destroy_qp(pairs[1].1).unwrap();
+    assert!(!net.nodes[1].endpoint.cq_in_use(41) && net.nodes[1].endpoint.cq_in_use(40));
     let limit_events = net.nodes[1]
         .events
         .iter()
@@ -432,6 +474,8 @@ fn post_time_errors() {
         },
         srq: None,
         sq_sig_all: false,
+        send_cq: 0,
+        recv_cq: 0,
     };
     let q = n.endpoint.create_qp(init).unwrap();
     assert_eq!(

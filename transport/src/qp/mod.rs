@@ -51,6 +51,12 @@ pub struct QpInitAttr {
     pub srq: Option<u32>,
     /// `sq_sig_all`: every send WR generates a completion.
     pub sq_sig_all: bool,
+    /// `send_cq`: the caller's number for the CQ the send queue's completions go to; the
+    /// engine returns it in each [`Completion::cq`].
+    pub send_cq: u32,
+    /// `recv_cq`: the CQ the receive queue's (or, with an SRQ, this QP's share of the SRQ's)
+    /// completions go to.
+    pub recv_cq: u32,
 }
 
 /// Why a work request was refused at post time (verbs returns an errno and fills `bad_wr`).
@@ -142,6 +148,8 @@ pub struct Qp {
     pub(crate) pd: u32,
     pub(crate) srq: Option<u32>,
     pub(crate) sq_sig_all: bool,
+    /// (send CQ, receive CQ): where completions are reported.
+    pub(crate) cqs: (u32, u32),
     pub(crate) cap: QpCap,
     /// The port's active MTU: the packet size of UD QPs (rxe's `get_mtu`).
     pub(crate) port_mtu: Mtu,
@@ -183,6 +191,30 @@ pub(crate) struct Ctx<'a, M: Memory + ?Sized> {
 }
 
 impl Qp {
+    /// Queues a completion of `queue` for the CQ that queue reports to.
+    pub(crate) fn report<M: Memory + ?Sized>(
+        &self,
+        ctx: &mut Ctx<'_, M>,
+        queue: WcQueue,
+        wc: WorkCompletion,
+    ) {
+        let cq = match queue {
+            WcQueue::Send => self.cqs.0,
+            WcQueue::Recv => self.cqs.1,
+        };
+        ctx.completions.push_back(Completion {
+            qpn: self.qpn,
+            cq,
+            queue,
+            wc,
+        });
+    }
+
+    /// The CQs this QP reports to: (send, receive).
+    pub(crate) fn cqs(&self) -> (u32, u32) {
+        self.cqs
+    }
+
     pub(crate) fn new(qpn: u32, init: &QpInitAttr, port_mtu: Mtu) -> Qp {
         Qp {
             port_mtu,
@@ -192,6 +224,7 @@ impl Qp {
             pd: init.pd,
             srq: init.srq,
             sq_sig_all: init.sq_sig_all,
+            cqs: (init.send_cq, init.recv_cq),
             cap: init.cap,
             state: QpState::Reset,
             attr: QpAttr {
@@ -370,6 +403,8 @@ impl Qp {
             cap: keep.5,
             srq: keep.3,
             sq_sig_all: keep.4,
+            send_cq: self.cqs.0,
+            recv_cq: self.cqs.1,
         };
         *self = Qp::new(keep.0, &init, self.port_mtu);
         self.attr = QpAttr {
@@ -477,7 +512,8 @@ impl Qp {
         ctx: &mut Ctx<'_, M>,
         failed: Option<(usize, WcStatus)>,
     ) {
-        for (i, w) in self.sq.drain(..).enumerate() {
+        let sq = std::mem::take(&mut self.sq);
+        for (i, w) in sq.into_iter().enumerate() {
             let status = match failed {
                 Some((f, s)) if f == i => s,
                 _ => w
@@ -485,11 +521,11 @@ impl Qp {
                     .filter(|s| *s != WcStatus::Success)
                     .unwrap_or(WcStatus::WrFlushErr),
             };
-            ctx.completions.push_back(Completion {
-                qpn: self.qpn,
-                queue: WcQueue::Send,
-                wc: wc(self.qpn, w.wr.wr_id, status, w.wr.opcode.into(), 0),
-            });
+            self.report(
+                ctx,
+                WcQueue::Send,
+                wc(self.qpn, w.wr.wr_id, status, w.wr.opcode.into(), 0),
+            );
         }
         self.req_idx = 0;
         self.req_off = 0;
@@ -508,11 +544,11 @@ impl Qp {
     }
 
     fn complete_recv_flush<M: Memory + ?Sized>(&self, ctx: &mut Ctx<'_, M>, wr_id: u64) {
-        ctx.completions.push_back(Completion {
-            qpn: self.qpn,
-            queue: WcQueue::Recv,
-            wc: wc(self.qpn, wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, 0),
-        });
+        self.report(
+            ctx,
+            WcQueue::Recv,
+            wc(self.qpn, wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, 0),
+        );
     }
 
     /// Moves the QP to ERR because of a transport error: the send WQE at `idx` completes with
@@ -540,11 +576,11 @@ impl Qp {
             }
             self.req_idx = self.req_idx.saturating_sub(1);
             if w.signaled || status != WcStatus::Success {
-                ctx.completions.push_back(Completion {
-                    qpn: self.qpn,
-                    queue: WcQueue::Send,
-                    wc: wc(self.qpn, w.wr.wr_id, status, w.wr.opcode.into(), w.len),
-                });
+                self.report(
+                    ctx,
+                    WcQueue::Send,
+                    wc(self.qpn, w.wr.wr_id, status, w.wr.opcode.into(), w.len),
+                );
             }
         }
         self.check_drained(ctx);

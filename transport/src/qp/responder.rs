@@ -11,7 +11,7 @@ use ferroce_wire::{
 };
 
 use super::{Ctx, Qp, Tx, wc};
-use crate::endpoint::{AsyncEvent, Completion, WcQueue};
+use crate::endpoint::{AsyncEvent, WcQueue};
 use crate::memory::{self, AtomicOp, MemError, Memory, ScatterError};
 use crate::verbs::{AccessFlags, QpState, QpType, RecvWr, WcFlags, WcOpcode, WcStatus};
 
@@ -423,11 +423,7 @@ impl Qp {
                 c.imm_data = imm.imm;
                 c.wc_flags |= WcFlags::WITH_IMM;
             }
-            ctx.completions.push_back(Completion {
-                qpn: self.qpn,
-                queue: WcQueue::Recv,
-                wc: c,
-            });
+            self.report(ctx, WcQueue::Recv, c);
             self.resp.bump_msn();
         }
         Ok(true)
@@ -513,11 +509,7 @@ impl Qp {
                     c.imm_data = i.imm;
                 }
                 c.wc_flags |= WcFlags::WITH_IMM;
-                ctx.completions.push_back(Completion {
-                    qpn: self.qpn,
-                    queue: WcQueue::Recv,
-                    wc: c,
-                });
+                self.report(ctx, WcQueue::Recv, c);
             }
         } else {
             self.resp.in_write = Some(InWrite {
@@ -692,11 +684,11 @@ impl Qp {
 
     fn complete_recv_error<M: Memory + ?Sized>(&mut self, ctx: &mut Ctx<'_, M>, status: WcStatus) {
         if let Some(s) = self.resp.in_send.take() {
-            ctx.completions.push_back(Completion {
-                qpn: self.qpn,
-                queue: WcQueue::Recv,
-                wc: wc(self.qpn, s.wqe.wr_id, status, WcOpcode::Recv, 0),
-            });
+            self.report(
+                ctx,
+                WcQueue::Recv,
+                wc(self.qpn, s.wqe.wr_id, status, WcOpcode::Recv, 0),
+            );
         }
     }
 
@@ -806,11 +798,7 @@ impl Qp {
             c.imm_data = i.imm;
             c.wc_flags |= WcFlags::WITH_IMM;
         }
-        ctx.completions.push_back(Completion {
-            qpn: self.qpn,
-            queue: WcQueue::Recv,
-            wc: c,
-        });
+        self.report(ctx, WcQueue::Recv, c);
     }
 
     /// Builds the next queued response into `buf`.

@@ -105,6 +105,8 @@ pub fn pair(seed: u64, link: LinkConfig, opts: Opts) -> Pair {
         cap,
         srq: None,
         sq_sig_all: false,
+        send_cq: 0,
+        recv_cq: 0,
     };
     let qa = net.nodes[0]
         .endpoint
