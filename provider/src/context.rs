@@ -10,9 +10,9 @@ use ferroce_transport::{AccessFlags, AhAttr, EndpointConfig, ModifyLimits, Mtu, 
 use parking_lot::Mutex;
 
 use crate::cq::{CompletionChannel, CompletionQueue};
+use crate::driver::{AsyncEventRecord, RuntimeConfig, RuntimeCounters, Shared};
 use crate::faults::FaultConfig;
 use crate::mr::MrInner;
-use crate::runtime::{AsyncEventRecord, RuntimeConfig, RuntimeCounters, Shared};
 use crate::{Device, Error, Result};
 
 /// Limits ferroce advertises (`ibv_query_device`), rxe's where rxe has them.
@@ -380,7 +380,7 @@ impl Context {
     /// The device's counters: the engine's (named as rxe's hw_counters) and the runtime's.
     pub fn counters(&self) -> (ferroce_transport::Counters, RuntimeCounters) {
         let st = self.shared.engine.lock();
-        (*st.ep.counters(), st.counters)
+        (*st.ep.counters(), self.shared.counters(&st))
     }
 }
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 use ferroce_transport::WorkCompletion;
 use parking_lot::{Condvar, Mutex};
 
-use crate::runtime::Shared;
+use crate::driver::Shared;
 use crate::sys::EventFd;
 use crate::{Context, Error, Result};
 

@@ -81,26 +81,25 @@ impl FaultConfig {
     }
 }
 
-/// The injector: a config and its random generator.
-#[derive(Debug)]
+/// A seed from the clock, for a configuration without one.
+pub(crate) fn seed_from_clock() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |d| d.as_nanos() as u64)
+}
+
+/// The injector's decisions: a config and its random generator (xorshift64*).
+#[derive(Debug, Clone)]
 pub(crate) struct Faults {
     cfg: FaultConfig,
     state: u64,
-    /// A packet held back for reordering.
-    pub(crate) held: Option<(std::net::SocketAddr, Vec<u8>)>,
 }
 
 impl Faults {
-    pub(crate) fn new(cfg: FaultConfig) -> Faults {
-        let seed = cfg.seed.unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(1, |d| d.as_nanos() as u64)
-        });
+    pub(crate) fn new(cfg: FaultConfig, seed: u64) -> Faults {
         Faults {
             cfg,
             state: seed | 1,
-            held: None,
         }
     }
 
@@ -163,11 +162,13 @@ mod tests {
 
     #[test]
     fn loss_rate_is_about_right() {
-        let mut f = Faults::new(FaultConfig {
-            loss: 0.1,
-            seed: Some(3),
-            ..FaultConfig::default()
-        });
+        let mut f = Faults::new(
+            FaultConfig {
+                loss: 0.1,
+                ..FaultConfig::default()
+            },
+            3,
+        );
         // Two sockets each dropping 1 − √0.9 lose 10 % end to end.
         let lost = (0..100_000).filter(|_| f.lose() || f.lose()).count();
         assert!((9_000..11_000).contains(&lost), "{lost}");

@@ -46,18 +46,19 @@
 //! # Ok::<(), ferroce::Error>(())
 //! ```
 
+mod backend;
 mod connect;
 pub mod context;
 pub mod cq;
 pub mod device;
 mod dma;
+mod driver;
 mod encap;
 mod error;
 pub mod faults;
 mod mr;
 pub mod pcap;
 pub mod qp;
-pub mod runtime;
 mod sys;
 pub mod udp;
 
@@ -67,6 +68,7 @@ pub use context::{
 };
 pub use cq::{CompletionChannel, CompletionQueue};
 pub use device::{Device, devices};
+pub use driver::{AsyncEventRecord, RuntimeCounters};
 pub use error::{Error, Result};
 pub use ferroce_transport as transport;
 /// The verbs vocabulary, at the crate root: what a program needs besides the handles.
@@ -76,4 +78,3 @@ pub use ferroce_transport::{
 };
 pub use ferroce_wire as wire;
 pub use qp::{QpBuilder, QpInitAttr, QueuePair, SharedReceiveQueue};
-pub use runtime::{AsyncEventRecord, RuntimeCounters};

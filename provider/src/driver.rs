@@ -1,18 +1,17 @@
-//! The runtime that drives the sans-IO engine over a UDP socket.
+//! The driver: it owns a device's engine, the lock around it and its timers, and moves
+//! datagrams between the engine and a [`backend`](crate::backend) it knows only by its traits.
 //!
-//! One socket per device (bound to its address, port 4791), one progress thread per device.
-//! Verbs calls lock the engine, do their work and send what the engine produced right away
-//! (so a `post_send` leaves in the caller's thread); the progress thread sleeps in `poll` on
-//! the socket and a wake-up eventfd with the engine's next deadline as timeout, receives in
-//! batches (`recvmmsg`), feeds the engine, sends its answers in batches (`sendmmsg`), fires
-//! timers, and routes completions to CQs and events to the context. `FERROCE_BUSY_POLL=1`
-//! makes it spin instead of sleeping (lower latency, one core busy).
+//! One engine and one progress thread per device. Verbs calls lock the engine, do their work
+//! and hand what the engine produced to the backend right away (so a `post_send` leaves in the
+//! caller's thread); the progress thread sleeps in `poll` on the backend's descriptor and a
+//! wake-up eventfd with the engine's next deadline as timeout, receives a batch, feeds the
+//! engine, sends its answers, fires timers, and delivers completions to the CQs the engine
+//! names and events to the context. `FERROCE_BUSY_POLL=1` makes it spin instead of sleeping
+//! (lower latency, one core busy).
 
 use std::collections::{HashMap, VecDeque};
-use std::fs::File;
-use std::io::BufWriter;
 use std::net::{IpAddr, SocketAddr};
-use std::os::fd::AsRawFd;
+use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -20,20 +19,14 @@ use std::time::Duration;
 use ferroce_transport::{AsyncEvent, Endpoint, EndpointConfig, Instant};
 use parking_lot::{Condvar, Mutex};
 
+use crate::backend::{self, DatapathStats, Receiver, Transmitter};
 use crate::cq::CqInner;
-use crate::faults::Faults;
 use crate::mr::MrTable;
-use crate::pcap;
-use crate::sys::{self, EventFd, RecvBatch, SendBatch};
+use crate::sys::{self, EventFd};
 
-/// Datagrams per `recvmmsg`/`sendmmsg`.
-const BATCH: usize = 32;
 /// Datagrams one pump sends before it lets received packets in (a long READ response must
 /// not hold the engine while a retry request waits behind it).
-const PUMP_BUDGET: usize = 4 * BATCH;
-/// Room for the largest RoCEv2 packet (4 KiB payload plus headers).
-const MAX_PACKET: usize = 4096 + 128;
-const _: () = assert!(MAX_PACKET >= ferroce_transport::MIN_TRANSMIT_BUF);
+const PUMP_BUDGET: usize = 128;
 
 /// Runtime counters the engine does not keep.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -67,16 +60,14 @@ pub enum AsyncEventRecord {
 /// Everything the engine lock protects.
 pub(crate) struct EngineState {
     pub(crate) ep: Endpoint,
-    send: SendBatch,
-    faults: Option<Faults>,
-    pcap: Option<pcap::Writer<BufWriter<File>>>,
+    /// The backend's sending half: datagrams are built straight into its buffers.
+    tx: Box<dyn Transmitter>,
     pub(crate) counters: RuntimeCounters,
 }
 
 /// What a device's handles share with its progress thread.
 pub(crate) struct Shared {
     pub(crate) local: SocketAddr,
-    socket: socket2::Socket,
     pub(crate) engine: Mutex<EngineState>,
     pub(crate) mrs: MrTable,
     wake: EventFd,
@@ -92,8 +83,12 @@ pub(crate) struct Shared {
     /// ([`ferroce_transport::Completion::cq`]). Locked after `engine`, never before.
     pub(crate) cqs: Mutex<HashMap<u32, Weak<CqInner>>>,
     next_cq: AtomicU32,
-    /// The receive buffers; whoever holds this lock is the one receiver.
-    receive_batch: Mutex<RecvBatch>,
+    /// The backend's receiving half; whoever holds this lock is the one receiver.
+    rx: Mutex<Box<dyn Receiver>>,
+    /// `rx`'s descriptor, readable while datagrams wait (valid while `rx` lives).
+    rx_fd: RawFd,
+    /// The backend's counters.
+    stats: Arc<DatapathStats>,
 }
 
 /// How a runtime is started.
@@ -106,48 +101,19 @@ pub(crate) struct RuntimeConfig {
 }
 
 impl Shared {
-    /// Binds the socket and starts the progress thread.
+    /// Opens the backend (the UDP socket, wrapped in fault injection and pcap recording if
+    /// asked) and starts the progress thread.
     pub(crate) fn start(
         cfg: RuntimeConfig,
     ) -> crate::Result<(Arc<Shared>, std::thread::JoinHandle<()>)> {
-        let domain = if cfg.local.is_ipv4() {
-            socket2::Domain::IPV4
-        } else {
-            socket2::Domain::IPV6
-        };
-        let socket =
-            socket2::Socket::new(domain, socket2::Type::DGRAM, Some(socket2::Protocol::UDP))?;
-        socket.set_nonblocking(true)?;
-        let _ = socket.set_recv_buffer_size(8 << 20);
-        let _ = socket.set_send_buffer_size(8 << 20);
-        let fd = socket.as_raw_fd();
-        sys::set_dont_fragment(fd, cfg.local.is_ipv6())?;
-        if cfg.local.is_ipv6() {
-            socket.set_only_v6(true)?;
-            let _ = sys::set_no_check6_rx(fd);
-        }
-        socket.bind(&cfg.local.into()).map_err(|e| match e.kind() {
-            std::io::ErrorKind::AddrInUse => crate::Error::AddressInUse(cfg.local),
-            std::io::ErrorKind::AddrNotAvailable => {
-                crate::Error::NoDevice(cfg.local.ip().to_string())
-            }
-            _ => crate::Error::Io(e),
-        })?;
-        let pcap = match &cfg.pcap_path {
-            Some(p) => Some(pcap::Writer::new(
-                BufWriter::new(File::create(p)?),
-                pcap::LINKTYPE_ETHERNET,
-            )?),
-            None => None,
-        };
+        let stats = Arc::new(DatapathStats::default());
+        let (tx, rx) = backend::open(&cfg, &stats)?;
+        let rx_fd = rx.ready_fd();
         let shared = Arc::new(Shared {
             local: cfg.local,
-            socket,
             engine: Mutex::new(EngineState {
                 ep: Endpoint::new(cfg.engine),
-                send: SendBatch::new(BATCH, MAX_PACKET),
-                faults: cfg.faults.map(Faults::new),
-                pcap,
+                tx,
                 counters: RuntimeCounters::default(),
             }),
             mrs: MrTable::default(),
@@ -161,7 +127,9 @@ impl Shared {
             events_fd: EventFd::new_blocking()?,
             cqs: Mutex::new(HashMap::new()),
             next_cq: AtomicU32::new(1),
-            receive_batch: Mutex::new(RecvBatch::new(BATCH, MAX_PACKET)),
+            rx: Mutex::new(rx),
+            rx_fd,
+            stats,
         });
         let s2 = shared.clone();
         let thread = std::thread::Builder::new()
@@ -196,7 +164,6 @@ impl Shared {
     /// Drains the engine's outputs: datagrams to the socket, completions to CQs, events to the
     /// context; wakes the progress thread if the next deadline moved earlier.
     fn pump(&self, st: &mut EngineState, now: Instant) {
-        let fd = self.socket.as_raw_fd();
         let mut budget = PUMP_BUDGET;
         loop {
             if budget == 0 {
@@ -205,60 +172,19 @@ impl Shared {
                 break;
             }
             budget -= 1;
-            if st.send.is_full() {
-                flush_batch(st, fd);
-            }
-            let EngineState {
-                ep,
-                send,
-                faults,
-                pcap,
-                counters,
-                ..
-            } = &mut *st;
-            let tx = match ep.poll_transmit(now, send.next_buf(), &self.mrs) {
-                Ok(Some(tx)) => tx,
+            let EngineState { ep, tx, .. } = &mut *st;
+            match ep.poll_transmit(now, tx.buffer(), &self.mrs) {
+                Ok(Some(t)) => tx.commit(t.len, t.dst),
                 Ok(None) => break,
                 Err(e) => {
-                    // The batch buffers are MAX_PACKET long, above MIN_TRANSMIT_BUF (a
-                    // compile-time check below); this cannot happen, but is no panic.
+                    // Backend buffers are MAX_PACKET long, above MIN_TRANSMIT_BUF (a
+                    // compile-time check in `backend`); this cannot happen, but is no panic.
                     log::error!("{e}");
                     break;
                 }
-            };
-            if let Some(w) = pcap.as_mut() {
-                let f = pcap::encapsulate(self.local, tx.dst, 0, &send.next_buf()[..tx.len]);
-                let _ = w.write_record(wall_clock(), &f);
-            }
-            let (mut dup, mut release) = (false, None);
-            if let Some(fl) = faults.as_mut() {
-                if fl.lose() {
-                    counters.injected_losses += 1;
-                    continue;
-                }
-                if fl.reorder() && fl.held.is_none() {
-                    fl.held = Some((tx.dst, send.next_buf()[..tx.len].to_vec()));
-                    continue;
-                }
-                dup = fl.duplicate();
-                release = fl.held.take();
-            }
-            send.commit(tx.len, tx.dst);
-            if dup {
-                let copy = send.last().to_vec();
-                push_copy(st, fd, tx.dst, &copy);
-            }
-            if let Some((dst, bytes)) = release {
-                push_copy(st, fd, dst, &bytes);
             }
         }
-        if !st.send.is_empty() {
-            flush_batch(st, fd);
-        }
-        // A recording is a debugging aid: keep it complete on disk after every batch.
-        if let Some(w) = st.pcap.as_mut() {
-            let _ = std::io::Write::flush(w.inner_mut());
-        }
+        st.tx.flush();
         // Completions to the CQs the engine names.
         while let Some(c) = st.ep.poll_completion() {
             // The registry lock is released before the CQ is used: dropping the last handle
@@ -300,42 +226,17 @@ impl Shared {
         self.events_cond.notify_all();
     }
 
-    /// One `recvmmsg` batch through the engine, with expired timers and the resulting sends;
+    /// One receive batch through the engine, with expired timers and the resulting sends;
     /// returns how many datagrams arrived.
-    fn receive_once(&self, batch: &mut RecvBatch) -> usize {
-        let fd = self.socket.as_raw_fd();
+    fn receive_once(&self, rx: &mut dyn Receiver) -> usize {
         let local_ip: IpAddr = self.local.ip();
-        let n = match batch.recv(fd) {
-            Ok(n) => n,
-            Err(e) => {
-                log::warn!("recvmmsg on {}: {e}", self.local);
-                0
-            }
-        };
+        // The system call runs before the engine lock is taken: verbs calls need not wait.
+        let n = rx.receive();
         let mut st = self.engine.lock();
         let now = self.now();
-        for i in 0..n {
-            let Some((from, bytes)) = batch.get(i) else {
-                continue;
-            };
-            st.counters.udp_rcvd += 1;
-            if let Some(w) = st.pcap.as_mut() {
-                let f = pcap::encapsulate(from, self.local, 0, bytes);
-                let _ = w.write_record(wall_clock(), &f);
-            }
-            let owned;
-            let mut bytes = bytes;
-            if let Some(fl) = st.faults.as_mut() {
-                if fl.lose() {
-                    st.counters.injected_losses += 1;
-                    continue;
-                }
-                let mut copy = bytes.to_vec();
-                fl.corrupt(&mut copy);
-                owned = copy;
-                bytes = &owned;
-            }
-            st.ep.handle(now, from, local_ip, bytes, &self.mrs);
+        {
+            let ep = &mut st.ep;
+            rx.deliver(&mut |from, bytes| ep.handle(now, from, local_ip, bytes, &self.mrs));
         }
         if st.ep.poll_timeout().is_some_and(|t| t <= now) {
             st.ep.handle_timeout(now, &self.mrs);
@@ -345,11 +246,22 @@ impl Shared {
         n
     }
 
+    /// The counters of the runtime and its backend.
+    pub(crate) fn counters(&self, st: &EngineState) -> RuntimeCounters {
+        RuntimeCounters {
+            udp_sent: DatapathStats::get(&self.stats.sent),
+            udp_rcvd: DatapathStats::get(&self.stats.rcvd),
+            udp_send_errors: DatapathStats::get(&self.stats.send_errors),
+            injected_losses: DatapathStats::get(&self.stats.injected_losses),
+            ..st.counters
+        }
+    }
+
     /// Progress driven by a program polling an empty CQ (a poll-mode driver's loop): receives
     /// and processes whatever is waiting, unless another thread is doing so right now.
     pub(crate) fn poll_inline(&self) {
-        if let Some(mut batch) = self.receive_batch.try_lock() {
-            self.receive_once(&mut batch);
+        if let Some(mut rx) = self.rx.try_lock() {
+            self.receive_once(&mut **rx);
         } else {
             // The progress thread is receiving. If it was preempted holding the batch (likely
             // when busy-polling threads outnumber cores), spinning here would keep it off
@@ -360,7 +272,7 @@ impl Shared {
 
     /// The progress thread.
     fn progress(self: Arc<Self>) {
-        let fd = self.socket.as_raw_fd();
+        let fd = self.rx_fd;
         while !self.shutdown.load(Ordering::SeqCst) {
             if !self.busy_poll {
                 let deadline = self.engine.lock().ep.poll_timeout();
@@ -383,32 +295,10 @@ impl Shared {
             // batch's lock): two threads each taking datagrams off the socket and then racing
             // for the engine would hand it packets out of order.
             {
-                let mut batch = self.receive_batch.lock();
-                while self.receive_once(&mut batch) == BATCH {}
+                let mut rx = self.rx.lock();
+                let batch = rx.batch();
+                while self.receive_once(&mut **rx) == batch {}
             }
         }
     }
-}
-
-fn wall_clock() -> Duration {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default()
-}
-
-fn flush_batch(st: &mut EngineState, fd: std::os::fd::RawFd) {
-    st.counters.udp_sent += st.send.len() as u64;
-    match st.send.flush(fd) {
-        Ok(failed) => st.counters.udp_send_errors += failed as u64,
-        Err(e) => log::warn!("sendmmsg: {e}"),
-    }
-}
-
-/// Queues a copy of a datagram (duplication and reordering by fault injection).
-fn push_copy(st: &mut EngineState, fd: std::os::fd::RawFd, dst: SocketAddr, bytes: &[u8]) {
-    if st.send.is_full() {
-        flush_batch(st, fd);
-    }
-    st.send.next_buf()[..bytes.len()].copy_from_slice(bytes);
-    st.send.commit(bytes.len(), dst);
 }

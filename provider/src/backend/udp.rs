@@ -1,0 +1,131 @@
+//! The UDP backend: one socket bound to the device's address and port, `sendmmsg` and
+//! `recvmmsg` in batches.
+
+use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::Arc;
+
+use super::{DatapathStats, MAX_PACKET, Receiver, Transmitter};
+use crate::sys::{self, RecvBatch, SendBatch};
+
+/// Datagrams per `recvmmsg`/`sendmmsg`.
+pub(crate) const BATCH: usize = 32;
+
+/// Opens the socket of a device at `local`: DF set, 8 MiB buffers, IPv6 only for IPv6
+/// (accepting UDP checksum 0, as rxe sends), non-blocking.
+///
+/// # Errors
+/// [`crate::Error::AddressInUse`] if the address and port are taken, [`crate::Error::NoDevice`]
+/// if the address is not this host's, [`crate::Error::Io`] otherwise.
+pub(crate) fn open(
+    local: SocketAddr,
+    stats: &Arc<DatapathStats>,
+) -> crate::Result<(UdpTransmitter, UdpReceiver)> {
+    let domain = if local.is_ipv4() {
+        socket2::Domain::IPV4
+    } else {
+        socket2::Domain::IPV6
+    };
+    let socket = socket2::Socket::new(domain, socket2::Type::DGRAM, Some(socket2::Protocol::UDP))?;
+    socket.set_nonblocking(true)?;
+    let _ = socket.set_recv_buffer_size(8 << 20);
+    let _ = socket.set_send_buffer_size(8 << 20);
+    let fd = socket.as_raw_fd();
+    sys::set_dont_fragment(fd, local.is_ipv6())?;
+    if local.is_ipv6() {
+        socket.set_only_v6(true)?;
+        let _ = sys::set_no_check6_rx(fd);
+    }
+    socket.bind(&local.into()).map_err(|e| match e.kind() {
+        std::io::ErrorKind::AddrInUse => crate::Error::AddressInUse(local),
+        std::io::ErrorKind::AddrNotAvailable => crate::Error::NoDevice(local.ip().to_string()),
+        _ => crate::Error::Io(e),
+    })?;
+    let socket = Arc::new(socket);
+    Ok((
+        UdpTransmitter {
+            socket: socket.clone(),
+            batch: SendBatch::new(BATCH, MAX_PACKET),
+            stats: stats.clone(),
+        },
+        UdpReceiver {
+            socket,
+            batch: RecvBatch::new(BATCH, MAX_PACKET),
+            received: 0,
+            local,
+            stats: stats.clone(),
+        },
+    ))
+}
+
+/// Sends through the device's socket, a `sendmmsg` per full batch or flush.
+pub(crate) struct UdpTransmitter {
+    socket: Arc<socket2::Socket>,
+    batch: SendBatch,
+    stats: Arc<DatapathStats>,
+}
+
+impl Transmitter for UdpTransmitter {
+    fn buffer(&mut self) -> &mut [u8] {
+        self.batch.next_buf()
+    }
+
+    fn commit(&mut self, len: usize, dst: SocketAddr) {
+        self.batch.commit(len, dst);
+        if self.batch.is_full() {
+            self.flush();
+        }
+    }
+
+    fn flush(&mut self) {
+        if self.batch.is_empty() {
+            return;
+        }
+        DatapathStats::add(&self.stats.sent, self.batch.len() as u64);
+        match self.batch.flush(self.socket.as_raw_fd()) {
+            Ok(failed) => DatapathStats::add(&self.stats.send_errors, failed as u64),
+            Err(e) => log::warn!("sendmmsg: {e}"),
+        }
+    }
+}
+
+/// Receives from the device's socket, a `recvmmsg` per call.
+pub(crate) struct UdpReceiver {
+    socket: Arc<socket2::Socket>,
+    batch: RecvBatch,
+    /// Datagrams of the last `receive` not yet delivered.
+    received: usize,
+    local: SocketAddr,
+    stats: Arc<DatapathStats>,
+}
+
+impl Receiver for UdpReceiver {
+    fn receive(&mut self) -> usize {
+        let n = match self.batch.recv(self.socket.as_raw_fd()) {
+            Ok(n) => n,
+            Err(e) => {
+                log::warn!("recvmmsg on {}: {e}", self.local);
+                0
+            }
+        };
+        self.received = n;
+        DatapathStats::add(&self.stats.rcvd, n as u64);
+        n
+    }
+
+    fn deliver(&mut self, deliver: &mut dyn FnMut(SocketAddr, &[u8])) {
+        for i in 0..std::mem::take(&mut self.received) {
+            if let Some((from, bytes)) = self.batch.get(i) {
+                deliver(from, bytes);
+            }
+        }
+    }
+
+    fn batch(&self) -> usize {
+        BATCH
+    }
+
+    fn ready_fd(&self) -> RawFd {
+        self.socket.as_raw_fd()
+    }
+}
