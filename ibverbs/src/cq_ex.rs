@@ -75,7 +75,7 @@ pub(crate) unsafe extern "C" fn vctx_create_cq_ex(
         return core::ptr::null_mut();
     }
     // SAFETY: verbs passes a context of ours that is open, and `a.channel` is NULL or a live channel of it: create_cq's contract.
-    unsafe { crate::objects::create_cq(context, a.cqe, a.cq_context, a.channel, a.comp_vector) }
+    unsafe { crate::cq::create_cq(context, a.cqe, a.cq_context, a.channel, a.comp_vector) }
 }
 
 /// Polls one completion into `current` and the C-visible `status`/`wr_id`; ENOENT if none.

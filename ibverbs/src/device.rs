@@ -254,7 +254,7 @@ pub extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_context {
             priv_: core::ptr::null_mut(),
             query_device_ex: Some(vctx_query_device_ex),
             _unused_b: [None; 5],
-            create_qp_ex: Some(crate::objects::vctx_create_qp_ex),
+            create_qp_ex: Some(crate::qp::vctx_create_qp_ex),
             _unused_c: [None; 4],
             _abi_placeholder3: 0,
             sz: core::mem::size_of::<verbs_context>(),

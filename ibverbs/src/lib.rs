@@ -6,7 +6,8 @@
 //!   `ferroce0`, `ferroce1`, ... in that order), or else every non-loopback address of the
 //!   host, or else 127.0.0.1 ([`device`]).
 //! * Every verbs object is a `#[repr(C)]` box whose first field is the C struct the program
-//!   sees (`ibv_qp`, `ibv_cq`, ...) followed by the ferroce handle it stands for ([`objects`]).
+//!   sees (`ibv_qp`, `ibv_cq`, ...) followed by the ferroce handle it stands for ([`objects`];
+//!   each object's verbs in its own module, the C⇄Rust conversions in [`convert`]).
 //!   The data path (`ibv_post_send`, `ibv_poll_cq`, ... which verbs.h inlines through
 //!   `ibv_context.ops`) converts work requests and completions ([`data`]).
 //! * Symbols carry libibverbs' version nodes (IBVERBS_1.0 … IBVERBS_1.14 and the private
@@ -16,11 +17,20 @@
 //! This crate is all FFI: every `unsafe` block says which caller promise it relies on.
 
 pub mod abi;
+pub mod ah;
+pub mod channel;
+pub mod convert;
+pub mod cq;
 pub mod cq_ex;
 pub mod data;
 pub mod device;
+pub mod event;
 pub mod handle;
+pub mod mr;
 pub mod objects;
+pub mod pd;
+pub mod qp;
+pub mod srq;
 pub mod strings;
 pub mod unsupported;
 pub mod wr;

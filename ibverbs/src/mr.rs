@@ -1,0 +1,121 @@
+//! Memory regions: `ibv_reg_mr` and its variants, `ibv_dereg_mr`.
+
+use core::ffi::{c_int, c_uint, c_void};
+
+use ferroce::transport::AccessFlags;
+
+use crate::abi::*;
+use crate::errno_of;
+use crate::objects::*;
+
+/// Access bits ferroce implements; MW_BIND is accepted (no memory windows exist to bind) and the
+/// optional range (relaxed ordering, ...) may be ignored by definition.
+const ACCESS_KNOWN: c_uint = 0x1f;
+const ACCESS_OPTIONAL_RANGE: c_uint = 0x3ff << 20;
+
+unsafe fn reg(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    iova: u64,
+    access: c_uint,
+) -> *mut ibv_mr {
+    if pd.is_null() || (addr.is_null() && length != 0) {
+        return fail(libc::EINVAL);
+    }
+    if iova != addr as u64 {
+        // ferroce regions are addressed by their virtual address (rxe's default too).
+        return fail(libc::EOPNOTSUPP);
+    }
+    let access = access & !ACCESS_OPTIONAL_RANGE;
+    if access & !ACCESS_KNOWN != 0 {
+        // ZERO_BASED, ON_DEMAND, HUGETLB: not offered (query_device_ex reports no ODP).
+        return fail(libc::EOPNOTSUPP);
+    }
+    // SAFETY: `pd` is a PD of this library the program has not deallocated (verbs' rule).
+    let p = unsafe { pd_of(pd) };
+    let flags = AccessFlags(access & 0xf);
+    // SAFETY: verbs' ibv_reg_mr contract makes addr..addr+length valid for reads and writes until ibv_dereg_mr returns (which is when the region's dereg returns), and a C program's memory is outside Rust's references; the aligned words around it lie in the same pages.
+    let r = unsafe { p.pd.reg_mr_raw(addr.cast(), length, flags) };
+    match r {
+        Ok(mr) => Mr::into_raw(
+            ibv_mr {
+                // SAFETY: a live PD's `context` is written only at creation.
+                context: unsafe { (*pd).context },
+                pd,
+                addr,
+                length,
+                handle: mr.lkey(),
+                lkey: mr.lkey(),
+                rkey: mr.rkey(),
+            },
+            MrInner { mr },
+        ),
+        Err(e) => fail(errno_of(&e)),
+    }
+}
+
+/// `ibv_reg_mr`.
+///
+/// # Safety
+/// `pd` is live; `addr..addr+length` stays valid until `ibv_dereg_mr`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_reg_mr(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    access: c_int,
+) -> *mut ibv_mr {
+    // SAFETY: this function's contract (a live PD, memory valid until ibv_dereg_mr) is reg's.
+    unsafe { reg(pd, addr, length, addr as u64, access as c_uint) }
+}
+
+/// `ibv_reg_mr_iova` (the IOVA must equal the address).
+///
+/// # Safety
+/// As [`ibv_reg_mr`].
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_reg_mr_iova(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    iova: u64,
+    access: c_int,
+) -> *mut ibv_mr {
+    // SAFETY: this function's contract (a live PD, memory valid until ibv_dereg_mr) is reg's.
+    unsafe { reg(pd, addr, length, iova, access as c_uint) }
+}
+
+/// `ibv_reg_mr_iova2` (what verbs.h's `ibv_reg_mr` macro calls for non-constant access).
+///
+/// # Safety
+/// As [`ibv_reg_mr`].
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_reg_mr_iova2(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    iova: u64,
+    access: c_uint,
+) -> *mut ibv_mr {
+    // SAFETY: this function's contract (a live PD, memory valid until ibv_dereg_mr) is reg's.
+    unsafe { reg(pd, addr, length, iova, access) }
+}
+
+/// `ibv_dereg_mr`: the keys die at once.
+///
+/// # Safety
+/// `mr` is live and not used again.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
+    if mr.is_null() {
+        return libc::EINVAL;
+    }
+    // SAFETY: `mr` is an MR of this library the program has not deregistered (verbs' rule).
+    let m = unsafe { Mr::rust(mr) };
+    // When dereg returns, no copy into or out of the program's memory runs or can start.
+    m.mr.clone().dereg();
+    // SAFETY: nothing of ferroce refers to the Mr box (MRs are in no table of this crate), and the program gives up `mr` with this call.
+    unsafe { Mr::free(mr) };
+    0
+}

@@ -1,0 +1,309 @@
+//! Queue pairs: `ibv_create_qp`/`_ex`, `ibv_modify_qp`, `ibv_query_qp`, `ibv_destroy_qp`.
+
+use core::ffi::c_int;
+use std::sync::atomic::Ordering;
+
+use ferroce::QpInitAttr;
+use ferroce::transport::{QpAttrMask, QpCap, QpState};
+
+use crate::abi::*;
+use crate::convert::*;
+use crate::device::ctx_of;
+use crate::errno_of;
+use crate::handle::{EventAcks, atomic_i32};
+use crate::objects::*;
+
+/// Publishes a QP's state in the C-visible `ibv_qp.state` (atomically: other threads may post
+/// or read it meanwhile).
+///
+/// # Safety
+/// `qp` is a live QP of ours.
+unsafe fn publish_state(qp: *mut ibv_qp, state: QpState) {
+    // SAFETY: `state` is an aligned c_int (i32) field of the live QP that ferroce writes only atomically.
+    unsafe { atomic_i32(&raw mut (*qp).state) }.store(state as c_int, Ordering::SeqCst);
+}
+
+/// Creates a QP on `pd` from `a` (its `cap` is what the QP gets: ferroce allocates exactly the
+/// requested sizes).
+///
+/// # Safety
+/// `pd` is NULL or live; `a` names live CQs (and SRQ) of ours. `ex`: created with send-ops
+/// flags (the `ibv_wr_*` API is on).
+unsafe fn create_qp(pd: *mut ibv_pd, a: &mut ibv_qp_init_attr, ex: bool) -> *mut ibv_qp {
+    let ibv_qp_init_attr {
+        qp_context,
+        send_cq,
+        recv_cq,
+        srq,
+        cap,
+        qp_type,
+        sq_sig_all,
+    } = *a;
+    if pd.is_null() || send_cq.is_null() || recv_cq.is_null() {
+        return fail(libc::EINVAL);
+    }
+    let Some(qt) = qp_type_of(qp_type) else {
+        // XRC, raw packet, driver QPs.
+        return fail(libc::EOPNOTSUPP);
+    };
+    // SAFETY: the program passes a PD and CQs of this library it has not destroyed (verbs' rule; checked non-NULL above).
+    let (p, scq, rcq) = unsafe { (pd_of(pd), cq_of(send_cq), cq_of(recv_cq)) };
+    // SAFETY: a non-NULL srq is an SRQ of this library the program has not destroyed.
+    let s = (!srq.is_null()).then(|| unsafe { &srq_of(srq).srq });
+    let init = QpInitAttr {
+        qp_type: qt,
+        send_cq: &scq.cq,
+        recv_cq: &rcq.cq,
+        srq: s,
+        cap: QpCap {
+            max_send_wr: cap.max_send_wr,
+            max_recv_wr: if s.is_some() { 0 } else { cap.max_recv_wr },
+            max_send_sge: cap.max_send_sge,
+            max_recv_sge: if s.is_some() { 0 } else { cap.max_recv_sge },
+            max_inline_data: cap.max_inline_data,
+        },
+        sq_sig_all: sq_sig_all != 0,
+    };
+    let qp = match p.pd.create_qp(&init) {
+        Ok(q) => q,
+        Err(e) => return fail(errno_of(&e)),
+    };
+    let qpn = qp.qp_num();
+    // SAFETY: a live PD's `context` is written only at creation.
+    let context = unsafe { (*pd).context };
+    let ptr = Qp::into_raw(
+        crate::wr::qp_ex(ibv_qp {
+            context,
+            qp_context,
+            pd,
+            send_cq,
+            recv_cq,
+            srq,
+            handle: qpn,
+            qp_num: qpn,
+            state: QpState::Reset as c_int,
+            qp_type,
+            mutex: mutex_init(),
+            cond: cond_init(),
+            events_completed: 0,
+        }),
+        QpInner {
+            qp,
+            sq_sig_all,
+            ex,
+            batch: parking_lot::Mutex::new(crate::wr::Batch::default()),
+            events: EventAcks::default(),
+        },
+    );
+    // SAFETY: the PD's context is live while the PD is (closing keeps it allocated).
+    unsafe { ctx_of(context) }
+        .qps
+        .lock()
+        .insert(qpn, ptr as usize);
+    ptr.cast()
+}
+
+/// `ibv_create_qp` (RC, UC, UD): `init_attr.cap` is updated to what the QP got.
+///
+/// # Safety
+/// `pd` is live; `init_attr` is valid and names live CQs (and SRQ) of the same context.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_create_qp(
+    pd: *mut ibv_pd,
+    init_attr: *mut ibv_qp_init_attr,
+) -> *mut ibv_qp {
+    if init_attr.is_null() {
+        return fail(libc::EINVAL);
+    }
+    // SAFETY: init_attr is valid for reading and writing, and names live objects of ours (this function's contract, which is create_qp's).
+    unsafe { create_qp(pd, &mut *init_attr, false) }
+}
+
+/// `verbs_context.create_qp_ex` (behind verbs.h's `ibv_create_qp_ex`): the attributes of
+/// `ibv_create_qp` plus the PD; creation flags, TSO, RSS and the `ibv_wr_*` send API are not
+/// offered (EOPNOTSUPP).
+pub(crate) unsafe extern "C" fn vctx_create_qp_ex(
+    context: *mut ibv_context,
+    attr: *mut ibv_qp_init_attr_ex,
+) -> *mut ibv_qp {
+    let _ = context;
+    if attr.is_null() {
+        return fail(libc::EINVAL);
+    }
+    // SAFETY: attr is valid for reading and writing.
+    let a = unsafe { &mut *attr };
+    if a.comp_mask & IBV_QP_INIT_ATTR_PD == 0 {
+        return fail(libc::EINVAL);
+    }
+    if a.comp_mask & !(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) != 0 {
+        return fail(libc::EOPNOTSUPP);
+    }
+    let ex = a.comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS != 0;
+    if ex && a.send_ops_flags & !crate::wr::SEND_OPS_SUPPORTED != 0 {
+        // LOCAL_INV, BIND_MW, SEND_WITH_INV, TSO, ATOMIC_WRITE.
+        return fail(libc::EOPNOTSUPP);
+    }
+    let mut base = ibv_qp_init_attr {
+        qp_context: a.qp_context,
+        send_cq: a.send_cq,
+        recv_cq: a.recv_cq,
+        srq: a.srq,
+        cap: a.cap,
+        qp_type: a.qp_type,
+        sq_sig_all: a.sq_sig_all,
+    };
+    // SAFETY: verbs' ibv_create_qp_ex contract: the PD and the objects `attr` names are live objects of this library, which is create_qp's contract.
+    let qp = unsafe { create_qp(a.pd, &mut base, ex) };
+    a.cap = base.cap;
+    qp
+}
+
+/// `ibv_qp_to_qp_ex`: the `ibv_qp_ex` of a QP created by `ibv_create_qp_ex` with send-ops
+/// flags, NULL for any other (as libibverbs).
+///
+/// # Safety
+/// `qp` is a live QP of ours.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_qp_to_qp_ex(qp: *mut ibv_qp) -> *mut ibv_qp_ex {
+    if qp.is_null() {
+        return core::ptr::null_mut();
+    }
+    // SAFETY: `qp` is a QP of this library the program has not destroyed.
+    if unsafe { qp_of(qp) }.ex {
+        qp.cast()
+    } else {
+        core::ptr::null_mut()
+    }
+}
+
+/// Attribute bits ferroce has no use for (alternate path, path migration, rate limit): verbs
+/// on a RoCE device without APM ignores or rejects them; here they are rejected as EINVAL only
+/// when the state machine does (the engine checks the mask).
+const MASK_KNOWN: u32 = (1 << 21) - 1;
+
+/// `ibv_modify_qp`.
+///
+/// # Safety
+/// `qp` is live; `attr` is valid.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_modify_qp(
+    qp: *mut ibv_qp,
+    attr: *mut ibv_qp_attr,
+    attr_mask: c_int,
+) -> c_int {
+    if qp.is_null() || attr.is_null() {
+        return libc::EINVAL;
+    }
+    let mask = attr_mask as u32;
+    if mask & !MASK_KNOWN != 0 {
+        return libc::EINVAL;
+    }
+    // SAFETY: `qp` is a QP of this library the program has not destroyed; `attr` is valid for reading (this function's contract).
+    let (q, a) = unsafe { (qp_of(qp), &*attr) };
+    let mask = QpAttrMask(mask);
+    let qa = match qp_attr_from(a, mask) {
+        Ok(x) => x,
+        Err(e) => return e,
+    };
+    match q.qp.modify(&qa, mask) {
+        Ok(()) => {
+            // SAFETY: `qp` is a live QP of this library (checked by qp_of's contract above).
+            unsafe { publish_state(qp, q.qp.query().qp_state) };
+            0
+        }
+        Err(e) => {
+            log::debug!("ibv_modify_qp({:#x}): {e}", q.qp.qp_num());
+            errno_of(&e)
+        }
+    }
+}
+
+/// `ibv_query_qp`: every attribute, whatever the mask.
+///
+/// # Safety
+/// `qp` is live; `attr` and `init_attr` are valid for writing.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_query_qp(
+    qp: *mut ibv_qp,
+    attr: *mut ibv_qp_attr,
+    attr_mask: c_int,
+    init_attr: *mut ibv_qp_init_attr,
+) -> c_int {
+    let _ = attr_mask;
+    if qp.is_null() || attr.is_null() || init_attr.is_null() {
+        return libc::EINVAL;
+    }
+    // SAFETY: `qp` is a QP of this library the program has not destroyed.
+    let q = unsafe { qp_of(qp) };
+    let a = q.qp.query();
+    // SAFETY: `qp` is a live QP of this library (as for qp_of above).
+    unsafe { publish_state(qp, a.qp_state) };
+    let cap = ibv_qp_cap {
+        max_send_wr: a.cap.max_send_wr,
+        max_recv_wr: a.cap.max_recv_wr,
+        max_send_sge: a.cap.max_send_sge,
+        max_recv_sge: a.cap.max_recv_sge,
+        max_inline_data: a.cap.max_inline_data,
+    };
+    let out = ibv_qp_attr {
+        qp_state: a.qp_state as c_int,
+        cur_qp_state: a.qp_state as c_int,
+        path_mtu: a.path_mtu as c_int,
+        path_mig_state: 0, // IBV_MIG_MIGRATED: no automatic path migration
+        qkey: a.qkey,
+        rq_psn: a.rq_psn,
+        sq_psn: a.sq_psn,
+        dest_qp_num: a.dest_qp_num,
+        qp_access_flags: a.qp_access_flags.0,
+        cap,
+        ah_attr: a.ah_attr.as_ref().map(ah_attr_to).unwrap_or_default(),
+        alt_ah_attr: ibv_ah_attr::default(),
+        pkey_index: a.pkey_index,
+        alt_pkey_index: 0,
+        en_sqd_async_notify: u8::from(a.en_sqd_async_notify),
+        sq_draining: u8::from(a.sq_draining),
+        max_rd_atomic: a.max_rd_atomic,
+        max_dest_rd_atomic: a.max_dest_rd_atomic,
+        min_rnr_timer: a.min_rnr_timer,
+        port_num: a.port_num.max(1),
+        timeout: a.timeout,
+        retry_cnt: a.retry_cnt,
+        rnr_retry: a.rnr_retry,
+        alt_port_num: 0,
+        alt_timeout: 0,
+        rate_limit: 0,
+    };
+    // SAFETY: both out-pointers are valid for writing (this function's contract); the QP's context, CQ, SRQ and type fields are written only at creation.
+    unsafe {
+        attr.write(out);
+        init_attr.write(ibv_qp_init_attr {
+            qp_context: (*qp).qp_context,
+            send_cq: (*qp).send_cq,
+            recv_cq: (*qp).recv_cq,
+            srq: (*qp).srq,
+            cap,
+            qp_type: (*qp).qp_type,
+            sq_sig_all: q.sq_sig_all,
+        });
+    }
+    0
+}
+
+/// `ibv_destroy_qp`: outstanding work is dropped with the QP, as verbs does.
+///
+/// # Safety
+/// `qp` is live and not used again.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
+    if qp.is_null() {
+        return libc::EINVAL;
+    }
+    // SAFETY: `qp` is a QP of this library the program has not destroyed; its `context` and `qp_num` are written only at creation, and the context outlives it.
+    let (q, c, qpn) = unsafe { (qp_of(qp), ctx_of((*qp).context), (*qp).qp_num) };
+    // Out of the table first: no async event can be handed out for it after this.
+    c.qps.lock().remove(&qpn);
+    q.events.wait_all_acked();
+    // SAFETY: the QP is in no table and every event handed out for it has been acknowledged, so no thread holds it; the program gives it up with this call.
+    unsafe { Qp::free(qp.cast()) };
+    0
+}
