@@ -1,7 +1,6 @@
 //! Completion channels: `ibv_create_comp_channel`, `ibv_destroy_comp_channel`.
 
 use core::ffi::c_int;
-use std::sync::atomic::Ordering;
 
 use crate::abi::*;
 use crate::device::ctx_of;
@@ -22,17 +21,14 @@ pub unsafe extern "C" fn ibv_create_comp_channel(
     // SAFETY: `context` came from this library's ibv_open_device and is not closed (verbs forbids using a closed context), so it is the context of a live Ctx.
     let c = unsafe { ctx_of(context) };
     match c.ctx.create_comp_channel() {
-        Ok(ch) => {
-            c.children.fetch_add(1, Ordering::SeqCst);
-            Channel::into_raw(
-                ibv_comp_channel {
-                    context,
-                    fd: ch.fd(),
-                    refcnt: 0,
-                },
-                ChannelInner { ch },
-            )
-        }
+        Ok(ch) => Channel::into_raw(
+            ibv_comp_channel {
+                context,
+                fd: ch.fd(),
+                refcnt: 0,
+            },
+            ChannelInner { ch },
+        ),
         Err(e) => fail(errno_of(&e)),
     }
 }
@@ -51,10 +47,6 @@ pub unsafe extern "C" fn ibv_destroy_comp_channel(channel: *mut ibv_comp_channel
     if ch.ch.in_use() {
         return libc::EBUSY;
     }
-    // SAFETY: a live channel's `context` is written only at creation, and outlives it.
-    unsafe { ctx_of((*channel).context) }
-        .children
-        .fetch_sub(1, Ordering::SeqCst);
     // SAFETY: no CQ uses the channel (checked above), so nothing of ferroce refers to it, and the program gives up `channel` with this call.
     unsafe { Channel::free(channel) };
     0

@@ -2,7 +2,6 @@
 //! events of `ibv_get_cq_event`/`ibv_ack_cq_events`.
 
 use core::ffi::{c_int, c_uint, c_void};
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use crate::abi::*;
@@ -62,7 +61,6 @@ pub(crate) unsafe fn create_cq(
                 },
             );
             c.cqs.lock().insert(handle, p as usize);
-            c.children.fetch_add(1, Ordering::SeqCst);
             p.cast()
         }
         Err(e) => fail(errno_of(&e)),
@@ -93,7 +91,6 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
     c.cqs.lock().remove(&handle);
     q.comp_events.wait_all_acked();
     q.async_events.wait_all_acked();
-    c.children.fetch_sub(1, Ordering::SeqCst);
     // SAFETY: the CQ is in no table, no QP uses it, every event handed out for it has been acknowledged (so no thread holds it from an event), and the program gives it up here.
     unsafe { Cq::free(cq.cast()) };
     0

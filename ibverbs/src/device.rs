@@ -3,7 +3,6 @@
 
 use core::ffi::{c_char, c_int, c_void};
 use std::collections::HashMap;
-use std::net::{IpAddr, Ipv4Addr};
 use std::sync::OnceLock;
 
 use ferroce::transport::Mtu;
@@ -23,8 +22,9 @@ pub struct Dev {
     /// `verbs_device.ops`: NULL (no rdma-core provider drives this device).
     pub verbs_ops: *const c_void,
     _verbs_rest: [u64; 6],
-    /// The local address the device binds.
-    pub addr: IpAddr,
+    /// The provider's device (its address, interface and MTU), as [`ferroce::device_list`]
+    /// lists it.
+    pub device: ferroce::Device,
     /// Its index in the device list (`ibv_get_device_index`).
     pub index: u32,
 }
@@ -47,42 +47,13 @@ fn fill(dst: &mut [c_char], s: &str) {
     }
 }
 
-/// The addresses to expose: `FERROCE_DEVICES`, else the host's non-loopback addresses, else
-/// 127.0.0.1.
-pub fn configured_addrs() -> Vec<IpAddr> {
-    if let Ok(list) = std::env::var("FERROCE_DEVICES") {
-        return list
-            .split(',')
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .filter_map(|s| match s.parse() {
-                Ok(a) => Some(a),
-                Err(_) => {
-                    log::warn!("FERROCE_DEVICES: {s:?} is not an IP address; skipped");
-                    None
-                }
-            })
-            .collect();
-    }
-    let mut v: Vec<IpAddr> = ferroce::devices()
-        .unwrap_or_default()
-        .into_iter()
-        .map(|d| d.addr)
-        .filter(|a| !a.is_loopback())
-        .collect();
-    if v.is_empty() {
-        v.push(IpAddr::V4(Ipv4Addr::LOCALHOST));
-    }
-    v
-}
-
 fn all() -> &'static [DevPtr] {
     static DEVS: OnceLock<Vec<DevPtr>> = OnceLock::new();
     DEVS.get_or_init(|| {
-        configured_addrs()
+        ferroce::device_list()
             .into_iter()
             .enumerate()
-            .map(|(i, addr)| {
+            .map(|(i, device)| {
                 let mut ibv = ibv_device {
                     _ops: _ibv_device_ops {
                         _dummy1: None,
@@ -95,7 +66,7 @@ fn all() -> &'static [DevPtr] {
                     dev_path: [0; 256],
                     ibdev_path: [0; 256],
                 };
-                let name = format!("ferroce{i}");
+                let name = device.name.clone();
                 fill(&mut ibv.name, &name);
                 fill(&mut ibv.dev_name, &format!("uverbs-{name}"));
                 fill(
@@ -110,7 +81,7 @@ fn all() -> &'static [DevPtr] {
                     ibv,
                     verbs_ops: core::ptr::null(),
                     _verbs_rest: [0; 6],
-                    addr,
+                    device,
                     index: i as u32,
                 })))
             })
@@ -174,22 +145,12 @@ pub extern "C" fn ibv_get_device_index(device: *mut ibv_device) -> c_int {
     dev_of(device).map_or(-1, |d| d.index as c_int)
 }
 
-/// The node GUID of a device at `addr` (as the provider's `query_device`).
-fn guid(addr: IpAddr) -> u64 {
-    let o = match addr {
-        IpAddr::V4(v) => v.octets(),
-        IpAddr::V6(v) => {
-            let s = v.octets();
-            [s[12], s[13], s[14], s[15]]
-        }
-    };
-    u64::from_be_bytes([0x02, 0x00, 0x5e, 0xff, o[0], o[1], o[2], o[3]])
-}
-
 /// `ibv_get_device_guid` (big-endian, `__be64`).
 #[unsafe(no_mangle)]
 pub extern "C" fn ibv_get_device_guid(device: *mut ibv_device) -> u64 {
-    dev_of(device).map_or(0, |d| u64::from_ne_bytes(guid(d.addr).to_be_bytes()))
+    dev_of(device).map_or(0, |d| {
+        u64::from_ne_bytes(d.device.node_guid().to_be_bytes())
+    })
 }
 
 /// An open device: the `verbs_context` (with the `ibv_context` the program holds at its end),
@@ -210,8 +171,6 @@ pub struct Ctx {
     pub qps: Mutex<HashMap<u32, usize>>,
     /// SRQ number → `*mut objects::Srq` (for async events).
     pub srqs: Mutex<HashMap<u32, usize>>,
-    /// Live PDs, CQs and completion channels (everything else lives under a PD).
-    pub children: std::sync::atomic::AtomicUsize,
 }
 
 /// The `Ctx` of an `ibv_context` pointer handed out by [`ibv_open_device`].
@@ -236,11 +195,11 @@ pub extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_context {
     let Some(dev) = dev_of(device) else {
         return core::ptr::null_mut();
     };
-    let opened = ferroce::Device::for_addr(dev.addr).and_then(|d| d.open());
+    let opened = dev.device.open();
     let ctx = match opened {
         Ok(c) => c,
         Err(e) => {
-            log::warn!("ibv_open_device({}): {e}", dev.addr);
+            log::warn!("ibv_open_device({}): {e}", dev.device.addr);
             set_errno(errno_of(&e));
             return core::ptr::null_mut();
         }
@@ -274,7 +233,6 @@ pub extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_context {
             cqs: Mutex::new(HashMap::new()),
             qps: Mutex::new(HashMap::new()),
             srqs: Mutex::new(HashMap::new()),
-            children: std::sync::atomic::AtomicUsize::new(0),
         },
     );
     // SAFETY: p is the box just leaked, valid until ibv_close_device frees it; the pointer is derived by raw projection (no reference), so it keeps the whole box's provenance, which box_of relies on to get back to it.
@@ -292,14 +250,13 @@ pub unsafe extern "C" fn ibv_close_device(context: *mut ibv_context) -> c_int {
     }
     // SAFETY: the caller's context is live and ours (this function's contract).
     let c = unsafe { ctx_of(context) };
-    let live = c.children.load(std::sync::atomic::Ordering::SeqCst);
-    if live > 0 {
+    if c.ctx.in_use() {
         // verbs lets a program close a context whose resources it did not release (they
         // leak). Those objects point at the context, so it stays allocated (and its port
         // bound) for the rest of the process rather than dangling under them.
         log::warn!(
-            "ibv_close_device({}): {live} PDs/CQs/channels still live; the context stays until exit",
-            c.dev.addr
+            "ibv_close_device({}): PDs, CQs or channels still live; the context stays until exit",
+            c.dev.device.addr
         );
         return 0;
     }

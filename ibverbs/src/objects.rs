@@ -63,8 +63,6 @@ pub type Qp = Obj<ibv_qp_ex, QpInner>;
 pub struct QpInner {
     /// The ferroce QP.
     pub qp: ferroce::QueuePair,
-    /// `sq_sig_all` as created (for `ibv_query_qp`).
-    pub sq_sig_all: c_int,
     /// Created with `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS` (the `ibv_wr_*` API is on).
     pub ex: bool,
     /// The `ibv_wr_*` batch between `ibv_wr_start` and `ibv_wr_complete`.

@@ -1,7 +1,6 @@
 //! Protection domains: `ibv_alloc_pd`, `ibv_dealloc_pd`.
 
 use core::ffi::c_int;
-use std::sync::atomic::Ordering;
 
 use crate::abi::*;
 use crate::device::ctx_of;
@@ -19,7 +18,6 @@ pub unsafe extern "C" fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd 
     // SAFETY: `context` came from this library's ibv_open_device and is not closed (verbs forbids using a closed context), so it is the context of a live Ctx.
     let c = unsafe { ctx_of(context) };
     let pd = c.ctx.alloc_pd();
-    c.children.fetch_add(1, Ordering::SeqCst);
     Pd::into_raw(
         ibv_pd {
             context,
@@ -43,10 +41,6 @@ pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
     if p.pd.in_use() {
         return libc::EBUSY;
     }
-    // SAFETY: the live PD's `context` is written only at creation; its context outlives it (closing a context with live PDs keeps it allocated).
-    unsafe { ctx_of((*pd).context) }
-        .children
-        .fetch_sub(1, Ordering::SeqCst);
     // SAFETY: nothing of ferroce refers to the PD any more (no child: checked above), and the program gives up `pd` with this call.
     unsafe { Pd::free(pd) };
     0

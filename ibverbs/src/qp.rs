@@ -89,7 +89,6 @@ unsafe fn create_qp(pd: *mut ibv_pd, a: &mut ibv_qp_init_attr, ex: bool) -> *mut
         }),
         QpInner {
             qp,
-            sq_sig_all,
             ex,
             batch: parking_lot::Mutex::new(crate::wr::Batch::default()),
             events: EventAcks::default(),
@@ -283,7 +282,7 @@ pub unsafe extern "C" fn ibv_query_qp(
             srq: (*qp).srq,
             cap,
             qp_type: (*qp).qp_type,
-            sq_sig_all: q.sq_sig_all,
+            sq_sig_all: c_int::from(q.qp.sq_sig_all()),
         });
     }
     0

@@ -1,7 +1,7 @@
 //! The device context (`ibv_context`), protection domains (`ibv_pd`), memory regions
 //! (`ibv_mr`) and address handles (`ibv_ah`).
 
-use std::net::{IpAddr, Ipv6Addr};
+use std::net::Ipv6Addr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
@@ -225,6 +225,12 @@ impl Context {
         self.inner.next_handle.fetch_add(1, Ordering::Relaxed)
     }
 
+    /// Whether PDs, CQs or completion channels (or other clones of this handle) still hold the
+    /// context: what a verbs program must release before `ibv_close_device`.
+    pub fn in_use(&self) -> bool {
+        Arc::strong_count(&self.inner) > 1
+    }
+
     /// The socket address the context's device is bound to (its address, port 4791 unless
     /// opened otherwise).
     pub fn local_addr(&self) -> std::net::SocketAddr {
@@ -243,7 +249,7 @@ impl Context {
 
     /// `ibv_query_device`.
     pub fn query_device(&self) -> DeviceAttr {
-        let guid = guid_of(self.inner.device.addr);
+        let guid = self.inner.device.node_guid();
         DeviceAttr {
             fw_ver: env!("CARGO_PKG_VERSION"),
             node_guid: guid,
@@ -293,7 +299,7 @@ impl Context {
     pub fn query_gid(&self, index: u32) -> Result<Ipv6Addr> {
         match index {
             0 => {
-                let g = guid_of(self.inner.device.addr).to_be_bytes();
+                let g = self.inner.device.node_guid().to_be_bytes();
                 let mut b = [0u8; 16];
                 b[0] = 0xfe;
                 b[1] = 0x80;
@@ -382,17 +388,6 @@ impl Context {
         let st = self.shared.engine.lock();
         (*st.ep.counters(), self.shared.counters(&st))
     }
-}
-
-fn guid_of(addr: IpAddr) -> u64 {
-    let o = match addr {
-        IpAddr::V4(v) => v.octets(),
-        IpAddr::V6(v) => {
-            let s = v.octets();
-            [s[12], s[13], s[14], s[15]]
-        }
-    };
-    u64::from_be_bytes([0x02, 0x00, 0x5e, 0xff, o[0], o[1], o[2], o[3]])
 }
 
 pub(crate) struct PdInner {

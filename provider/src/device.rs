@@ -44,6 +44,56 @@ pub fn devices() -> Result<Vec<Device>> {
         .collect())
 }
 
+/// The devices verbs lists (`ibv_get_device_list`), named `ferroce0`, `ferroce1`, ... in this
+/// order: the addresses in `FERROCE_DEVICES` (comma-separated) if set, else every non-loopback
+/// address of the host, else 127.0.0.1. An address of `FERROCE_DEVICES` that no interface
+/// carries is listed anyway (opening it fails with [`Error::NoDevice`]) and logged.
+pub fn device_list() -> Vec<Device> {
+    let addrs: Vec<IpAddr> = match std::env::var("FERROCE_DEVICES") {
+        Ok(list) => list
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .filter_map(|s| match s.parse() {
+                Ok(a) => Some(a),
+                Err(_) => {
+                    log::warn!("FERROCE_DEVICES: {s:?} is not an IP address; skipped");
+                    None
+                }
+            })
+            .collect(),
+        Err(_) => {
+            let mut v: Vec<IpAddr> = devices()
+                .unwrap_or_default()
+                .into_iter()
+                .map(|d| d.addr)
+                .filter(|a| !a.is_loopback())
+                .collect();
+            if v.is_empty() {
+                v.push(IpAddr::V4(std::net::Ipv4Addr::LOCALHOST));
+            }
+            v
+        }
+    };
+    addrs
+        .into_iter()
+        .enumerate()
+        .map(|(i, addr)| {
+            let mut d = Device::for_addr(addr).unwrap_or_else(|e| {
+                log::warn!("FERROCE_DEVICES: {addr}: {e}; listed, but it cannot be opened");
+                Device {
+                    name: String::new(),
+                    addr,
+                    ifname: String::new(),
+                    ip_mtu: 1500,
+                }
+            });
+            d.name = format!("ferroce{i}");
+            d
+        })
+        .collect()
+}
+
 fn interface_mtu(ifname: &str) -> u32 {
     std::fs::read_to_string(format!("/sys/class/net/{ifname}/mtu"))
         .ok()
@@ -91,6 +141,19 @@ impl Device {
     /// The port's active MTU: the largest IB MTU whose packets fit the interface MTU.
     pub fn active_mtu(&self) -> Mtu {
         Mtu::for_ip_mtu(self.ip_mtu).unwrap_or(Mtu::Mtu256)
+    }
+
+    /// The node GUID (`ibv_query_device`'s `node_guid`, host order): the OUI 02:00:5e, then
+    /// 0xff and the last four bytes of the address, unique per address on a host.
+    pub fn node_guid(&self) -> u64 {
+        let o = match self.addr {
+            IpAddr::V4(v) => v.octets(),
+            IpAddr::V6(v) => {
+                let s = v.octets();
+                [s[12], s[13], s[14], s[15]]
+            }
+        };
+        u64::from_be_bytes([0x02, 0x00, 0x5e, 0xff, o[0], o[1], o[2], o[3]])
     }
 
     /// The device's GID as verbs shows it: `::ffff:a.b.c.d` for IPv4 (rxe's GID index 1).

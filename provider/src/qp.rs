@@ -28,6 +28,7 @@ pub struct QpInitAttr<'a> {
 struct QpInner {
     qpn: u32,
     qp_type: QpType,
+    sq_sig_all: bool,
     pd: ProtectionDomain,
     _cqs: (CompletionQueue, CompletionQueue),
     _srq: Option<SharedReceiveQueue>,
@@ -222,6 +223,7 @@ impl ProtectionDomain {
             inner: Arc::new(QpInner {
                 qpn,
                 qp_type: init.qp_type,
+                sq_sig_all: init.sq_sig_all,
                 pd: self.clone(),
                 _cqs: (init.send_cq.clone(), init.recv_cq.clone()),
                 _srq: init.srq.cloned(),
@@ -254,6 +256,11 @@ impl QueuePair {
     /// `qp_num`.
     pub fn qp_num(&self) -> u32 {
         self.inner.qpn
+    }
+
+    /// `sq_sig_all` as created (`ibv_query_qp`'s `init_attr`).
+    pub fn sq_sig_all(&self) -> bool {
+        self.inner.sq_sig_all
     }
 
     /// `qp_type`.

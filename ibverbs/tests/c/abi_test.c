@@ -277,6 +277,8 @@ int main(void)
 	struct ibv_device_attr da;
 	CHECK(ibv_query_device(a.ctx, &da) == 0 && da.max_qp > 0 && da.phys_port_cnt == 1 &&
 		      da.atomic_cap == IBV_ATOMIC_HCA, "query_device");
+	CHECK(da.node_guid == ibv_get_device_guid(a.ctx->device) && da.node_guid != 0,
+	      "node_guid is the device's GUID");
 	struct ibv_device_attr_ex dx;
 	CHECK(ibv_query_device_ex(a.ctx, NULL, &dx) == 0 && dx.orig_attr.max_qp == da.max_qp,
 	      "query_device_ex");
@@ -300,7 +302,17 @@ int main(void)
 	struct ibv_qp_init_attr qia;
 	CHECK(ibv_query_qp(a.qp, &qa, IBV_QP_STATE, &qia) == 0 && qa.qp_state == IBV_QPS_RTS &&
 		      qa.dest_qp_num == b.qp->qp_num && qa.path_mtu == IBV_MTU_1024 &&
-		      qa.retry_cnt == 7 && qia.send_cq == a.cq, "query_qp");
+		      qa.retry_cnt == 7 && qia.send_cq == a.cq && qia.sq_sig_all == 0, "query_qp");
+	{
+		struct ibv_qp_init_attr sa = {
+			.send_cq = a.cq, .recv_cq = a.cq, .qp_type = IBV_QPT_RC, .sq_sig_all = 1,
+			.cap = { .max_send_wr = 1, .max_recv_wr = 1, .max_send_sge = 1, .max_recv_sge = 1 },
+		};
+		struct ibv_qp *sq = ibv_create_qp(a.pd, &sa);
+		CHECK(sq && ibv_query_qp(sq, &qa, IBV_QP_STATE, &qia) == 0 && qia.sq_sig_all == 1,
+		      "query_qp reports sq_sig_all as created");
+		CHECK(ibv_destroy_qp(sq) == 0, "destroy sq_sig_all QP");
+	}
 
 	/* RDMA WRITE 64 KiB a -> b, then READ it back into another part of a. */
 	for (int i = 0; i < 65536; i++)
