@@ -72,11 +72,19 @@ pub unsafe extern "C" fn ibv_init_ah_from_wc(
         set_errno(libc::EINVAL);
         return -1;
     }
-    // SAFETY: grh points at the 40 bytes at the start of the receive buffer.
-    let bytes = unsafe { &*grh.cast::<[u8; 40]>() };
-    // SAFETY: ah_attr is valid for writing.
-    unsafe { ah_attr.write(ah_attr_from_grh(bytes)) };
-    0
+    // SAFETY: grh points at the 40 readable bytes at the start of the receive buffer (this function's contract); they are copied out, no reference is kept.
+    let bytes = unsafe { grh.cast::<[u8; 40]>().read_unaligned() };
+    match ah_attr_from_grh(&bytes) {
+        Ok(a) => {
+            // SAFETY: ah_attr is valid for writing (this function's contract).
+            unsafe { ah_attr.write(a) };
+            0
+        }
+        Err(e) => {
+            set_errno(e);
+            e
+        }
+    }
 }
 
 /// `ibv_create_ah_from_wc`.

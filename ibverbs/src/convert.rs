@@ -95,18 +95,17 @@ pub(crate) fn qp_attr_from(a: &ibv_qp_attr, mask: QpAttrMask) -> Result<QpAttr, 
 /// The source of a UD receive, from the 40-byte GRH area verbs puts first in the buffer: for
 /// RoCEv2 over IPv4 its last 20 bytes are the IPv4 header, otherwise it is an IPv6 header
 /// (the same layout as a GRH).
-pub(crate) fn ah_attr_from_grh(grh: &[u8; 40]) -> ibv_ah_attr {
-    let v4 = &grh[20..40];
-    let (src, tclass, hop) = if v4[0] >> 4 == 4 {
-        let s = std::net::Ipv4Addr::new(v4[12], v4[13], v4[14], v4[15]);
-        (s.to_ipv6_mapped().octets(), v4[1], v4[8])
-    } else {
-        let mut s = [0u8; 16];
-        s.copy_from_slice(&grh[8..24]);
-        let vtf = u32::from_be_bytes([grh[0], grh[1], grh[2], grh[3]]);
-        (s, ((vtf >> 20) & 0xff) as u8, grh[7])
+pub(crate) fn ah_attr_from_grh(grh: &[u8; 40]) -> Result<ibv_ah_attr, c_int> {
+    let p = ferroce::wire::GrhPacket::new_checked(&grh[..]).map_err(|e| {
+        log::debug!("ibv_init_ah_from_wc: the GRH area holds no IP header: {e}");
+        libc::EINVAL
+    })?;
+    let src = match p.src() {
+        IpAddr::V4(v) => v.to_ipv6_mapped().octets(),
+        IpAddr::V6(v) => v.octets(),
     };
-    ibv_ah_attr {
+    let (tclass, hop) = (p.traffic_class(), p.hop_limit());
+    Ok(ibv_ah_attr {
         grh: ibv_global_route {
             dgid: ibv_gid { raw: src },
             flow_label: 0,
@@ -117,5 +116,5 @@ pub(crate) fn ah_attr_from_grh(grh: &[u8; 40]) -> ibv_ah_attr {
         is_global: 1,
         port_num: 1,
         ..ibv_ah_attr::default()
-    }
+    })
 }

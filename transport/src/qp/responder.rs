@@ -16,7 +16,8 @@ use crate::memory::{self, AtomicOp, MemError, Memory, ScatterError};
 use crate::verbs::{AccessFlags, QpState, QpType, RecvWr, WcFlags, WcOpcode, WcStatus};
 
 /// Bytes of GRH space at the start of a UD receive buffer (verbs' `struct ibv_grh`).
-pub const GRH_LEN: usize = 40;
+pub use ferroce_wire::GRH_LEN;
+use ferroce_wire::GrhRepr;
 
 /// The longest message the responder accepts (the device's `max_msg_sz`): a SEND, WRITE or
 /// READ longer than this is answered with NAK invalid request (IBTA C9-96: "length error" is
@@ -935,39 +936,21 @@ impl Qp {
 
 static ZERO_PAYLOAD: [u8; 4096] = [0; 4096];
 
-/// The 40 bytes verbs puts before a UD payload: a GRH whose last 20 bytes are the IPv4 header
-/// for RoCEv2 over IPv4 (rxe's layout), or the whole IPv6 header.
+/// The 40 bytes verbs puts before a UD payload (the wire crate's GRH area): the IPv4 header
+/// for RoCEv2 over IPv4 (rxe's layout), or the IPv6 header; TTL/hop limit 64 and traffic
+/// class 0, as the runtime sends.
 fn grh_bytes(src: IpAddr, dst: IpAddr, payload_len: usize) -> [u8; GRH_LEN] {
+    // UDP header, BTH, DETH, payload, ICRC.
+    let next_len = 8 + 12 + 8 + payload_len + 4;
     let mut g = [0u8; GRH_LEN];
-    match (src, dst) {
-        (IpAddr::V4(s), IpAddr::V4(d)) => {
-            let ip = &mut g[20..];
-            ip[0] = 0x45;
-            let tot = (20 + 8 + 12 + 8 + payload_len + 4) as u16;
-            ip[2..4].copy_from_slice(&tot.to_be_bytes());
-            ip[6] = 0x40;
-            ip[8] = 64;
-            ip[9] = 17;
-            ip[12..16].copy_from_slice(&s.octets());
-            ip[16..20].copy_from_slice(&d.octets());
-        }
-        (s, d) => {
-            let s6 = match s {
-                IpAddr::V4(v) => v.to_ipv6_mapped(),
-                IpAddr::V6(v) => v,
-            };
-            let d6 = match d {
-                IpAddr::V4(v) => v.to_ipv6_mapped(),
-                IpAddr::V6(v) => v,
-            };
-            g[0] = 0x60;
-            let plen = (8 + 12 + 8 + payload_len + 4) as u16;
-            g[4..6].copy_from_slice(&plen.to_be_bytes());
-            g[6] = 17;
-            g[7] = 64;
-            g[8..24].copy_from_slice(&s6.octets());
-            g[24..40].copy_from_slice(&d6.octets());
-        }
+    GrhRepr {
+        src,
+        dst,
+        traffic_class: 0,
+        hop_limit: 64,
+        flow_label: 0,
+        next_len: u16::try_from(next_len).unwrap_or(u16::MAX),
     }
+    .emit(&mut g);
     g
 }
