@@ -5,9 +5,63 @@
 
 use ferroce_wire::{AckType, NakCode, Opcode, PacketRepr, Psn, timer};
 
+use super::timers::Timer;
 use super::{Ctx, Qp};
 use crate::memory::{self, Memory, ScatterError};
 use crate::verbs::{QpState, WcStatus, WrOpcode};
+
+/// The completer's state: the oldest unacknowledged PSN and the retry budgets. Only this file
+/// changes it; the rest of the QP asks through the methods.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Completer {
+    /// The oldest PSN not yet acknowledged (`comp_psn`).
+    psn: Psn,
+    /// Retries left of `retry_cnt`.
+    retry_left: u8,
+    /// Retries left of `rnr_retry` (7 = infinite).
+    rnr_left: u8,
+    /// A go-back-N for a READ response gap or an implied NAK happened and nothing has been
+    /// acknowledged since: further such signals are echoes of the same loss.
+    read_gap_rewound: bool,
+    /// The PSN of the last sequence NAK acted on.
+    last_seq_nak: Option<Psn>,
+}
+
+impl Default for Completer {
+    fn default() -> Completer {
+        Completer {
+            psn: Psn::new(0),
+            retry_left: 0,
+            rnr_left: 0,
+            read_gap_rewound: false,
+            last_seq_nak: None,
+        }
+    }
+}
+
+impl Completer {
+    /// RTR → RTS: nothing is outstanding before `sq_psn`; full retry budgets.
+    pub(crate) fn start(&mut self, sq_psn: Psn, retry_cnt: u8, rnr_retry: u8) {
+        self.psn = sq_psn;
+        self.retry_left = retry_cnt;
+        self.rnr_left = rnr_retry;
+    }
+
+    /// The oldest unacknowledged PSN.
+    pub(crate) fn psn(&self) -> Psn {
+        self.psn
+    }
+
+    /// `modify_qp` with `IBV_QP_RETRY_CNT`: a fresh budget.
+    pub(crate) fn set_retry_cnt(&mut self, n: u8) {
+        self.retry_left = n;
+    }
+
+    /// `modify_qp` with `IBV_QP_RNR_RETRY`: a fresh budget.
+    pub(crate) fn set_rnr_retry(&mut self, n: u8) {
+        self.rnr_left = n;
+    }
+}
 
 impl Qp {
     /// Handles an ACK, NAK, READ response or ATOMIC ACK addressed to this QP.
@@ -22,7 +76,7 @@ impl Qp {
         let psn = pkt.bth.psn;
         // A response for a PSN never sent is a ghost; one older than the oldest outstanding
         // PSN is stale. Both are ignored.
-        if !psn.is_before(self.next_psn) {
+        if !psn.is_before(self.req.next_psn()) {
             ctx.counters.ghost_responses += 1;
             return;
         }
@@ -70,12 +124,12 @@ impl Qp {
             }
             if w.last_psn.is_before(psn) || w.last_psn == psn {
                 w.status = Some(WcStatus::Success);
-                self.comp_psn = w.last_psn + 1;
+                self.comp.psn = w.last_psn + 1;
                 progress = true;
             } else {
                 // Part of a long message is acknowledged.
-                if self.comp_psn.is_before(psn + 1) {
-                    self.comp_psn = psn + 1;
+                if self.comp.psn.is_before(psn + 1) {
+                    self.comp.psn = psn + 1;
                     progress = true;
                 }
                 break;
@@ -88,37 +142,37 @@ impl Qp {
     }
 
     fn on_progress<M: Memory + ?Sized>(&mut self, ctx: &mut Ctx<'_, M>) {
-        self.retry_left = self.attr.retry_cnt;
-        self.rnr_left = self.attr.rnr_retry;
-        self.read_gap_rewound = false;
-        if self.comp_psn == self.next_psn
+        self.comp.retry_left = self.attr.retry_cnt;
+        self.comp.rnr_left = self.attr.rnr_retry;
+        self.comp.read_gap_rewound = false;
+        if self.comp.psn == self.req.next_psn()
             && self.sq.iter().all(|w| !w.started || w.status.is_some())
         {
-            self.retrans_at = None;
+            self.timers.stop(Timer::Retransmit);
         } else {
             self.arm_retrans(ctx.now);
         }
     }
 
     fn on_ack<M: Memory + ?Sized>(&mut self, ctx: &mut Ctx<'_, M>, psn: Psn) {
-        if psn.is_before(self.comp_psn.wrapping_sub(1)) {
+        if psn.is_before(self.comp.psn.wrapping_sub(1)) {
             return; // stale
         }
         // An ACK past an unanswered READ/atomic is an implied NAK; after one go-back-N, more
         // of them (re-ACKs of the resent requests) are no news until progress is made.
-        if self.ack_through(ctx, psn) && !self.read_gap_rewound {
+        if self.ack_through(ctx, psn) && !self.comp.read_gap_rewound {
             ctx.counters.implied_naks += 1;
             self.retry(ctx);
-            self.read_gap_rewound = true;
+            self.comp.read_gap_rewound = true;
         }
     }
 
     fn on_nak<M: Memory + ?Sized>(&mut self, ctx: &mut Ctx<'_, M>, psn: Psn, code: NakCode) {
-        if psn.is_before(self.comp_psn) {
+        if psn.is_before(self.comp.psn) {
             return; // stale
         }
         // Everything before the NAKed PSN was received.
-        let implied = if psn == self.comp_psn {
+        let implied = if psn == self.comp.psn {
             false
         } else {
             self.ack_through(ctx, psn.wrapping_sub(1))
@@ -128,10 +182,12 @@ impl Qp {
                 ctx.counters.rcvd_seq_err += 1;
                 // A responder NAKs a given expected PSN once; the same NAK again is a duplicate
                 // (or overtaken), and during an RNR wait we go back to this PSN anyway.
-                if self.rnr_wait_until.is_some() || (self.last_seq_nak == Some(psn) && !implied) {
+                if self.timers.is_armed(Timer::RnrWait)
+                    || (self.comp.last_seq_nak == Some(psn) && !implied)
+                {
                     return;
                 }
-                self.last_seq_nak = Some(psn);
+                self.comp.last_seq_nak = Some(psn);
                 self.retry(ctx);
             }
             _ => {
@@ -149,39 +205,40 @@ impl Qp {
     }
 
     fn on_rnr_nak<M: Memory + ?Sized>(&mut self, ctx: &mut Ctx<'_, M>, psn: Psn, timer_index: u8) {
-        if psn.is_before(self.comp_psn) {
+        if psn.is_before(self.comp.psn) {
             return;
         }
         ctx.counters.rcvd_rnr_err += 1;
-        if psn != self.comp_psn {
+        if psn != self.comp.psn {
             self.ack_through(ctx, psn.wrapping_sub(1));
         }
-        if self.rnr_left == 0 {
+        if self.comp.rnr_left == 0 {
             ctx.counters.retry_rnr_exceeded_err += 1;
             let idx = self.sq.iter().position(|w| w.status.is_none()).unwrap_or(0);
             self.fail(ctx, idx, WcStatus::RnrRetryExcErr);
             return;
         }
         if self.attr.rnr_retry != 7 {
-            self.rnr_left -= 1;
+            self.comp.rnr_left -= 1;
         }
         // The RNR NAK answers the request we (re)sent: the responder is alive, so the timeouts
         // that retry_cnt counts start again (IBTA counts consecutive unanswered attempts).
-        self.retry_left = self.attr.retry_cnt;
-        self.retrans_at = None;
-        self.rnr_wait_until = Some(ctx.now + timer::rnr_timer(timer_index));
+        self.comp.retry_left = self.attr.retry_cnt;
+        self.timers.stop(Timer::Retransmit);
+        self.timers
+            .set(Timer::RnrWait, ctx.now + timer::rnr_timer(timer_index));
         self.rewind();
     }
 
     /// A lost packet, lost ACK or implied NAK: go back to `comp_psn`, or give up.
     pub(crate) fn retry<M: Memory + ?Sized>(&mut self, ctx: &mut Ctx<'_, M>) {
-        if self.retry_left == 0 {
+        if self.comp.retry_left == 0 {
             ctx.counters.retry_exceeded_err += 1;
             let idx = self.sq.iter().position(|w| w.status.is_none()).unwrap_or(0);
             self.fail(ctx, idx, WcStatus::RetryExcErr);
             return;
         }
-        self.retry_left -= 1;
+        self.comp.retry_left -= 1;
         ctx.counters.completer_retry_err += 1;
         self.rewind();
         self.arm_retrans(ctx.now);
@@ -190,12 +247,10 @@ impl Qp {
     /// The local ACK timeout or the RNR wait expired.
     pub(crate) fn handle_timeout<M: Memory + ?Sized>(&mut self, ctx: &mut Ctx<'_, M>) {
         let now = ctx.now;
-        if self.rnr_wait_until.is_some_and(|t| t <= now) {
-            self.rnr_wait_until = None;
+        if self.timers.expire(Timer::RnrWait, now) {
             self.arm_retrans(now);
         }
-        if self.retrans_at.is_some_and(|t| t <= now) {
-            self.retrans_at = None;
+        if self.timers.expire(Timer::Retransmit, now) {
             let outstanding = self.sq.iter().any(|w| w.started && w.status.is_none());
             if outstanding && matches!(self.state, QpState::Rts | QpState::Sqd) {
                 self.retry(ctx);
@@ -204,7 +259,7 @@ impl Qp {
     }
 
     fn on_atomic_ack<M: Memory + ?Sized>(&mut self, ctx: &mut Ctx<'_, M>, psn: Psn, orig: u64) {
-        if psn.is_before(self.comp_psn) {
+        if psn.is_before(self.comp.psn) {
             return; // duplicate
         }
         self.ack_through(ctx, psn.wrapping_sub(1));
@@ -221,7 +276,7 @@ impl Qp {
         match res {
             Ok(()) => {
                 self.sq[idx].status = Some(WcStatus::Success);
-                self.comp_psn = psn + 1;
+                self.comp.psn = psn + 1;
                 self.on_progress(ctx);
             }
             Err(_) => self.fail(ctx, idx, WcStatus::LocProtErr),
@@ -230,12 +285,12 @@ impl Qp {
 
     fn on_read_response<M: Memory + ?Sized>(&mut self, ctx: &mut Ctx<'_, M>, pkt: &PacketRepr<'_>) {
         let psn = pkt.bth.psn;
-        if psn.is_before(self.comp_psn) {
+        if psn.is_before(self.comp.psn) {
             ctx.counters.duplicate_responses += 1;
             return;
         }
         // A response implies every earlier request was received.
-        if psn != self.comp_psn {
+        if psn != self.comp.psn {
             self.ack_through(ctx, psn.wrapping_sub(1));
         }
         let Some(idx) = self.sq.iter().position(|w| w.status.is_none()) else {
@@ -250,14 +305,14 @@ impl Qp {
             ctx.counters.ghost_responses += 1;
             return;
         }
-        if psn != self.comp_psn {
+        if psn != self.comp.psn {
             // A response was lost: reissue the READ for the rest, once per gap.
             // Until the reissued READ's first response arrives (progress clears the flag),
             // gaps in older response streams are no news.
-            if !self.read_gap_rewound {
+            if !self.comp.read_gap_rewound {
                 ctx.counters.rcvd_seq_err += 1;
                 self.retry(ctx);
-                self.read_gap_rewound = true;
+                self.comp.read_gap_rewound = true;
             }
             return;
         }
@@ -290,7 +345,7 @@ impl Qp {
         }
         let w = &mut self.sq[idx];
         w.read_done += expect;
-        self.comp_psn = psn + 1;
+        self.comp.psn = psn + 1;
         if last {
             w.status = Some(WcStatus::Success);
         }

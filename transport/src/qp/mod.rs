@@ -5,6 +5,7 @@
 mod completer;
 mod requester;
 mod responder;
+mod timers;
 
 use std::collections::VecDeque;
 use std::net::IpAddr;
@@ -21,9 +22,12 @@ use crate::verbs::{
     WcFlags, WcOpcode, WcStatus, WorkCompletion,
 };
 
+use completer::Completer;
+use requester::Requester;
 pub(crate) use requester::Tx;
 pub use responder::GRH_LEN;
 use responder::Responder;
+use timers::{Timer, TimerTable};
 
 /// The most PSNs a requester sends past the oldest unacknowledged one (rxe's
 /// `RXE_MAX_UNACKED_PSNS`).
@@ -157,23 +161,12 @@ pub struct Qp {
     pub(crate) attr: QpAttr,
     pub(crate) sq: VecDeque<SendWqe>,
     pub(crate) rq: VecDeque<RecvWr>,
-    // Requester.
-    pub(crate) req_idx: usize,
-    pub(crate) req_off: u32,
-    pub(crate) next_psn: Psn,
-    pub(crate) noack_pkts: u32,
-    pub(crate) draining: bool,
-    // Completer.
-    pub(crate) comp_psn: Psn,
-    pub(crate) retry_left: u8,
-    pub(crate) rnr_left: u8,
-    pub(crate) retrans_at: Option<Instant>,
-    pub(crate) rnr_wait_until: Option<Instant>,
-    /// A go-back-N for a READ response gap or an implied NAK happened and nothing has been
-    /// acknowledged since: further such signals are echoes of the same loss.
-    pub(crate) read_gap_rewound: bool,
-    /// The PSN of the last sequence NAK acted on.
-    pub(crate) last_seq_nak: Option<Psn>,
+    /// The requester's part: what it sends next.
+    pub(crate) req: Requester,
+    /// The completer's part: what is acknowledged, the retry budgets.
+    pub(crate) comp: Completer,
+    /// The retransmission and RNR timers.
+    pub(crate) timers: TimerTable,
     // Responder.
     pub(crate) resp: Responder,
     /// Whether the endpoint has this QP in its transmit rotation.
@@ -233,18 +226,9 @@ impl Qp {
             },
             sq: VecDeque::new(),
             rq: VecDeque::new(),
-            req_idx: 0,
-            req_off: 0,
-            next_psn: Psn::new(0),
-            noack_pkts: 0,
-            draining: false,
-            comp_psn: Psn::new(0),
-            retry_left: 0,
-            rnr_left: 0,
-            retrans_at: None,
-            rnr_wait_until: None,
-            read_gap_rewound: false,
-            last_seq_nak: None,
+            req: Requester::default(),
+            comp: Completer::default(),
+            timers: TimerTable::default(),
             resp: Responder::default(),
             scheduled: false,
         }
@@ -265,7 +249,7 @@ impl Qp {
         QpAttr {
             qp_state: self.state,
             cur_qp_state: self.state,
-            sq_draining: self.draining,
+            sq_draining: self.req.draining(),
             cap: self.cap,
             ..self.attr
         }
@@ -293,7 +277,7 @@ impl Qp {
     ) -> Result<(), ModifyQpError> {
         let next = state::check_modify(self.service, self.state, attr, mask, limits)?;
         if self.state == QpState::Sqd
-            && self.draining
+            && self.req.draining()
             && next != QpState::Err
             && next != QpState::Reset
         {
@@ -310,13 +294,13 @@ impl Qp {
                 self.resp = Responder::new(Psn::new(self.attr.rq_psn));
             }
             QpState::Rts if from == QpState::Rtr => {
-                self.next_psn = Psn::new(self.attr.sq_psn);
-                self.comp_psn = self.next_psn;
-                self.retry_left = self.attr.retry_cnt;
-                self.rnr_left = self.attr.rnr_retry;
+                let sq_psn = Psn::new(self.attr.sq_psn);
+                self.req.start(sq_psn);
+                self.comp
+                    .start(sq_psn, self.attr.retry_cnt, self.attr.rnr_retry);
             }
             QpState::Sqd if from == QpState::Rts => {
-                self.draining = true;
+                self.req.start_draining();
             }
             QpState::Err if from != QpState::Err => {
                 self.state = QpState::Err;
@@ -378,11 +362,11 @@ impl Qp {
         }
         if set(QpAttrMask::RETRY_CNT) {
             a.retry_cnt = attr.retry_cnt;
-            self.retry_left = attr.retry_cnt;
+            self.comp.set_retry_cnt(attr.retry_cnt);
         }
         if set(QpAttrMask::RNR_RETRY) {
             a.rnr_retry = attr.rnr_retry;
-            self.rnr_left = attr.rnr_retry;
+            self.comp.set_rnr_retry(attr.rnr_retry);
         }
     }
 
@@ -527,10 +511,8 @@ impl Qp {
                 wc(self.qpn, w.wr.wr_id, status, w.wr.opcode.into(), 0),
             );
         }
-        self.req_idx = 0;
-        self.req_off = 0;
-        self.retrans_at = None;
-        self.rnr_wait_until = None;
+        self.req.restart();
+        self.timers.stop_all();
         if let Some(w) = self.resp.take_in_progress_recv() {
             self.complete_recv_flush(ctx, w.wr_id);
         }
@@ -569,12 +551,10 @@ impl Qp {
     pub(crate) fn retire_done<M: Memory + ?Sized>(&mut self, ctx: &mut Ctx<'_, M>) {
         while let Some(status) = self.sq.front().and_then(|w| w.status) {
             let Some(w) = self.sq.pop_front() else { break };
-            if self.req_idx == 0 {
-                // The requester was about to resend this WQE (after a rewind) when the ACK
-                // covering it arrived: resume the next one where the peer's ACKs leave it.
-                self.req_off = self.sq.front().map_or(0, |n| self.resume_offset(n));
-            }
-            self.req_idx = self.req_idx.saturating_sub(1);
+            // If the requester was about to resend this WQE (after a rewind) when the ACK
+            // covering it arrived, it resumes the next one where the peer's ACKs leave it.
+            let resume = self.sq.front().map_or(0, |n| self.resume_offset(n));
+            self.req.head_retired(|| resume);
             if w.signaled || status != WcStatus::Success {
                 self.report(
                     ctx,
@@ -595,14 +575,14 @@ impl Qp {
         if !w.started || w.wr.opcode.is_atomic() {
             return 0;
         }
-        let pkts = w.first_psn.distance_to(self.comp_psn).max(0) as u32;
+        let pkts = w.first_psn.distance_to(self.comp.psn()).max(0) as u32;
         pkts.saturating_mul(self.mtu()).min(w.len)
     }
 
     /// In SQD, raises `SqDrained` once nothing sent is unacknowledged.
     pub(crate) fn check_drained<M: Memory + ?Sized>(&mut self, ctx: &mut Ctx<'_, M>) {
-        if self.draining && self.sq.front().is_none_or(|w| !w.started) {
-            self.draining = false;
+        if self.req.draining() && self.sq.front().is_none_or(|w| !w.started) {
+            self.req.finish_draining();
             ctx.events
                 .push_back(AsyncEvent::SqDrained { qpn: self.qpn });
         }
@@ -610,15 +590,13 @@ impl Qp {
 
     /// The earliest deadline of this QP's timers.
     pub(crate) fn poll_timeout(&self) -> Option<Instant> {
-        match (self.retrans_at, self.rnr_wait_until) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        self.timers.next()
     }
 
     /// Whether the requester may have a packet to send or the responder a response.
     pub(crate) fn has_work(&self) -> bool {
-        self.resp.has_output() || (self.req_idx < self.sq.len() && self.rnr_wait_until.is_none())
+        self.resp.has_output()
+            || (self.req.has_pending(self.sq.len()) && !self.timers.is_armed(Timer::RnrWait))
     }
 }
 

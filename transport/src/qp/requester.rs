@@ -5,9 +5,10 @@
 use std::net::IpAddr;
 
 use ferroce_wire::{
-    AtomicEthRepr, BthRepr, DethRepr, ExtHeaders, ImmDtRepr, Opcode, PacketRepr, RethRepr,
+    AtomicEthRepr, BthRepr, DethRepr, ExtHeaders, ImmDtRepr, Opcode, PacketRepr, Psn, RethRepr,
 };
 
+use super::timers::Timer;
 use super::{Ctx, MAX_PKTS_PER_ACK, MAX_UNACKED_PSNS, Qp, READ_CHUNK_PKTS, READ_WINDOW_PKTS};
 use crate::memory::{self, Memory};
 use crate::verbs::{QpState, QpType, SendFlags, WcStatus, WrOpcode};
@@ -28,6 +29,81 @@ pub(crate) struct Tx {
     pub(crate) traffic_class: u8,
 }
 
+/// The requester's state: where in the send queue it is and the next PSN it assigns. Only
+/// this file changes it; the rest of the QP asks through the methods.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Requester {
+    /// Index in the send queue of the WQE being sent.
+    idx: usize,
+    /// Bytes of that WQE already sent.
+    off: u32,
+    /// The PSN of the next new request packet.
+    next_psn: Psn,
+    /// Packets sent since the last one with AckReq.
+    noack_pkts: u32,
+    /// SQD: the send queue is draining (no new WQE starts).
+    draining: bool,
+}
+
+impl Default for Requester {
+    fn default() -> Requester {
+        Requester {
+            idx: 0,
+            off: 0,
+            next_psn: Psn::new(0),
+            noack_pkts: 0,
+            draining: false,
+        }
+    }
+}
+
+impl Requester {
+    /// RTR → RTS: new requests start at `sq_psn`.
+    pub(crate) fn start(&mut self, sq_psn: Psn) {
+        self.next_psn = sq_psn;
+    }
+
+    /// The PSN the next new request gets.
+    pub(crate) fn next_psn(&self) -> Psn {
+        self.next_psn
+    }
+
+    /// Whether an SQD drain is in progress.
+    pub(crate) fn draining(&self) -> bool {
+        self.draining
+    }
+
+    /// RTS → SQD: no new WQE starts until the QP leaves SQD.
+    pub(crate) fn start_draining(&mut self) {
+        self.draining = true;
+    }
+
+    /// Ends the drain; true if one was in progress.
+    pub(crate) fn finish_draining(&mut self) -> bool {
+        std::mem::take(&mut self.draining)
+    }
+
+    /// The send queue was flushed: start from its (new) head.
+    pub(crate) fn restart(&mut self) {
+        self.idx = 0;
+        self.off = 0;
+    }
+
+    /// The head WQE retired. If the requester was about to (re)send exactly that WQE, it
+    /// resumes the next one at `resume_next()` bytes (where the peer's ACKs leave it).
+    pub(crate) fn head_retired(&mut self, resume_next: impl FnOnce() -> u32) {
+        if self.idx == 0 {
+            self.off = resume_next();
+        }
+        self.idx = self.idx.saturating_sub(1);
+    }
+
+    /// Whether WQEs of a send queue of `sq_len` are still to be sent.
+    pub(crate) fn has_pending(&self, sq_len: usize) -> bool {
+        self.idx < sq_len
+    }
+}
+
 impl Qp {
     /// Builds the next request packet into `buf`, if the requester may send one now.
     pub(crate) fn poll_request<M: Memory + ?Sized>(
@@ -35,15 +111,17 @@ impl Qp {
         ctx: &mut Ctx<'_, M>,
         buf: &mut [u8],
     ) -> Option<Tx> {
-        if !matches!(self.state, QpState::Rts | QpState::Sqd) || self.rnr_wait_until.is_some() {
+        if !matches!(self.state, QpState::Rts | QpState::Sqd)
+            || self.timers.is_armed(Timer::RnrWait)
+        {
             return None;
         }
-        let idx = self.req_idx;
+        let idx = self.req.idx;
         let mtu = self.mtu();
         let w = self.sq.get(idx)?;
         let fresh = !w.started;
         if fresh {
-            if self.state == QpState::Sqd || self.draining {
+            if self.state == QpState::Sqd || self.req.draining {
                 return None;
             }
             if w.wr.send_flags.contains(SendFlags::FENCE)
@@ -56,15 +134,15 @@ impl Qp {
                 return None;
             }
             if self.qp_type == QpType::Rc
-                && self.comp_psn.distance_to(self.next_psn) >= MAX_UNACKED_PSNS
+                && self.comp.psn().distance_to(self.req.next_psn) >= MAX_UNACKED_PSNS
             {
                 return None;
             }
         }
         let read_continues =
-            w.wr.opcode == WrOpcode::RdmaRead && w.started && self.req_off > w.read_done;
+            w.wr.opcode == WrOpcode::RdmaRead && w.started && self.req.off > w.read_done;
         if read_continues {
-            if self.req_off - w.read_done >= READ_WINDOW_PKTS * mtu {
+            if self.req.off - w.read_done >= READ_WINDOW_PKTS * mtu {
                 return None;
             }
         } else if w.wr.opcode.is_read_or_atomic() && self.attr.max_rd_atomic == 0 {
@@ -73,7 +151,7 @@ impl Qp {
             return None;
         } else if self.qp_type == QpType::Rc
             && !w.wr.opcode.is_read_or_atomic()
-            && self.comp_psn.distance_to(self.next_psn) >= MAX_UNACKED_PSNS
+            && self.comp.psn().distance_to(self.req.next_psn) >= MAX_UNACKED_PSNS
         {
             return None;
         }
@@ -88,12 +166,12 @@ impl Qp {
         if fresh {
             let w = &self.sq[idx];
             let npkts = w.npkts(mtu);
-            let first = self.next_psn;
+            let first = self.req.next_psn;
             let w = &mut self.sq[idx];
             w.first_psn = first;
             w.last_psn = first + (npkts - 1);
             w.started = true;
-            self.req_off = 0;
+            self.req.off = 0;
         }
         let result = match self.sq[idx].wr.opcode {
             WrOpcode::RdmaRead => self.build_read(buf),
@@ -103,7 +181,7 @@ impl Qp {
         match result {
             Ok(tx) => {
                 ctx.counters.sent_pkts += 1;
-                if self.qp_type == QpType::Rc && self.retrans_at.is_none() {
+                if self.qp_type == QpType::Rc && !self.timers.is_armed(Timer::Retransmit) {
                     self.arm_retrans(ctx.now);
                 }
                 Some(tx)
@@ -117,8 +195,10 @@ impl Qp {
 
     /// (Re)arms the local ACK timeout from `now`.
     pub(crate) fn arm_retrans(&mut self, now: crate::time::Instant) {
-        self.retrans_at =
-            ferroce_wire::timer::local_ack_timeout(self.attr.timeout).map(|d| now + d);
+        match ferroce_wire::timer::local_ack_timeout(self.attr.timeout) {
+            Some(d) => self.timers.set(Timer::Retransmit, now + d),
+            None => self.timers.stop(Timer::Retransmit),
+        }
     }
 
     fn dest(&self, idx: usize) -> (IpAddr, u8, u8) {
@@ -149,10 +229,10 @@ impl Qp {
         ctx: &mut Ctx<'_, M>,
         buf: &mut [u8],
     ) -> Result<Tx, WcStatus> {
-        let idx = self.req_idx;
+        let idx = self.req.idx;
         let mtu = self.mtu();
         let w = &self.sq[idx];
-        let off = self.req_off;
+        let off = self.req.off;
         let plen = (w.len - off).min(mtu);
         let first = off == 0;
         let last = off + plen == w.len;
@@ -191,14 +271,14 @@ impl Qp {
                 src_qp: self.qpn,
             });
         }
-        self.noack_pkts += 1;
+        self.req.noack_pkts += 1;
         let ack_req = match self.qp_type {
-            QpType::Rc => last || self.noack_pkts >= MAX_PKTS_PER_ACK,
+            QpType::Rc => last || self.req.noack_pkts >= MAX_PKTS_PER_ACK,
             QpType::Uc => false,
             QpType::Ud => true,
         };
         if ack_req {
-            self.noack_pkts = 0;
+            self.req.noack_pkts = 0;
         }
         let mut bth = BthRepr::new(opcode, dest_qp, psn).with_ack_req(ack_req);
         bth.se = last && w.wr.send_flags.contains(SendFlags::SOLICITED);
@@ -216,29 +296,29 @@ impl Qp {
             None => memory::gather(ctx.mem, self.pd, &w.wr.sg_list, u64::from(off), payload)
                 .map_err(|_| WcStatus::LocProtErr)?,
         }
-        self.next_psn = psn + 1;
+        self.req.next_psn = psn + 1;
         if last {
-            self.req_idx += 1;
-            self.req_off = 0;
+            self.req.idx += 1;
+            self.req.off = 0;
             if self.qp_type != QpType::Rc {
                 // UC and UD complete as soon as the message is on the wire.
                 self.sq[idx].status = Some(WcStatus::Success);
                 self.retire_done(ctx);
             }
         } else {
-            self.req_off = off + plen;
+            self.req.off = off + plen;
         }
         Ok(tx)
     }
 
     fn build_read(&mut self, buf: &mut [u8]) -> Result<Tx, WcStatus> {
-        let idx = self.req_idx;
+        let idx = self.req.idx;
         let mtu = self.mtu();
         let w = &self.sq[idx];
         // A long READ goes out as consecutive READ requests of at most READ_CHUNK_PKTS
         // packets, each a valid request on the wire, at most READ_WINDOW_PKTS ahead of the
         // data received: the responder cannot flood a receiver that has no flow control.
-        let from = self.req_off;
+        let from = self.req.off;
         // Chunks are aligned to READ_CHUNK_PKTS packets from the start of the WQE, so a chunk
         // reissued after a loss never reaches past what the first requests covered (the
         // responder only replays duplicates that end before the PSN it expects).
@@ -260,18 +340,18 @@ impl Qp {
         };
         let tx = self.emit(idx, repr, buf);
         if from + chunk >= w.len {
-            self.next_psn = w.last_psn + 1;
-            self.req_idx += 1;
-            self.req_off = 0;
+            self.req.next_psn = w.last_psn + 1;
+            self.req.idx += 1;
+            self.req.off = 0;
         } else {
-            self.next_psn = psn + chunk / mtu;
-            self.req_off = from + chunk;
+            self.req.next_psn = psn + chunk / mtu;
+            self.req.off = from + chunk;
         }
         Ok(tx)
     }
 
     fn build_atomic(&mut self, buf: &mut [u8]) -> Result<Tx, WcStatus> {
-        let idx = self.req_idx;
+        let idx = self.req.idx;
         let w = &self.sq[idx];
         let (opcode, swap_add, compare) = match w.wr.opcode {
             WrOpcode::AtomicCmpAndSwp => (Opcode::RC_COMPARE_SWAP, w.wr.swap, w.wr.compare_add),
@@ -291,9 +371,9 @@ impl Qp {
             payload: &[],
         };
         let tx = self.emit(idx, repr, buf);
-        self.next_psn = w.first_psn + 1;
-        self.req_idx += 1;
-        self.req_off = 0;
+        self.req.next_psn = w.first_psn + 1;
+        self.req.idx += 1;
+        self.req.off = 0;
         Ok(tx)
     }
 
@@ -303,14 +383,14 @@ impl Qp {
     pub(crate) fn rd_requests_outstanding(&self) -> u32 {
         let chunk = READ_CHUNK_PKTS * self.mtu();
         let mut n = 0;
-        for (i, w) in self.sq.iter().enumerate().take(self.req_idx + 1) {
+        for (i, w) in self.sq.iter().enumerate().take(self.req.idx + 1) {
             if !w.started || w.status.is_some() {
                 continue;
             }
-            let whole = i < self.req_idx;
+            let whole = i < self.req.idx;
             match w.wr.opcode {
                 WrOpcode::RdmaRead => {
-                    let requested = if whole { w.len } else { self.req_off };
+                    let requested = if whole { w.len } else { self.req.off };
                     if requested > w.read_done {
                         n += requested.div_ceil(chunk) - w.read_done / chunk;
                     } else if whole && w.len == 0 {
@@ -327,11 +407,11 @@ impl Qp {
     /// Go-back-N: the requester resends from the oldest unacknowledged PSN (`comp_psn`), which
     /// lies in the head WQE; a partly answered READ is reissued for the rest.
     pub(crate) fn rewind(&mut self) {
-        self.req_idx = 0;
-        self.req_off = 0;
-        self.noack_pkts = 0;
-        self.req_off = self.sq.front().map_or(0, |w| self.resume_offset(w));
-        self.next_psn = self.comp_psn;
+        self.req.idx = 0;
+        self.req.off = 0;
+        self.req.noack_pkts = 0;
+        self.req.off = self.sq.front().map_or(0, |w| self.resume_offset(w));
+        self.req.next_psn = self.comp.psn();
     }
 }
 
