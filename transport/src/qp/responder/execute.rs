@@ -1,0 +1,266 @@
+//! Running a request: SEND placement into receive WQEs, RDMA WRITE, READ (queuing its
+//! responses) and atomics, with their key, access and length checks.
+
+use ferroce_wire::{NakCode, Opcode, PacketRepr, Position, Psn};
+
+use super::super::{Ctx, Qp, wc};
+use super::*;
+use crate::endpoint::WcQueue;
+use crate::memory::{self, AtomicOp, MemError, Memory, ScatterError};
+use crate::verbs::{AccessFlags, WcFlags, WcOpcode, WcStatus};
+
+impl Qp {
+    /// Places SEND payload; `Ok(false)` when there is no receive WQE (RNR).
+    pub(super) fn receive_send<M: Memory + ?Sized>(
+        &mut self,
+        ctx: &mut Ctx<'_, M>,
+        pkt: &PacketRepr<'_>,
+        pos: Position,
+    ) -> Result<bool, Fault> {
+        if matches!(pos, Position::First | Position::Only) {
+            let Some(wqe) = self.take_recv_wqe(ctx) else {
+                self.rnr_nak(ctx, pkt.bth.psn);
+                return Ok(false);
+            };
+            self.resp.in_send = Some(InSend { wqe, offset: 0 });
+        }
+        let Some(cur) = self.resp.in_send.as_mut() else {
+            return Err(Fault::Nak(NakCode::InvalidRequest));
+        };
+        match memory::scatter(
+            ctx.mem,
+            self.pd,
+            &cur.wqe.sg_list,
+            u64::from(cur.offset),
+            pkt.payload,
+        ) {
+            Ok(()) => {}
+            Err(ScatterError::TooLong) => {
+                return Err(Fault::Recv(WcStatus::LocLenErr, NakCode::InvalidRequest));
+            }
+            Err(ScatterError::Memory(_)) => {
+                return Err(Fault::Recv(
+                    WcStatus::LocProtErr,
+                    NakCode::RemoteOperationalError,
+                ));
+            }
+        }
+        // The SEND so far is within max_msg_sz (so the u32 cannot overflow): a peer cannot
+        // push a receive past the device's limit, even into a huge receive buffer.
+        let total = u64::from(cur.offset) + pkt.payload.len() as u64;
+        if total > MAX_MSG_LEN {
+            log::debug!(
+                "QP {:#x}: SEND at PSN {} grows past max_msg_sz ({MAX_MSG_LEN}): NAK invalid request",
+                self.qpn,
+                pkt.bth.psn
+            );
+            return Err(Fault::Recv(WcStatus::LocLenErr, NakCode::InvalidRequest));
+        }
+        cur.offset = total as u32;
+        if matches!(pos, Position::Last | Position::Only) {
+            let Some(done) = self.resp.in_send.take() else {
+                return Ok(true);
+            };
+            let mut c = wc(
+                self.qpn,
+                done.wqe.wr_id,
+                WcStatus::Success,
+                WcOpcode::Recv,
+                done.offset,
+            );
+            c.src_qp = self.attr.dest_qp_num;
+            if let Some(imm) = pkt.ext.immdt {
+                c.imm_data = imm.imm;
+                c.wc_flags |= WcFlags::WITH_IMM;
+            }
+            self.report(ctx, WcQueue::Recv, c);
+            self.resp.bump_msn();
+        }
+        Ok(true)
+    }
+
+    /// Places WRITE payload; `Ok(false)` when a WRITE with immediate finds no receive WQE.
+    pub(super) fn receive_write<M: Memory + ?Sized>(
+        &mut self,
+        ctx: &mut Ctx<'_, M>,
+        pkt: &PacketRepr<'_>,
+        pos: Position,
+        imm: bool,
+    ) -> Result<bool, Fault> {
+        let last = matches!(pos, Position::Last | Position::Only);
+        if matches!(pos, Position::First | Position::Only) {
+            let reth = pkt.ext.reth.ok_or(Fault::Nak(NakCode::InvalidRequest))?;
+            if u64::from(reth.dma_len) > MAX_MSG_LEN {
+                log::debug!(
+                    "QP {:#x}: WRITE of {} bytes is past max_msg_sz ({MAX_MSG_LEN}): NAK invalid request",
+                    self.qpn,
+                    reth.dma_len
+                );
+                return Err(Fault::Nak(NakCode::InvalidRequest));
+            }
+            // A zero-length WRITE touches no memory and skips the R_Key check (C9-88).
+            if reth.dma_len > 0 {
+                ctx.mem
+                    .check_remote(
+                        self.pd,
+                        reth.rkey,
+                        reth.va,
+                        u64::from(reth.dma_len),
+                        AccessFlags::REMOTE_WRITE,
+                    )
+                    .map_err(|_| Fault::Nak(NakCode::RemoteAccessError))?;
+            }
+            self.resp.in_write = Some(InWrite {
+                va: reth.va,
+                rkey: reth.rkey,
+                resid: reth.dma_len,
+                total: reth.dma_len,
+            });
+        }
+        let Some(w) = self.resp.in_write else {
+            return Err(Fault::Nak(NakCode::InvalidRequest));
+        };
+        let len = pkt.payload.len() as u32;
+        if len > w.resid || (last && len != w.resid) {
+            return Err(Fault::Nak(NakCode::InvalidRequest));
+        }
+        let wqe = if imm {
+            match self.take_recv_wqe(ctx) {
+                Some(wqe) => Some(wqe),
+                None => {
+                    if matches!(pos, Position::Only) {
+                        self.resp.in_write = None;
+                    }
+                    self.rnr_nak(ctx, pkt.bth.psn);
+                    return Ok(false);
+                }
+            }
+        } else {
+            None
+        };
+        if len > 0 {
+            ctx.mem
+                .write_remote(self.pd, w.rkey, w.va, pkt.payload)
+                .map_err(|_| Fault::Nak(NakCode::RemoteAccessError))?;
+        }
+        if last {
+            self.resp.in_write = None;
+            self.resp.bump_msn();
+            if let Some(wqe) = wqe {
+                let mut c = wc(
+                    self.qpn,
+                    wqe.wr_id,
+                    WcStatus::Success,
+                    WcOpcode::RecvRdmaWithImm,
+                    w.total,
+                );
+                c.src_qp = self.attr.dest_qp_num;
+                if let Some(i) = pkt.ext.immdt {
+                    c.imm_data = i.imm;
+                }
+                c.wc_flags |= WcFlags::WITH_IMM;
+                self.report(ctx, WcQueue::Recv, c);
+            }
+        } else {
+            self.resp.in_write = Some(InWrite {
+                va: w.va + u64::from(len),
+                resid: w.resid - len,
+                ..w
+            });
+        }
+        Ok(true)
+    }
+
+    pub(super) fn receive_read<M: Memory + ?Sized>(
+        &mut self,
+        ctx: &mut Ctx<'_, M>,
+        pkt: &PacketRepr<'_>,
+    ) -> Result<Psn, Fault> {
+        let reth = pkt.ext.reth.ok_or(Fault::Nak(NakCode::InvalidRequest))?;
+        if u64::from(reth.dma_len) > MAX_MSG_LEN {
+            log::debug!(
+                "QP {:#x}: READ of {} bytes is past max_msg_sz ({MAX_MSG_LEN}): NAK invalid request",
+                self.qpn,
+                reth.dma_len
+            );
+            return Err(Fault::Nak(NakCode::InvalidRequest));
+        }
+        self.check_rd_atomic_room(ctx)?;
+        if reth.dma_len > 0 {
+            ctx.mem
+                .check_remote(
+                    self.pd,
+                    reth.rkey,
+                    reth.va,
+                    u64::from(reth.dma_len),
+                    AccessFlags::REMOTE_READ,
+                )
+                .map_err(|_| Fault::Nak(NakCode::RemoteAccessError))?;
+        }
+        let psn = pkt.bth.psn;
+        let npkts = reth.dma_len.div_ceil(self.mtu()).max(1);
+        let last = psn + (npkts - 1);
+        self.resp
+            .add_resource(Resource::Read, self.attr.max_dest_rd_atomic);
+        self.resp.bump_msn();
+        let msn = self.resp.msn;
+        self.resp.queue_read(psn, &reth, msn, false);
+        Ok(last + 1)
+    }
+
+    pub(super) fn receive_atomic<M: Memory + ?Sized>(
+        &mut self,
+        ctx: &mut Ctx<'_, M>,
+        pkt: &PacketRepr<'_>,
+    ) -> Result<Psn, Fault> {
+        let a = pkt
+            .ext
+            .atomic_eth
+            .ok_or(Fault::Nak(NakCode::InvalidRequest))?;
+        if a.va % 8 != 0 {
+            return Err(Fault::Nak(NakCode::InvalidRequest));
+        }
+        self.check_rd_atomic_room(ctx)?;
+        let op = if pkt.bth.opcode == Opcode::RC_COMPARE_SWAP {
+            AtomicOp::CompareSwap {
+                compare: a.compare,
+                swap: a.swap_add,
+            }
+        } else {
+            AtomicOp::FetchAdd { add: a.swap_add }
+        };
+        let orig = ctx
+            .mem
+            .atomic(self.pd, a.rkey, a.va, op)
+            .map_err(|e| match e {
+                MemError::Misaligned => Fault::Nak(NakCode::InvalidRequest),
+                _ => Fault::Nak(NakCode::RemoteAccessError),
+            })?;
+        let psn = pkt.bth.psn;
+        self.resp
+            .add_resource(Resource::Atomic { psn, orig }, self.attr.max_dest_rd_atomic);
+        self.resp.bump_msn();
+        let msn = self.resp.msn;
+        self.resp.push(Response::AtomicAck {
+            psn,
+            orig,
+            msn,
+            dup: false,
+        });
+        Ok(psn + 1)
+    }
+
+    pub(super) fn complete_recv_error<M: Memory + ?Sized>(
+        &mut self,
+        ctx: &mut Ctx<'_, M>,
+        status: WcStatus,
+    ) {
+        if let Some(s) = self.resp.in_send.take() {
+            self.report(
+                ctx,
+                WcQueue::Recv,
+                wc(self.qpn, s.wqe.wr_id, status, WcOpcode::Recv, 0),
+            );
+        }
+    }
+}
