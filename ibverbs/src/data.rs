@@ -4,7 +4,8 @@
 use core::ffi::c_int;
 
 use ferroce::transport::{
-    RecvWr, RemoteAddr, SendFlags, SendWr, Sge, UdDest, WorkCompletion, WrOpcode,
+    InlineData, RecvWr, RemoteAddr, SendFlags, SendWr, SgList, Sge, UdDest, WorkCompletion,
+    WrOpcode,
 };
 
 use crate::abi::*;
@@ -54,12 +55,12 @@ pub fn context_ops() -> ibv_context_ops {
 ///
 /// # Safety
 /// `sg_list` points at `num_sge` SGEs (or `num_sge` is 0).
-unsafe fn sges(sg_list: *const ibv_sge, num_sge: c_int) -> Result<Vec<Sge>, c_int> {
+unsafe fn sges(sg_list: *const ibv_sge, num_sge: c_int) -> Result<SgList, c_int> {
     if num_sge < 0 || (num_sge > 0 && sg_list.is_null()) {
         return Err(libc::EINVAL);
     }
     if num_sge == 0 {
-        return Ok(Vec::new());
+        return Ok(SgList::new());
     }
     // SAFETY: the caller's list holds num_sge entries.
     let list = unsafe { core::slice::from_raw_parts(sg_list, num_sge as usize) };
@@ -90,7 +91,7 @@ unsafe fn send_wr(w: &ibv_send_wr, ud: bool) -> Result<SendWr, c_int> {
         // max_inline_data, it is left to the QP to refuse.
         let total: u64 = s.sg_list.iter().map(|g| u64::from(g.length)).sum();
         if total <= u64::from(MAX_INLINE) {
-            let mut data = Vec::with_capacity(total as usize);
+            let mut data = InlineData::new();
             for g in &s.sg_list {
                 if g.length == 0 {
                     continue;

@@ -9,7 +9,9 @@
 
 use core::ffi::{c_int, c_void};
 
-use ferroce::transport::{RemoteAddr, SendFlags, SendWr, Sge, UdDest, WrOpcode};
+use ferroce::transport::{
+    InlineData, RemoteAddr, SendFlags, SendWr, SgList, Sge, UdDest, WrOpcode,
+};
 
 use crate::abi::*;
 use crate::errno_of;
@@ -222,12 +224,12 @@ unsafe extern "C" fn wr_atomic_fetch_add(
 
 unsafe extern "C" fn wr_set_sge(qp: *mut ibv_qp_ex, lkey: u32, addr: u64, length: u32) {
     // SAFETY: the ibv_wr_* slots are this library's and are called with the live ibv_qp_ex they belong to (verbs forbids calls after ibv_destroy_qp).
-    unsafe { set(qp, |w| w.sg_list = vec![Sge { addr, length, lkey }]) }
+    unsafe { set(qp, |w| w.sg_list = vec![Sge { addr, length, lkey }].into()) }
 }
 
 unsafe extern "C" fn wr_set_sge_list(qp: *mut ibv_qp_ex, num_sge: usize, sg_list: *const ibv_sge) {
-    let list = if num_sge == 0 || sg_list.is_null() {
-        Vec::new()
+    let list: SgList = if num_sge == 0 || sg_list.is_null() {
+        SgList::new()
     } else {
         // SAFETY: ibv_wr_set_sge_list's contract: a non-NULL sg_list holds num_sge entries.
         unsafe { core::slice::from_raw_parts(sg_list, num_sge) }
@@ -249,7 +251,7 @@ unsafe extern "C" fn wr_set_sge_list(qp: *mut ibv_qp_ex, num_sge: usize, sg_list
 /// # Safety
 /// Each `(addr, len)` is readable program memory.
 unsafe fn set_inline(qp: *mut ibv_qp_ex, bufs: &[(*const u8, usize)]) {
-    let mut data = Vec::new();
+    let mut data = InlineData::new();
     for &(p, n) in bufs {
         if n > 0 && !p.is_null() {
             // SAFETY: the caller's buffer holds n bytes.
@@ -260,7 +262,7 @@ unsafe fn set_inline(qp: *mut ibv_qp_ex, bufs: &[(*const u8, usize)]) {
     unsafe {
         set(qp, |w| {
             w.send_flags |= SendFlags::INLINE;
-            w.sg_list.clear();
+            w.sg_list = SgList::new();
             w.inline_data = Some(data);
         })
     }

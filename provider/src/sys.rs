@@ -174,13 +174,20 @@ impl RecvBatch {
     }
 }
 
-/// Datagrams queued for one `sendmmsg`.
+/// Datagrams queued for one `sendmmsg`. Every buffer, address and header is allocated once,
+/// here: sending allocates nothing.
 pub struct SendBatch {
     pub(crate) bufs: Vec<Vec<u8>>,
     lens: Vec<usize>,
     dests: Vec<SocketAddr>,
     count: usize,
+    addrs: Vec<libc::sockaddr_storage>,
+    iovs: Vec<libc::iovec>,
+    hdrs: Vec<libc::mmsghdr>,
 }
+
+// SAFETY: the raw pointers inside `iovs` and `hdrs` point into the batch's own vectors, are rebuilt before every use and are only used by the thread that owns the batch.
+unsafe impl Send for SendBatch {}
 
 impl SendBatch {
     /// Room for `n` datagrams of up to `size` bytes.
@@ -190,6 +197,10 @@ impl SendBatch {
             lens: vec![0; n],
             dests: Vec::with_capacity(n),
             count: 0,
+            // SAFETY: all-zero is a valid sockaddr_storage.
+            addrs: (0..n).map(|_| unsafe { zeroed() }).collect(),
+            iovs: Vec::with_capacity(n),
+            hdrs: Vec::with_capacity(n),
         }
     }
 
@@ -235,14 +246,10 @@ impl SendBatch {
     /// counted, as a NIC drops on a full queue; the transport recovers them.
     pub fn flush(&mut self, fd: RawFd) -> io::Result<usize> {
         let n = self.count;
-        // SAFETY: all-zero is a valid sockaddr_storage.
-        let mut addrs: Vec<libc::sockaddr_storage> = (0..n).map(|_| unsafe { zeroed() }).collect();
-        let mut iovs: Vec<libc::iovec> = Vec::with_capacity(n);
-        let mut hdrs: Vec<libc::mmsghdr> = Vec::with_capacity(n);
-        let mut namelens = Vec::with_capacity(n);
-        for (i, addr) in addrs.iter_mut().enumerate() {
-            namelens.push(sockaddr_into(self.dests[i], addr));
-            iovs.push(libc::iovec {
+        self.iovs.clear();
+        self.hdrs.clear();
+        for i in 0..n {
+            self.iovs.push(libc::iovec {
                 iov_base: self.bufs[i].as_mut_ptr().cast(),
                 iov_len: self.lens[i],
             });
@@ -250,12 +257,13 @@ impl SendBatch {
         for i in 0..n {
             // SAFETY: all-zero is a valid mmsghdr; the fields set next point at live buffers.
             let mut h: libc::mmsghdr = unsafe { zeroed() };
-            h.msg_hdr.msg_name = (&raw mut addrs[i]).cast();
-            h.msg_hdr.msg_namelen = namelens[i];
-            h.msg_hdr.msg_iov = &raw mut iovs[i];
+            h.msg_hdr.msg_namelen = sockaddr_into(self.dests[i], &mut self.addrs[i]);
+            h.msg_hdr.msg_name = (&raw mut self.addrs[i]).cast();
+            h.msg_hdr.msg_iov = &raw mut self.iovs[i];
             h.msg_hdr.msg_iovlen = 1;
-            hdrs.push(h);
+            self.hdrs.push(h);
         }
+        let hdrs = &mut self.hdrs;
         let mut sent = 0;
         let mut failures = 0;
         while sent < n {
@@ -289,14 +297,28 @@ impl SendBatch {
 /// Waits until one of `fds` is ready for `events` or the timeout passes; returns whether any
 /// is ready.
 pub fn poll_fds(fds: &[RawFd], events: i16, timeout: Option<Duration>) -> io::Result<bool> {
-    let mut p: Vec<libc::pollfd> = fds
-        .iter()
-        .map(|&fd| libc::pollfd {
+    // The progress thread polls two descriptors on every wake-up: no allocation for few.
+    const IN_PLACE: usize = 4;
+    let unused = libc::pollfd {
+        fd: -1,
+        events: 0,
+        revents: 0,
+    };
+    let mut few = [unused; IN_PLACE];
+    let mut many = Vec::new();
+    let p: &mut [libc::pollfd] = if fds.len() <= IN_PLACE {
+        &mut few[..fds.len()]
+    } else {
+        many.resize(fds.len(), unused);
+        &mut many
+    };
+    for (slot, &fd) in p.iter_mut().zip(fds) {
+        *slot = libc::pollfd {
             fd,
             events,
             revents: 0,
-        })
-        .collect();
+        };
+    }
     let ms = match timeout {
         None => -1,
         Some(d) => {

@@ -161,7 +161,7 @@ fn qp_builder_sets_what_it_says() {
     let mr = pd.reg_mr(64, AccessFlags::LOCAL_WRITE).unwrap();
     let r = qp.post_recv(&ferroce::RecvWr {
         wr_id: 1,
-        sg_list: vec![mr.sge(0, 8)],
+        sg_list: vec![mr.sge(0, 8)].into(),
     });
     assert!(r.is_err(), "a QP on an SRQ has no receive queue of its own");
 }

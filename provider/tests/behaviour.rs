@@ -27,7 +27,7 @@ fn rnr_until_a_receive_is_posted() {
     assert!(a.cq.poll_one().is_none(), "the SEND waits (rnr_retry 7)");
     b.qp.post_recv(&RecvWr {
         wr_id: 9,
-        sg_list: vec![b.mr.sge(0, 100)],
+        sg_list: vec![b.mr.sge(0, 100)].into(),
     })
     .unwrap();
     assert_eq!(wait(&a.cq, 1, T)[0].status, WcStatus::Success);
@@ -47,7 +47,7 @@ fn access_and_bounds_violations_on_both_sides() {
     );
     b.qp.post_recv(&RecvWr {
         wr_id: 9,
-        sg_list: vec![b.mr.sge(0, 100)],
+        sg_list: vec![b.mr.sge(0, 100)].into(),
     })
     .unwrap();
     a.qp.post_send(&wr(&a, &b, 1, WrOpcode::RdmaWrite, 0, 100, (1 << 16) - 10))
@@ -159,11 +159,11 @@ fn sixty_four_qps_on_one_cq() {
     for (i, (qa, qb)) in qps.iter().enumerate() {
         qb.post_recv(&RecvWr {
             wr_id: i as u64,
-            sg_list: vec![mb.sge(i * 4096, 4096)],
+            sg_list: vec![mb.sge(i * 4096, 4096)].into(),
         })
         .unwrap();
         let mut w = ferroce::transport::SendWr::new(i as u64, WrOpcode::Send);
-        w.sg_list = vec![ma.sge(i * 4096, 4096)];
+        w.sg_list = vec![ma.sge(i * 4096, 4096)].into();
         qa.post_send(&w).unwrap();
     }
     let s = wait(&cqa, 64, T);
@@ -222,7 +222,7 @@ fn completion_channel_events() {
         "no event before a completion"
     );
     let mut w = ferroce::transport::SendWr::new(5, WrOpcode::RdmaWrite);
-    w.sg_list = vec![ma.sge(0, 100)];
+    w.sg_list = vec![ma.sge(0, 100)].into();
     w.remote.remote_addr = mb.addr();
     w.remote.rkey = mb.rkey();
     let t = Instant::now();
@@ -334,7 +334,7 @@ fn transfers_survive_ten_percent_loss() {
     let b_before = b.mr.to_vec();
     b.qp.post_recv(&RecvWr {
         wr_id: 1,
-        sg_list: vec![b.mr.sge(0, 1 << 20)],
+        sg_list: vec![b.mr.sge(0, 1 << 20)].into(),
     })
     .unwrap();
     a.qp.post_send(&wr(&a, &b, 1, WrOpcode::Send, 0, 1 << 20, 0))

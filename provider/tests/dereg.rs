@@ -52,7 +52,7 @@ fn stream(b: &Side, qp: &QueuePair, raddr: u64, rkey: u32, ok: &AtomicUsize) -> 
             let mut w = SendWr::new(posted, op);
             w.send_flags = SendFlags::SIGNALED;
             let slot = (posted as usize % DEPTH) * MSG as usize;
-            w.sg_list = vec![b.mr.sge(slot % (LEN / 2), MSG)];
+            w.sg_list = vec![b.mr.sge(slot % (LEN / 2), MSG)].into();
             w.remote.remote_addr = raddr + (slot % (LEN - MSG as usize)) as u64;
             w.remote.rkey = rkey;
             if qp.post_send(&w).is_err() {

@@ -23,12 +23,12 @@ fn rc_every_opcode_over_udp() {
     b.mr.write(0, &pattern(1 << 20, 9)).unwrap();
     b.qp.post_recv(&RecvWr {
         wr_id: 1,
-        sg_list: vec![b.mr.sge(0, 100_000)],
+        sg_list: vec![b.mr.sge(0, 100_000)].into(),
     })
     .unwrap();
     b.qp.post_recv(&RecvWr {
         wr_id: 2,
-        sg_list: vec![b.mr.sge(0, 0)],
+        sg_list: vec![b.mr.sge(0, 0)].into(),
     })
     .unwrap();
     a.qp.post_send(&wr(&a, &b, 10, WrOpcode::Send, 0, 100_000, 0))
@@ -205,7 +205,7 @@ fn dropping_every_handle_releases_the_device() {
         );
         b.qp.post_recv(&RecvWr {
             wr_id: 1,
-            sg_list: vec![b.mr.sge(0, 10)],
+            sg_list: vec![b.mr.sge(0, 10)].into(),
         })
         .unwrap();
         a.qp.post_send(&wr(&a, &b, 1, WrOpcode::Send, 0, 10, 0))

@@ -50,7 +50,8 @@ fn every_opcode_size_and_mtu() {
                             } else {
                                 size
                             },
-                        )],
+                        )]
+                        .into(),
                     })
                     .unwrap();
                 }

@@ -70,7 +70,7 @@ fn matrix_peer() {
                 );
                 b.qp.post_recv(&RecvWr {
                     wr_id: id,
-                    sg_list: vec![b.mr.sge(off, len)],
+                    sg_list: vec![b.mr.sge(off, len)].into(),
                 })
                 .unwrap();
                 "OK".into()
@@ -201,7 +201,7 @@ fn every_opcode_size_and_mtu_across_processes() {
                 }
                 let mut w = ferroce::transport::SendWr::new(1, op);
                 w.send_flags = ferroce::transport::SendFlags::SIGNALED;
-                w.sg_list = vec![a.mr.sge(0, size)];
+                w.sg_list = vec![a.mr.sge(0, size)].into();
                 // WRITEs and SENDs land at `dst`; READs fetch from 0, which nothing writes.
                 let target = if op == WrOpcode::RdmaRead { 0 } else { dst };
                 w.remote.remote_addr = baddr + target as u64;
@@ -244,7 +244,7 @@ fn every_opcode_size_and_mtu_across_processes() {
         let orig = u64::from_ne_bytes(b_init[off..off + 8].try_into().unwrap());
         let mut w = ferroce::transport::SendWr::new(2, WrOpcode::AtomicFetchAndAdd);
         w.send_flags = ferroce::transport::SendFlags::SIGNALED;
-        w.sg_list = vec![a.mr.sge(off, 8)];
+        w.sg_list = vec![a.mr.sge(off, 8)].into();
         w.remote.remote_addr = baddr + off as u64;
         w.remote.rkey = brkey;
         w.compare_add = 9;

@@ -174,7 +174,7 @@ fn rxe_peer_matrix() {
                 }
                 let mut w = SendWr::new(u64::from(size), op);
                 w.send_flags = SendFlags::SIGNALED;
-                w.sg_list = vec![mr.sge(0, size)];
+                w.sg_list = vec![mr.sge(0, size)].into();
                 w.remote.remote_addr = aaddr;
                 w.remote.rkey = arkey;
                 w.imm_data = size ^ 0xabcd;
@@ -224,7 +224,7 @@ fn rxe_peer_matrix() {
             let before: u64 = agent.ask("LOAD 4096")[1].parse().unwrap();
             let mut w = SendWr::new(1, op);
             w.send_flags = SendFlags::SIGNALED;
-            w.sg_list = vec![mr.sge(4096, 8)];
+            w.sg_list = vec![mr.sge(4096, 8)].into();
             w.remote.remote_addr = aaddr + 4096;
             w.remote.rkey = arkey;
             w.compare_add = if op == WrOpcode::AtomicCmpAndSwp {
@@ -277,7 +277,7 @@ fn rxe_peer_matrix() {
                     let l = if op == "write_imm" { 0 } else { size };
                     qp.post_recv(&RecvWr {
                         wr_id: 77,
-                        sg_list: vec![mr.sge(dst, l)],
+                        sg_list: vec![mr.sge(dst, l)].into(),
                     })
                     .map_err(|e| e.to_string())?;
                 }
@@ -401,7 +401,7 @@ fn rxe_peer_matrix() {
     let post = |q: &QueuePair, op: WrOpcode, len: u32, raddr: u64, rkey: u32| {
         let mut w = SendWr::new(9, op);
         w.send_flags = SendFlags::SIGNALED;
-        w.sg_list = vec![mr.sge(0, len)];
+        w.sg_list = vec![mr.sge(0, len)].into();
         w.remote.remote_addr = raddr;
         w.remote.rkey = rkey;
         q.post_send(&w).map_err(|e| e.to_string())
@@ -511,7 +511,7 @@ fn rxe_peer_matrix() {
         std::thread::sleep(Duration::from_millis(300));
         q.post_recv(&RecvWr {
             wr_id: 78,
-            sg_list: vec![mr.sge(0, 10)],
+            sg_list: vec![mr.sge(0, 10)].into(),
         })
         .map_err(|e| e.to_string())?;
         let wc = agent.ask("WC");

@@ -55,7 +55,8 @@ fn setup(idle_qps: usize) -> Pair {
             addr: p.mra.addr,
             length: 8,
             lkey: p.mra.lkey,
-        }];
+        }]
+        .into();
         w.remote = RemoteAddr {
             remote_addr: p.mrb.addr,
             rkey: p.mrb.rkey,

@@ -14,6 +14,7 @@ pub mod memory;
 pub mod qp;
 #[cfg(any(test, fuzzing, feature = "sim"))]
 pub mod sim;
+pub mod smallvec;
 pub mod srq;
 pub mod state;
 pub mod time;
@@ -25,6 +26,7 @@ pub use endpoint::{
 };
 pub use memory::{AtomicOp, MemError, Memory, VecMemory};
 pub use qp::{PostError, QpInitAttr};
+pub use smallvec::SmallVec;
 pub use srq::SrqAttr;
 pub use state::{BringUp, ModifyLimits, ModifyQpError, Service};
 pub use time::Instant;

@@ -434,6 +434,18 @@ c_flags! {
     }
 }
 
+/// SGEs a work request holds without allocating; longer lists spill to the heap.
+pub const SG_LIST_INLINE: usize = 4;
+
+/// A work request's SGE list (`sg_list`/`num_sge`): up to [`SG_LIST_INLINE`] in place.
+pub type SgList = crate::smallvec::SmallVec<Sge, SG_LIST_INLINE>;
+
+/// Inline bytes a send work request holds without allocating.
+pub const INLINE_DATA_INLINE: usize = 256;
+
+/// The gathered bytes of an `IBV_SEND_INLINE` request: up to [`INLINE_DATA_INLINE`] in place.
+pub type InlineData = crate::smallvec::SmallVec<u8, INLINE_DATA_INLINE>;
+
 /// `struct ibv_sge`: a scatter/gather element in registered memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct Sge {
@@ -591,7 +603,7 @@ pub struct SendWr {
     /// `send_flags`.
     pub send_flags: SendFlags,
     /// `sg_list`.
-    pub sg_list: Vec<Sge>,
+    pub sg_list: SgList,
     /// `imm_data` (host order here; big-endian on the wire).
     pub imm_data: u32,
     /// `wr.rdma` (WRITE, READ) or the target of an atomic (`wr.atomic.remote_addr`/`rkey`).
@@ -606,7 +618,7 @@ pub struct SendWr {
     /// reads inline SGEs at post time and ignores their lkeys, so a C caller may point them at
     /// unregistered memory. When set (with INLINE), it is the payload and `sg_list` is unused;
     /// when `None`, an inline request is gathered from `sg_list` through registered memory.
-    pub inline_data: Option<Vec<u8>>,
+    pub inline_data: Option<InlineData>,
 }
 
 impl SendWr {
@@ -616,7 +628,7 @@ impl SendWr {
             wr_id,
             opcode,
             send_flags: SendFlags::EMPTY,
-            sg_list: Vec::new(),
+            sg_list: SgList::new(),
             imm_data: 0,
             remote: RemoteAddr::default(),
             compare_add: 0,
@@ -707,7 +719,7 @@ impl SendWr {
     fn signaled(wr_id: u64, opcode: WrOpcode, local: Sge) -> SendWr {
         SendWr {
             send_flags: SendFlags::SIGNALED,
-            sg_list: vec![local],
+            sg_list: SgList::from([local]),
             ..SendWr::new(wr_id, opcode)
         }
     }
@@ -727,7 +739,17 @@ pub struct RecvWr {
     /// `wr_id`, returned in the completion.
     pub wr_id: u64,
     /// `sg_list`: where received data is scattered.
-    pub sg_list: Vec<Sge>,
+    pub sg_list: SgList,
+}
+
+impl RecvWr {
+    /// A receive into the bytes `local` names.
+    pub fn new(wr_id: u64, local: Sge) -> RecvWr {
+        RecvWr {
+            wr_id,
+            sg_list: SgList::from([local]),
+        }
+    }
 }
 
 /// `struct ibv_wc`: a work completion.

@@ -42,7 +42,7 @@ fn write_read_and_atomics() {
     p.post_send(0, w);
     // READ back what B now holds into A at offset 20000.
     let mut r = p.wr(3, WrOpcode::RdmaRead, 20000, 3000, 100);
-    r.sg_list = vec![p.mra.sge(20000, 3000)];
+    r.sg_list = vec![p.mra.sge(20000, 3000)].into();
     p.post_send(0, r);
     let mut fa = p.wr(4, WrOpcode::AtomicFetchAndAdd, 40000, 8, 8000);
     fa.compare_add = 5;

@@ -796,7 +796,7 @@ fn bad_receive_buffer_is_rem_op_err() {
             p.qb,
             ferroce_transport::RecvWr {
                 wr_id: 9,
-                sg_list: vec![bad],
+                sg_list: vec![bad].into(),
             },
             &n.mem,
             p.net.now,

@@ -93,7 +93,7 @@ fn ud_wr(
 ) -> SendWr {
     let mut w = SendWr::new(wr_id, WrOpcode::SendWithImm);
     w.send_flags = SendFlags::SIGNALED;
-    w.sg_list = vec![mra.sge(0, len)];
+    w.sg_list = vec![mra.sge(0, len)].into();
     w.imm_data = 0x1234;
     w.ud = Some(UdDest {
         ah: AhAttr::new(dest),
@@ -116,7 +116,7 @@ fn ud_send_with_grh_and_qkey_check() {
                 qb,
                 RecvWr {
                     wr_id: 10 + i,
-                    sg_list: vec![mrb.sge(i * 4096, 4096)],
+                    sg_list: vec![mrb.sge(i * 4096, 4096)].into(),
                 },
                 &n.mem,
                 now,
@@ -229,7 +229,7 @@ fn gsi_qp1_carries_mads() {
                 1,
                 RecvWr {
                     wr_id: 1,
-                    sg_list: vec![mr.sge(0, 4096)],
+                    sg_list: vec![mr.sge(0, 4096)].into(),
                 },
                 &n.mem,
                 now,
@@ -240,7 +240,7 @@ fn gsi_qp1_carries_mads() {
     let sc = Script::install(&mut net);
     let dest = net.nodes[1].addr;
     let mut w = SendWr::new(7, WrOpcode::Send);
-    w.sg_list = vec![mrs[0].sge(0, 256)];
+    w.sg_list = vec![mrs[0].sge(0, 256)].into();
     w.ud = Some(UdDest {
         ah: AhAttr::new(dest),
         remote_qpn: 1,
@@ -320,7 +320,7 @@ fn srq_shared_by_two_qps_with_limit_event() {
                 srqn,
                 RecvWr {
                     wr_id: i,
-                    sg_list: vec![mrb.sge(i * 1024, 1024)],
+                    sg_list: vec![mrb.sge(i * 1024, 1024)].into(),
                 },
             )
             .unwrap();
@@ -335,7 +335,7 @@ fn srq_shared_by_two_qps_with_limit_event() {
     net.nodes[1].endpoint.arm_srq(srqn, 3).unwrap();
     for (k, (qa, _)) in [pairs[0], pairs[1], pairs[0], pairs[1]].iter().enumerate() {
         let mut w = SendWr::new(k as u64, WrOpcode::Send);
-        w.sg_list = vec![mra.sge(k as u64 * 10, 10)];
+        w.sg_list = vec![mra.sge(k as u64 * 10, 10)].into();
         let n = &mut net.nodes[0];
         n.endpoint.post_send(*qa, w, &n.mem, now).unwrap();
     }
@@ -404,7 +404,7 @@ fn post_time_errors() {
     let qa = p.qa;
     let mk = |op, len| {
         let mut w = SendWr::new(1, op);
-        w.sg_list = vec![p.mra.sge(0, len)];
+        w.sg_list = vec![p.mra.sge(0, len)].into();
         w
     };
     let err = |r: Result<(), VerbError>| match r {
@@ -424,7 +424,7 @@ fn post_time_errors() {
         PostError::InlineTooLong
     );
     let mut w = mk(WrOpcode::Send, 10);
-    w.sg_list = vec![p.mra.sge(0, 1); 5];
+    w.sg_list = vec![p.mra.sge(0, 1); 5].into();
     assert_eq!(
         err(n.endpoint.post_send(qa, w, &n.mem, now)),
         PostError::TooManySge
@@ -444,7 +444,8 @@ fn post_time_errors() {
         p.mra.sge(0, 4 << 20),
         p.mra.sge(0, 4 << 20),
         p.mra.sge(0, 1),
-    ];
+    ]
+    .into();
     assert_eq!(
         err(n.endpoint.post_send(qa, w, &n.mem, now)),
         PostError::MessageTooLong

@@ -98,7 +98,7 @@ pub fn run(out: &mut dyn Write) -> Result<()> {
     a.mr.write(0, &data)?;
     let mut wr = SendWr::new(1, WrOpcode::RdmaWrite);
     wr.send_flags = SendFlags::SIGNALED;
-    wr.sg_list = vec![a.mr.sge(0, data.len() as u32)];
+    wr.sg_list = vec![a.mr.sge(0, data.len() as u32)].into();
     wr.remote.remote_addr = b.mr.addr() + (4 * MIB) as u64;
     wr.remote.rkey = b.mr.rkey();
     let t = Instant::now();
@@ -120,7 +120,7 @@ pub fn run(out: &mut dyn Write) -> Result<()> {
     // 3. RDMA READ it back into another part of A, verified.
     let mut rd = SendWr::new(2, WrOpcode::RdmaRead);
     rd.send_flags = SendFlags::SIGNALED;
-    rd.sg_list = vec![a.mr.sge(8 * MIB, data.len() as u32)];
+    rd.sg_list = vec![a.mr.sge(8 * MIB, data.len() as u32)].into();
     rd.remote.remote_addr = b.mr.addr() + (4 * MIB) as u64;
     rd.remote.rkey = b.mr.rkey();
     let t = Instant::now();
@@ -148,7 +148,7 @@ pub fn run(out: &mut dyn Write) -> Result<()> {
     for i in 0..1000u64 {
         let mut fa = SendWr::new(100 + i, WrOpcode::AtomicFetchAndAdd);
         fa.send_flags = SendFlags::SIGNALED;
-        fa.sg_list = vec![a.mr.sge(counter, 8)];
+        fa.sg_list = vec![a.mr.sge(counter, 8)].into();
         fa.remote.remote_addr = b.mr.addr() + counter as u64;
         fa.remote.rkey = b.mr.rkey();
         fa.compare_add = 1;
@@ -163,7 +163,7 @@ pub fn run(out: &mut dyn Write) -> Result<()> {
     let dt = t.elapsed();
     let mut cs = SendWr::new(2000, WrOpcode::AtomicCmpAndSwp);
     cs.send_flags = SendFlags::SIGNALED;
-    cs.sg_list = vec![a.mr.sge(counter, 8)];
+    cs.sg_list = vec![a.mr.sge(counter, 8)].into();
     cs.remote.remote_addr = b.mr.addr() + counter as u64;
     cs.remote.rkey = b.mr.rkey();
     cs.compare_add = 1000;

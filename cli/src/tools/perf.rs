@@ -93,7 +93,7 @@ fn wr_for(a: &Side, b: &Side, qp: usize, op: Op, size: u32, slot: u64) -> SendWr
         ((slot * u64::from(size)) as usize % a.mr.len().saturating_sub(size as usize).max(1)) & !7;
     let mut w = SendWr::new(slot, op.opcode());
     w.send_flags = SendFlags::SIGNALED;
-    w.sg_list = vec![a.mr.sge(off, size)];
+    w.sg_list = vec![a.mr.sge(off, size)].into();
     w.remote.remote_addr = b.mr.addr() + off as u64;
     w.remote.rkey = b.mr.rkey();
     w.compare_add = 1;
@@ -120,7 +120,7 @@ pub fn bandwidth(
             for i in 0..u64::from(depth) {
                 qb.post_recv(&RecvWr {
                     wr_id: i,
-                    sg_list: vec![b.mr.sge(0, recv_len)],
+                    sg_list: vec![b.mr.sge(0, recv_len)].into(),
                 })?;
             }
         }
@@ -172,7 +172,7 @@ pub fn bandwidth(
                     .unwrap_or(0);
                 b.qps[q].post_recv(&RecvWr {
                     wr_id: wc.wr_id,
-                    sg_list: vec![b.mr.sge(0, recv_len)],
+                    sg_list: vec![b.mr.sge(0, recv_len)].into(),
                 })?;
             }
         }
@@ -243,7 +243,7 @@ pub fn latency(a: &Side, b: &Side, op: Op, size: u32, iters: u64) -> Result<LatR
     let mut samples = Vec::with_capacity(iters as usize);
     let recv = |side: &Side| RecvWr {
         wr_id: 0,
-        sg_list: vec![side.mr.sge(0, size)],
+        sg_list: vec![side.mr.sge(0, size)].into(),
     };
     if op == Op::Send {
         qa.post_recv(&recv(a))?;
@@ -255,7 +255,7 @@ pub fn latency(a: &Side, b: &Side, op: Op, size: u32, iters: u64) -> Result<LatR
         match op {
             Op::Send => {
                 let mut w = wr_for(a, b, 0, op, size, i);
-                w.sg_list = vec![a.mr.sge(0, size)];
+                w.sg_list = vec![a.mr.sge(0, size)].into();
                 qa.post_send(&w)?;
                 // B answers as soon as the ping lands.
                 loop {
@@ -267,7 +267,7 @@ pub fn latency(a: &Side, b: &Side, op: Op, size: u32, iters: u64) -> Result<LatR
                 qb.post_recv(&recv(b))?;
                 let mut back = SendWr::new(i, WrOpcode::Send);
                 back.send_flags = SendFlags::SIGNALED;
-                back.sg_list = vec![b.mr.sge(0, size)];
+                back.sg_list = vec![b.mr.sge(0, size)].into();
                 qb.post_send(&back)?;
                 let mut got_recv = false;
                 let mut got_send = false;

@@ -95,7 +95,7 @@ pub fn wr(
 ) -> SendWr {
     let mut w = SendWr::new(wr_id, opcode);
     w.send_flags = SendFlags::SIGNALED;
-    w.sg_list = vec![side.mr.sge(off, len)];
+    w.sg_list = vec![side.mr.sge(off, len)].into();
     w.remote.remote_addr = peer.mr.addr() + remote_off as u64;
     w.remote.rkey = peer.mr.rkey();
     w

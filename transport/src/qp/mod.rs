@@ -18,8 +18,8 @@ use crate::srq::Srq;
 use crate::state::{self, ModifyLimits, ModifyQpError, Service};
 use crate::time::Instant;
 use crate::verbs::{
-    MAX_MSG_SZ, Mtu, QpAttr, QpAttrMask, QpCap, QpState, QpType, RecvWr, SendFlags, SendWr,
-    WcFlags, WcOpcode, WcStatus, WorkCompletion,
+    InlineData, MAX_MSG_SZ, Mtu, QpAttr, QpAttrMask, QpCap, QpState, QpType, RecvWr, SendFlags,
+    SendWr, WcFlags, WcOpcode, WcStatus, WorkCompletion,
 };
 
 use completer::Completer;
@@ -119,7 +119,7 @@ impl std::error::Error for PostError {}
 pub(crate) struct SendWqe {
     pub(crate) wr: SendWr,
     /// The data, copied at post time for INLINE sends.
-    pub(crate) inline: Option<Vec<u8>>,
+    pub(crate) inline: Option<InlineData>,
     pub(crate) len: u32,
     pub(crate) signaled: bool,
     /// PSNs assigned when the WQE is first sent; they never change on retransmission.
@@ -437,7 +437,7 @@ impl Qp {
             match wr.inline_data.take() {
                 Some(d) => Some(d),
                 None => {
-                    let mut data = vec![0u8; len as usize];
+                    let mut data = InlineData::filled(len as usize, 0);
                     crate::memory::gather(ctx.mem, self.pd, &wr.sg_list, 0, &mut data)
                         .map_err(|_| PostError::InlineGatherFailed)?;
                     Some(data)

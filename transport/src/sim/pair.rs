@@ -184,7 +184,7 @@ impl Pair {
                 qpn,
                 RecvWr {
                     wr_id,
-                    sg_list: vec![mr.sge(offset, len)],
+                    sg_list: vec![mr.sge(offset, len)].into(),
                 },
                 &n.mem,
                 self.net.now,
@@ -204,7 +204,7 @@ impl Pair {
     ) -> SendWr {
         let mut wr = SendWr::new(wr_id, opcode);
         wr.send_flags = SendFlags::SIGNALED;
-        wr.sg_list = vec![self.mra.sge(offset, len)];
+        wr.sg_list = vec![self.mra.sge(offset, len)].into();
         wr.remote.remote_addr = self.mrb.addr + remote_offset;
         wr.remote.rkey = self.mrb.rkey;
         wr
