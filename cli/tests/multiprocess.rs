@@ -4,6 +4,8 @@
 
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
+mod common;
+
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
@@ -37,7 +39,10 @@ fn pingpong(
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        common::wait_listening(tcp_port, Duration::from_secs(20)),
+        "the rc-pingpong server never listened on {tcp_port}"
+    );
     let mut c = ferroce();
     c.args([
         "rc-pingpong",

@@ -118,7 +118,9 @@ fn pair(prog: &str, args: &[&str], net: &str, port: u16) -> (String, String) {
     let server = server.spawn().unwrap();
     let mut attempt = 0;
     let (cok, cout) = loop {
-        std::thread::sleep(Duration::from_millis(300));
+        // The server listens once it has set up its device; a client started earlier is
+        // refused and retried.
+        common::wait_listening(port, Duration::from_secs(10));
         let mut client = command(prog, &cli_ip);
         client
             .args(args)

@@ -23,7 +23,16 @@ fn rnr_until_a_receive_is_posted() {
     );
     a.qp.post_send(&wr(&a, &b, 1, WrOpcode::Send, 0, 100, 0))
         .unwrap();
-    std::thread::sleep(Duration::from_millis(50));
+    // The responder answers RNR NAK (no receive posted); the requester waits and retries.
+    let deadline = std::time::Instant::now() + T;
+    while a.ctx.counters().0.rcvd_rnr_err < 2 {
+        assert!(std::time::Instant::now() < deadline, "no RNR NAK arrived");
+        assert!(
+            a.cq.poll_one().is_none(),
+            "the SEND completed without a receive"
+        );
+        std::thread::yield_now();
+    }
     assert!(a.cq.poll_one().is_none(), "the SEND waits (rnr_retry 7)");
     b.qp.post_recv(&RecvWr {
         wr_id: 9,

@@ -21,10 +21,16 @@ fn every_opcode_size_and_mtu() {
             *mtu,
             MEM,
         );
-        a.mr.write(0, &pattern(MEM, k as u8)).unwrap();
-        b.mr.write(0, &pattern(MEM, 0x80 | k as u8)).unwrap();
+        // What each region must hold: every transfer updates the model, the targets are
+        // compared after each transfer and the whole regions after each opcode (a stray
+        // write anywhere is caught there).
+        let mut model_a = pattern(MEM, k as u8);
+        let mut model_b = pattern(MEM, 0x80 | k as u8);
+        a.mr.write(0, &model_a).unwrap();
+        b.mr.write(0, &model_b).unwrap();
         let m = mtu.bytes();
         let sizes = [0, 1, m - 1, m, m + 1, 1 << 20, 8 << 20];
+        let mut window = vec![0u8; 8 << 20];
         for op in [
             WrOpcode::Send,
             WrOpcode::SendWithImm,
@@ -33,9 +39,6 @@ fn every_opcode_size_and_mtu() {
             WrOpcode::RdmaRead,
         ] {
             for &size in &sizes {
-                // A's source at 0, B's destination at 8 MiB + 64 (READ: the other way round).
-                let before_a = a.mr.to_vec();
-                let before_b = b.mr.to_vec();
                 let dst = (8 << 20) + 64;
                 if matches!(
                     op,
@@ -61,23 +64,16 @@ fn every_opcode_size_and_mtu() {
                 let s = wait(&a.cq, 1, T);
                 assert_eq!(s.len(), 1, "{op:?} {size} mtu {m}: no completion");
                 assert_eq!(s[0].status, WcStatus::Success, "{op:?} {size} mtu {m}");
-                let (am, bm) = (a.mr.to_vec(), b.mr.to_vec());
                 let n = size as usize;
+                let got = &mut window[..n];
                 if op == WrOpcode::RdmaRead {
-                    assert!(
-                        am[..n] == before_b[dst..dst + n],
-                        "{op:?} {size} mtu {m}: READ data"
-                    );
-                    assert!(bm == before_b, "READ changed the responder's memory");
+                    model_a[..n].copy_from_slice(&model_b[dst..dst + n]);
+                    a.mr.read(0, got).unwrap();
+                    assert!(*got == model_a[..n], "{op:?} {size} mtu {m}: READ data");
                 } else {
-                    assert!(
-                        bm[dst..dst + n] == before_a[..n],
-                        "{op:?} {size} mtu {m}: data"
-                    );
-                    assert!(
-                        bm[..dst] == before_b[..dst] && bm[dst + n..] == before_b[dst + n..],
-                        "{op:?} {size} mtu {m}: bytes outside the target changed"
-                    );
+                    model_b[dst..dst + n].copy_from_slice(&model_a[..n]);
+                    b.mr.read(dst, got).unwrap();
+                    assert!(*got == model_b[dst..dst + n], "{op:?} {size} mtu {m}: data");
                 }
                 if matches!(
                     op,
@@ -98,8 +94,15 @@ fn every_opcode_size_and_mtu() {
                     }
                 }
             }
+            assert!(
+                a.mr.to_vec() == model_a,
+                "{op:?} mtu {m}: the requester's region holds bytes no transfer put there"
+            );
+            assert!(
+                b.mr.to_vec() == model_b,
+                "{op:?} mtu {m}: the responder's region holds bytes no transfer put there"
+            );
         }
-        // Atomics at this MTU too.
         for (i, op) in [WrOpcode::AtomicFetchAndAdd, WrOpcode::AtomicCmpAndSwp]
             .into_iter()
             .enumerate()

@@ -1,6 +1,7 @@
 //! The opcode × size × MTU matrix again, with the responder in a separate process: this test
-//! binary re-runs itself as the peer (`matrix_peer`, enabled by an environment variable) and
-//! drives it over a TCP control channel; data is checked by hashing the peer's memory there.
+//! binary (`harness = false`) re-runs itself as the peer (its `main` sees the environment
+//! variable) and drives it over a TCP control channel; data is checked by hashing the peer's
+//! memory there.
 
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
@@ -24,12 +25,20 @@ fn hash(bytes: &[u8]) -> u64 {
     h.finish()
 }
 
+fn main() {
+    match std::env::var(PEER_ENV) {
+        Ok(spec) => matrix_peer(&spec),
+        Err(_) => {
+            let name = "every_opcode_size_and_mtu_across_processes";
+            println!("test {name} ...");
+            every_opcode_size_and_mtu_across_processes();
+            println!("test {name} ... ok");
+        }
+    }
+}
+
 /// The peer: one RC QP and one region, commanded line by line.
-#[test]
-fn matrix_peer() {
-    let Ok(spec) = std::env::var(PEER_ENV) else {
-        return;
-    };
+fn matrix_peer(spec: &str) {
     let mut it = spec.split(',');
     let addr: IpAddr = it.next().unwrap().parse().unwrap();
     let port: u16 = it.next().unwrap().parse().unwrap();
@@ -46,6 +55,8 @@ fn matrix_peer() {
     let l = TcpListener::bind(("127.0.0.1", port)).unwrap();
     println!("LISTENING");
     let (s, _) = l.accept().unwrap();
+    // One small request, one small reply: Nagle would hold each reply for the delayed ACK.
+    s.set_nodelay(true).unwrap();
     let mut r = BufReader::new(s.try_clone().unwrap());
     let mut w = s;
     let mut line = String::new();
@@ -125,13 +136,6 @@ impl Drop for Peer {
 fn spawn_peer(addr: [u8; 4], port: u16, salt: u8) -> Peer {
     let ip = IpAddr::from(addr);
     let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "matrix_peer",
-            "--nocapture",
-            "--test-threads",
-            "1",
-        ])
         .env(PEER_ENV, format!("{ip},{port},{salt}"))
         .stdout(Stdio::piped())
         .spawn()
@@ -143,6 +147,7 @@ fn spawn_peer(addr: [u8; 4], port: u16, salt: u8) -> Peer {
         assert!(out.read_line(&mut line).unwrap() > 0, "peer exited");
     }
     let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_nodelay(true).unwrap();
     Peer {
         child,
         _out: out,
@@ -151,11 +156,7 @@ fn spawn_peer(addr: [u8; 4], port: u16, salt: u8) -> Peer {
     }
 }
 
-#[test]
 fn every_opcode_size_and_mtu_across_processes() {
-    if std::env::var(PEER_ENV).is_ok() {
-        return;
-    }
     for (k, mtu) in Mtu::ALL.iter().enumerate() {
         let (a_addr, b_addr) = ([127, 17, k as u8, 1], [127, 17, k as u8, 2]);
         let salt = 0x40 | k as u8;
