@@ -73,8 +73,8 @@ pub use error::{Error, Result};
 pub use ferroce_transport as transport;
 /// The verbs vocabulary, at the crate root: what a program needs besides the handles.
 pub use ferroce_transport::{
-    AccessFlags, AhAttr, Mtu, QpAttr, QpAttrMask, QpCap, QpState, QpType, RecvWr, RemoteAddr,
-    SendFlags, SendWr, Sge, WcFlags, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
+    AccessFlags, AhAttr, Mtu, QpAttr, QpAttrMask, QpCap, QpModify, QpState, QpType, RecvWr,
+    RemoteAddr, SendFlags, SendWr, Sge, WcFlags, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
 };
 pub use ferroce_wire as wire;
 pub use qp::{QpBuilder, QpInitAttr, QueuePair, SharedReceiveQueue};

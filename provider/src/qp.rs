@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use ferroce_transport::{QpAttr, QpAttrMask, QpCap, QpType, RecvWr, SendWr, SrqAttr};
+use ferroce_transport::{QpAttr, QpAttrMask, QpCap, QpModify, QpType, RecvWr, SendWr, SrqAttr};
 
 use crate::context::limits;
 use crate::cq::CompletionQueue;
@@ -290,6 +290,16 @@ impl QueuePair {
             .shared
             .with_engine(|st, mrs, now| st.ep.modify_qp(qpn, attr, mask, mrs, now))?;
         Ok(())
+    }
+
+    /// `ibv_modify_qp` with the attributes and mask a [`QpModify`] built (each of its setters
+    /// sets its own mask bit):
+    /// `qp.modify_with(&QpModify::new(QpState::Init).port_num(1).qp_access_flags(access))`.
+    ///
+    /// # Errors
+    /// As [`QueuePair::modify`].
+    pub fn modify_with(&self, m: &QpModify) -> Result<()> {
+        self.modify(m.attr(), m.mask())
     }
 
     /// Walks the QP RESET → INIT → RTR → RTS towards the QP `dest_qp_num` at `peer`, with

@@ -11,6 +11,7 @@
 
 pub mod endpoint;
 pub mod memory;
+pub mod modify;
 pub mod qp;
 #[cfg(any(test, fuzzing, feature = "sim"))]
 pub mod sim;
@@ -25,6 +26,7 @@ pub use endpoint::{
     Transmit, VerbError, WcQueue,
 };
 pub use memory::{AtomicOp, MemError, Memory, VecMemory};
+pub use modify::QpModify;
 pub use qp::{PostError, QpInitAttr};
 pub use smallvec::SmallVec;
 pub use srq::SrqAttr;
