@@ -25,7 +25,7 @@ macro_rules! setters {
             #[must_use]
             pub fn $name(mut self, value: $ty) -> Self {
                 self.attr.$name = value;
-                self.mask = self.mask | QpAttrMask::$bit;
+                self.mask |= QpAttrMask::$bit;
                 self
             }
         )*
@@ -93,7 +93,7 @@ impl QpModify {
     #[must_use]
     pub fn ah_attr(mut self, value: AhAttr) -> Self {
         self.attr.ah_attr = Some(value);
-        self.mask = self.mask | QpAttrMask::AV;
+        self.mask |= QpAttrMask::AV;
         self
     }
 
