@@ -3,14 +3,13 @@
 
 use std::net::Ipv6Addr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use ferroce_transport::{AccessFlags, AhAttr, EndpointConfig, ModifyLimits, Mtu, Sge};
-use parking_lot::Mutex;
 
 use crate::cq::{CompletionChannel, CompletionQueue};
-use crate::driver::{AsyncEventRecord, RuntimeConfig, RuntimeCounters, Shared};
+use crate::driver::{AsyncEventRecord, Runtime, RuntimeConfig, RuntimeCounters, Shared};
+use crate::events::{EventQueue, Owned};
 use crate::faults::FaultConfig;
 use crate::mr::MrInner;
 use crate::{Device, Error, Result};
@@ -144,22 +143,18 @@ pub struct OpenOptions {
 
 pub(crate) struct ContextInner {
     pub(crate) device: Device,
-    pub(crate) shared: Arc<Shared>,
     pub(crate) port: u16,
-    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
-    next_handle: AtomicU32,
+    /// The device's runtime, shared by every context of the device in this process.
+    runtime: Arc<Runtime>,
+    /// This context's async events.
+    pub(crate) events: Arc<EventQueue>,
 }
 
-impl Drop for ContextInner {
-    fn drop(&mut self) {
-        self.shared.stop();
-        if let Some(t) = self.thread.lock().take() {
-            let _ = t.join();
-        }
-    }
-}
-
-/// An open device (`ibv_context`). Cheap to clone; every child keeps it alive.
+/// An open device (`ibv_context`). Cheap to clone; every child keeps it alive. Every
+/// [`Device::open`] of a device gives a new context, and the contexts of one device share its
+/// runtime (one socket, one progress thread), as contexts share a NIC; their resources stay
+/// apart (a PD, CQ or channel of one context is refused by another) and each gets the async
+/// events of its own objects.
 #[derive(Clone)]
 pub struct Context {
     pub(crate) inner: Arc<ContextInner>,
@@ -197,7 +192,7 @@ impl Context {
             active_mtu: device.active_mtu(),
             ..ModifyLimits::default()
         };
-        let (shared, thread) = Shared::start(RuntimeConfig {
+        let runtime = Runtime::get_or_start(RuntimeConfig {
             local,
             engine,
             faults,
@@ -209,20 +204,31 @@ impl Context {
             device.name,
             device.active_mtu().bytes()
         );
+        let shared = runtime.shared.clone();
         Ok(Context {
             inner: Arc::new(ContextInner {
                 device,
-                shared: shared.clone(),
                 port,
-                thread: Mutex::new(Some(thread)),
-                next_handle: AtomicU32::new(1),
+                runtime,
+                events: Arc::new(EventQueue::new()?),
             }),
             shared,
         })
     }
 
-    pub(crate) fn next_handle(&self) -> u32 {
-        self.inner.next_handle.fetch_add(1, Ordering::Relaxed)
+    /// Whether `other` is this very context (or a clone of its handle).
+    pub(crate) fn same(&self, other: &Context) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
+    /// Whether `other` is a context of the same device (sharing its runtime).
+    pub fn same_device(&self, other: &Context) -> bool {
+        Arc::ptr_eq(&self.inner.runtime, &other.inner.runtime)
+    }
+
+    /// The events of objects of this context go here.
+    pub(crate) fn register_events(&self, what: Owned) {
+        self.shared.router.register(what, &self.inner.events);
     }
 
     /// Whether PDs, CQs or completion channels (or other clones of this handle) still hold the
@@ -315,7 +321,7 @@ impl Context {
     pub fn alloc_pd(&self) -> ProtectionDomain {
         ProtectionDomain {
             inner: Arc::new(PdInner {
-                handle: self.next_handle(),
+                handle: self.shared.next_pd_number(),
             }),
             ctx: self.clone(),
         }
@@ -343,43 +349,27 @@ impl Context {
             return Err(Error::InvalidArgument("cqe"));
         }
         if let Some(ch) = channel {
-            if !Arc::ptr_eq(&ch.ctx.shared, &self.shared) {
-                return Err(Error::WrongParent("completion channel"));
+            if !ch.ctx.same(self) {
+                return Err(Error::WrongParent("completion channel of another context"));
             }
         }
         Ok(CompletionQueue::new(self, cqe as usize, channel))
     }
 
-    /// `ibv_get_async_event`, waiting at most `timeout`.
+    /// `ibv_get_async_event`, waiting at most `timeout`: the next event of one of this
+    /// context's objects.
     pub fn get_async_event(&self, timeout: Duration) -> Option<AsyncEventRecord> {
-        let mut q = self.shared.events.lock();
-        let deadline = std::time::Instant::now() + timeout;
-        while q.is_empty() {
-            if self
-                .shared
-                .events_cond
-                .wait_until(&mut q, deadline)
-                .timed_out()
-                && q.is_empty()
-            {
-                return None;
-            }
-        }
-        let e = q.pop_front();
-        if q.is_empty() {
-            self.shared.events_fd.drain();
-        }
-        e
+        self.inner.events.get(timeout)
     }
 
-    /// The async event file descriptor (readable while an event is pending).
+    /// The async event file descriptor (readable while an event of this context is pending).
     pub fn async_fd(&self) -> std::os::fd::RawFd {
-        self.shared.events_fd.raw()
+        self.inner.events.raw_fd()
     }
 
     /// The async event descriptor, borrowed (for `tokio::io::unix::AsyncFd`, mio or epoll).
     pub fn async_fd_borrowed(&self) -> std::os::fd::BorrowedFd<'_> {
-        // SAFETY: the eventfd lives in the runtime's Shared, which this context holds an Arc of, so the descriptor stays open for the borrow's lifetime.
+        // SAFETY: the eventfd lives in this context's EventQueue, which the context holds an Arc of, so the descriptor stays open for the borrow's lifetime.
         unsafe { std::os::fd::BorrowedFd::borrow_raw(self.async_fd()) }
     }
 

@@ -10,6 +10,7 @@ use ferroce_transport::WorkCompletion;
 use parking_lot::{Condvar, Mutex};
 
 use crate::driver::Shared;
+use crate::events::Owned;
 use crate::sys::EventFd;
 use crate::{Context, Error, Result};
 
@@ -36,6 +37,7 @@ impl Drop for CqInner {
     fn drop(&mut self) {
         if let Some(shared) = self.device.upgrade() {
             shared.cqs.lock().remove(&self.handle);
+            shared.router.unregister(Owned::Cq(self.handle));
         }
     }
 }
@@ -99,6 +101,7 @@ impl CompletionQueue {
             .cqs
             .lock()
             .insert(handle, Arc::downgrade(&cq.inner));
+        ctx.register_events(Owned::Cq(handle));
         cq
     }
 

@@ -9,7 +9,7 @@
 //! names and events to the context. `FERROCE_BUSY_POLL=1` makes it spin instead of sleeping
 //! (lower latency, one core busy).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -17,10 +17,11 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use ferroce_transport::{AsyncEvent, Endpoint, EndpointConfig, Instant};
-use parking_lot::{Condvar, Mutex};
+use parking_lot::Mutex;
 
 use crate::backend::{self, DatapathStats, Receiver, Transmitter};
 use crate::cq::CqInner;
+use crate::events::EventRouter;
 use crate::mr::MrTable;
 use crate::sys::{self, EventFd};
 
@@ -76,9 +77,10 @@ pub(crate) struct Shared {
     /// The deadline the progress thread sleeps until (ns since epoch; u64::MAX = none).
     sleep_until: AtomicU64,
     busy_poll: bool,
-    pub(crate) events: Mutex<VecDeque<AsyncEventRecord>>,
-    pub(crate) events_cond: Condvar,
-    pub(crate) events_fd: EventFd,
+    /// Which context each event goes to.
+    pub(crate) router: EventRouter,
+    /// Numbers of PDs, unique on the device (so a PD of one context never matches another's).
+    next_pd: AtomicU32,
     /// Every live CQ of the device by the number the engine reports completions with
     /// ([`ferroce_transport::Completion::cq`]). Locked after `engine`, never before.
     pub(crate) cqs: Mutex<HashMap<u32, Weak<CqInner>>>,
@@ -89,6 +91,69 @@ pub(crate) struct Shared {
     rx_fd: RawFd,
     /// The backend's counters.
     stats: Arc<DatapathStats>,
+}
+
+/// A device's running runtime: the [`Shared`] state and its progress thread, stopped and
+/// joined when the last context of the device goes.
+pub(crate) struct Runtime {
+    pub(crate) shared: Arc<Shared>,
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        self.shared.stop();
+        if let Some(t) = self.thread.lock().take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// A runtime of this process: its bound address, the runtime, and its shared state (which
+/// outlives the runtime until the last handle goes, holding the socket).
+type Registered = (SocketAddr, Weak<Runtime>, Weak<Shared>);
+
+/// The runtimes of this process by bound address: every open of a device shares one.
+static RUNTIMES: Mutex<Vec<Registered>> = Mutex::new(Vec::new());
+
+impl Runtime {
+    /// The runtime of the device at `cfg.local`: the running one if this process has it open,
+    /// else a new one (its options are the first opener's).
+    ///
+    /// # Errors
+    /// As [`Shared::start`].
+    pub(crate) fn get_or_start(cfg: RuntimeConfig) -> crate::Result<Arc<Runtime>> {
+        let mut table = RUNTIMES.lock();
+        table.retain(|(_, rt, sh)| rt.strong_count() > 0 || sh.strong_count() > 0);
+        if let Some(rt) = table
+            .iter()
+            .find(|(a, _, _)| *a == cfg.local)
+            .and_then(|(_, rt, _)| rt.upgrade())
+        {
+            log::debug!("{}: a new context shares the running device", cfg.local);
+            return Ok(rt);
+        }
+        // A runtime of this address that is shutting down still holds its socket until its
+        // last handle goes: wait for that (bounded) rather than fail with EADDRINUSE.
+        let closing: Vec<Weak<Shared>> = table
+            .iter()
+            .filter(|(a, _, _)| *a == cfg.local)
+            .map(|(_, _, sh)| sh.clone())
+            .collect();
+        let deadline = std::time::Instant::now() + Duration::from_secs(2);
+        while closing.iter().any(|w| w.strong_count() > 0) && std::time::Instant::now() < deadline {
+            std::thread::yield_now();
+        }
+        let local = cfg.local;
+        let (shared, thread) = Shared::start(cfg)?;
+        let rt = Arc::new(Runtime {
+            shared: shared.clone(),
+            thread: Mutex::new(Some(thread)),
+        });
+        table.retain(|(a, _, _)| *a != local);
+        table.push((local, Arc::downgrade(&rt), Arc::downgrade(&shared)));
+        Ok(rt)
+    }
 }
 
 /// How a runtime is started.
@@ -122,9 +187,8 @@ impl Shared {
             epoch: std::time::Instant::now(),
             sleep_until: AtomicU64::new(u64::MAX),
             busy_poll: cfg.busy_poll,
-            events: Mutex::new(VecDeque::new()),
-            events_cond: Condvar::new(),
-            events_fd: EventFd::new_blocking()?,
+            router: EventRouter::default(),
+            next_pd: AtomicU32::new(1),
             cqs: Mutex::new(HashMap::new()),
             next_cq: AtomicU32::new(1),
             rx: Mutex::new(rx),
@@ -221,9 +285,12 @@ impl Shared {
     }
 
     fn push_event(&self, e: AsyncEventRecord) {
-        self.events.lock().push_back(e);
-        self.events_fd.signal();
-        self.events_cond.notify_all();
+        self.router.route(e);
+    }
+
+    /// A number for a new PD, unique on this device.
+    pub(crate) fn next_pd_number(&self) -> u32 {
+        self.next_pd.fetch_add(1, Ordering::Relaxed)
     }
 
     /// One receive batch through the engine, with expired timers and the resulting sends;

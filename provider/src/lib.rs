@@ -55,6 +55,7 @@ mod dma;
 mod driver;
 mod encap;
 mod error;
+mod events;
 pub mod faults;
 mod mr;
 pub mod pcap;

@@ -6,6 +6,7 @@ use ferroce_transport::{QpAttr, QpAttrMask, QpCap, QpModify, QpType, RecvWr, Sen
 
 use crate::context::limits;
 use crate::cq::CompletionQueue;
+use crate::events::Owned;
 use crate::{Error, ProtectionDomain, Result};
 
 /// `struct ibv_qp_init_attr`.
@@ -40,6 +41,7 @@ impl Drop for QpInner {
         self.pd.ctx.shared.with_engine(|st, _, _| {
             let _ = st.ep.destroy_qp(qpn);
         });
+        self.pd.ctx.shared.router.unregister(Owned::Qp(qpn));
     }
 }
 
@@ -194,7 +196,7 @@ impl ProtectionDomain {
         check_cap(&init.cap)?;
         let shared = &self.ctx.shared;
         for cq in [init.send_cq, init.recv_cq] {
-            if !Arc::ptr_eq(&cq.ctx.shared, shared) {
+            if !cq.ctx.same(&self.ctx) {
                 return Err(Error::WrongParent("CQ of another context"));
             }
         }
@@ -213,11 +215,16 @@ impl ProtectionDomain {
             recv_cq: init.recv_cq.inner.handle,
         };
         let qpn = shared.with_engine(|st, _, _| {
-            if gsi {
+            let r = if gsi {
                 st.ep.create_gsi_qp(t_init)
             } else {
                 st.ep.create_qp(t_init)
+            };
+            // Registered under the engine lock: no event of the QP can come before.
+            if let Ok(qpn) = r {
+                self.ctx.register_events(Owned::Qp(qpn));
             }
+            r
         })?;
         Ok(QueuePair {
             inner: Arc::new(QpInner {
@@ -239,10 +246,11 @@ impl ProtectionDomain {
         if attr.max_wr == 0 || attr.max_wr > limits::MAX_SRQ_WR || attr.max_sge > limits::MAX_SGE {
             return Err(Error::InvalidArgument("SRQ max_wr/max_sge"));
         }
-        let srqn = self
-            .ctx
-            .shared
-            .with_engine(|st, _, _| st.ep.create_srq(attr));
+        let srqn = self.ctx.shared.with_engine(|st, _, _| {
+            let n = st.ep.create_srq(attr);
+            self.ctx.register_events(Owned::Srq(n));
+            n
+        });
         Ok(SharedReceiveQueue {
             inner: Arc::new(SrqInner {
                 srqn,
@@ -416,6 +424,7 @@ impl Drop for SrqInner {
         self.pd.ctx.shared.with_engine(|st, _, _| {
             let _ = st.ep.destroy_srq(n);
         });
+        self.pd.ctx.shared.router.unregister(Owned::Srq(n));
     }
 }
 

@@ -146,7 +146,8 @@ fn dereg_makes_the_rkey_dead_at_once() {
 
 #[test]
 fn address_in_use_is_a_clear_error() {
-    let _a = open([127, 11, 3, 1]);
+    // Another program (here a plain socket) holds the address and port.
+    let _other = std::net::UdpSocket::bind("127.11.3.1:4791").unwrap();
     let err = ferroce::Device::for_addr([127, 11, 3, 1].into())
         .unwrap()
         .open()
