@@ -166,6 +166,8 @@ pub enum VerbError {
     Busy,
     /// The QP number is taken (QP1 created twice).
     QpExists(u32),
+    /// Every QP number of the endpoint's range is in use (ENOMEM).
+    NoQpnLeft,
     /// `modify_qp` refused.
     Modify(ModifyQpError),
     /// A post refused.
@@ -179,6 +181,7 @@ impl core::fmt::Display for VerbError {
             VerbError::NoSuchSrq(n) => write!(f, "no SRQ {n:#x}"),
             VerbError::Busy => f.write_str("resource busy: QPs still attached"),
             VerbError::QpExists(n) => write!(f, "QP {n:#x} exists already"),
+            VerbError::NoQpnLeft => f.write_str("no QP number left in this endpoint's range"),
             VerbError::Modify(e) => e.fmt(f),
             VerbError::Post(e) => e.fmt(f),
         }
@@ -200,6 +203,10 @@ pub struct EndpointConfig {
     pub limits: ModifyLimits,
     /// The first QPN handed out (rxe starts at 0x11).
     pub first_qpn: u32,
+    /// A QPN slot: when set, every QPN this endpoint hands out has this value in bits 23:16
+    /// (DestQP's high byte), so that processes sharing one address each own a QPN range the
+    /// kernel can steer by (QP1 stays QP1).
+    pub qpn_slot: Option<u8>,
     /// Accept IPv4 packets whose ICRC is right for some IP Identification other than 0 (kernel
     /// rxe peers, whose IDs a UDP socket cannot see). This checks only 16 bits of the ICRC, so
     /// an endpoint whose peers are all ferroce (ID 0) turns it off.
@@ -215,6 +222,7 @@ impl EndpointConfig {
             dst_port: ferroce_wire::ROCE_UDP_PORT,
             limits: ModifyLimits::default(),
             first_qpn: 0x11,
+            qpn_slot: None,
             solve_unknown_ident: true,
         }
     }
@@ -316,11 +324,21 @@ impl Endpoint {
                 return Err(VerbError::NoSuchSrq(s));
             }
         }
-        let mut qpn = self.next_qpn;
+        // Within the slot's range if there is one (bits 23:16 fixed), else the whole 24 bits.
+        let (base, mask) = match self.cfg.qpn_slot {
+            Some(s) => (u32::from(s) << 16, 0xFFFF),
+            None => (0, 0xFF_FFFF),
+        };
+        let mut qpn = base | (self.next_qpn & mask);
+        let mut tries = 0u32;
         while self.qps.contains_key(&qpn) || qpn < 2 {
-            qpn = (qpn + 1) & 0xFF_FFFF;
+            tries += 1;
+            if tries > mask {
+                return Err(VerbError::NoQpnLeft);
+            }
+            qpn = base | ((qpn + 1) & mask);
         }
-        self.next_qpn = (qpn + 1) & 0xFF_FFFF;
+        self.next_qpn = (qpn + 1) & mask;
         self.qps
             .insert(qpn, Qp::new(qpn, &init, self.cfg.limits.active_mtu));
         Ok(qpn)

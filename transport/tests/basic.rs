@@ -80,3 +80,34 @@ fn write_read_and_atomics() {
     assert_eq!(rw[0].byte_len, 10);
     assert!(rw[0].wc_flags.contains(WcFlags::WITH_IMM));
 }
+
+/// With a QPN slot, every QPN has the slot in bits 23:16 (what the kernel steers by when
+/// processes share an address); the range wraps within the slot and runs out cleanly.
+#[test]
+fn qpn_slot_confines_every_qpn() {
+    use ferroce_transport::{Endpoint, EndpointConfig, QpCap, QpInitAttr, QpType, VerbError};
+    let mut cfg = EndpointConfig::new("10.0.0.1".parse().unwrap());
+    cfg.qpn_slot = Some(7);
+    cfg.first_qpn = 0xFFF0;
+    let mut ep = Endpoint::new(cfg);
+    let init = QpInitAttr {
+        qp_type: QpType::Rc,
+        pd: 1,
+        cap: QpCap::default(),
+        srq: None,
+        sq_sig_all: false,
+        send_cq: 0,
+        recv_cq: 0,
+    };
+    let mut seen = std::collections::HashSet::new();
+    for _ in 0..0x1_0000 {
+        let q = ep.create_qp(init).unwrap();
+        assert_eq!(q >> 16, 7, "{q:#x}");
+        assert!(seen.insert(q), "{q:#x} twice");
+    }
+    assert_eq!(ep.create_qp(init), Err(VerbError::NoQpnLeft));
+    let first = *seen.iter().min().unwrap();
+    ep.destroy_qp(first).unwrap();
+    assert_eq!(ep.create_qp(init), Ok(first));
+    assert_eq!(ep.create_gsi_qp(init), Ok(1), "QP1 is outside every slot");
+}
