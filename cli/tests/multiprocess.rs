@@ -151,10 +151,8 @@ fn bad_device_and_busy_address_are_clear_errors() {
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no device 198.51.100.9"));
-    let _held = ferroce::Device::for_addr([127, 15, 8, 1].into())
-        .unwrap()
-        .open()
-        .unwrap();
+    // A program that is not a ferroce process of this user holds the address and port.
+    let _held = std::net::UdpSocket::bind("127.15.8.1:4791").unwrap();
     let out = ferroce()
         .args(["rc-pingpong", "-d", "127.15.8.1", "-p", "18630"])
         .output()
@@ -225,4 +223,96 @@ fn pcap_recording_decodes_with_every_icrc_ok() {
     );
     assert!(text.contains("RC_SEND_FIRST") && text.contains("RC_ACKNOWLEDGE"));
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+fn spawn(args: &[&str]) -> std::process::Child {
+    ferroce()
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Starts `n` rc-pingpong servers on `addr` (TCP ports from `port`), then `n` clients on the
+/// same address: 2n processes sharing one device address, every pair on it at both ends.
+fn pairs_on_one_address(
+    addr: &str,
+    port: u16,
+    n: u16,
+    extra: &[&str],
+) -> Vec<(std::process::Child, std::process::Child)> {
+    let servers: Vec<_> = (0..n)
+        .map(|i| {
+            let p = (port + i).to_string();
+            let mut a = vec!["rc-pingpong", "-d", addr, "-g", "1", "-p", &p];
+            a.extend_from_slice(extra);
+            spawn(&a)
+        })
+        .collect();
+    servers
+        .into_iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let p = port + i as u16;
+            assert!(
+                common::wait_listening(p, Duration::from_secs(30)),
+                "server {i} never listened"
+            );
+            let ps = p.to_string();
+            let mut a = vec!["rc-pingpong", "-d", addr, "-g", "1", "-p", &ps];
+            a.extend_from_slice(extra);
+            a.push("127.0.0.1");
+            (s, spawn(&a))
+        })
+        .collect()
+}
+
+/// Sixteen rc-pingpong pairs at once, all 32 processes on one address (each pair's server and
+/// client too), with data validation: the reuseport group steers each QP's packets to its
+/// process.
+#[test]
+fn sixteen_pairs_share_one_address() {
+    let addr = "127.94.0.1";
+    let pairs = pairs_on_one_address(addr, 18740, 16, &["-n", "100", "-c", "-s", "2048"]);
+    for (i, (s, c)) in pairs.into_iter().enumerate() {
+        let (s, c) = (s.wait_with_output().unwrap(), c.wait_with_output().unwrap());
+        check(&s, 100, 2048, addr, addr);
+        check(&c, 100, 2048, addr, addr);
+        let q = |o: &Output| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .next()
+                .unwrap_or("")
+                .to_owned()
+        };
+        assert_ne!(q(&s), q(&c), "pair {i}: both ends reported the same QP");
+    }
+}
+
+/// A process of the group killed mid-transfer: the other pairs finish with exact data, and a
+/// new pair joins the address afterwards and works.
+#[test]
+fn sigkill_of_a_member_leaves_the_others_working() {
+    let addr = "127.94.1.1";
+    let pairs = pairs_on_one_address(addr, 18770, 4, &["-n", "2000", "-c", "-s", "1024"]);
+    std::thread::sleep(Duration::from_millis(300));
+    let mut pairs = pairs.into_iter();
+    let (mut ks, mut kc) = pairs.next().unwrap();
+    // SIGKILL (std sends it): the victim's server dies; its client then fails.
+    ks.kill().unwrap();
+    let _ = ks.wait();
+    let _ = kc.kill();
+    let _ = kc.wait();
+    for (s, c) in pairs {
+        let (s, c) = (s.wait_with_output().unwrap(), c.wait_with_output().unwrap());
+        check(&s, 2000, 1024, addr, addr);
+        check(&c, 2000, 1024, addr, addr);
+    }
+    let late = pairs_on_one_address(addr, 18790, 1, &["-n", "200", "-c"]);
+    for (s, c) in late {
+        let (s, c) = (s.wait_with_output().unwrap(), c.wait_with_output().unwrap());
+        check(&s, 200, 4096, addr, addr);
+        check(&c, 200, 4096, addr, addr);
+    }
 }

@@ -91,19 +91,21 @@ pub(crate) struct Shared {
     rx_fd: RawFd,
     /// The backend's counters.
     stats: Arc<DatapathStats>,
+    /// This process's place in the address's group of processes.
+    membership: backend::group::Membership,
 }
 
 /// A device's running runtime: the [`Shared`] state and its progress thread, stopped and
 /// joined when the last context of the device goes.
 pub(crate) struct Runtime {
     pub(crate) shared: Arc<Shared>,
-    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
 }
 
 impl Drop for Runtime {
     fn drop(&mut self) {
         self.shared.stop();
-        if let Some(t) = self.thread.lock().take() {
+        for t in self.threads.lock().drain(..) {
             let _ = t.join();
         }
     }
@@ -145,10 +147,10 @@ impl Runtime {
             std::thread::yield_now();
         }
         let local = cfg.local;
-        let (shared, thread) = Shared::start(cfg)?;
+        let (shared, threads) = Shared::start(cfg)?;
         let rt = Arc::new(Runtime {
             shared: shared.clone(),
-            thread: Mutex::new(Some(thread)),
+            threads: Mutex::new(threads),
         });
         table.retain(|(a, _, _)| *a != local);
         table.push((local, Arc::downgrade(&rt), Arc::downgrade(&shared)));
@@ -169,10 +171,13 @@ impl Shared {
     /// Opens the backend (the UDP socket, wrapped in fault injection and pcap recording if
     /// asked) and starts the progress thread.
     pub(crate) fn start(
-        cfg: RuntimeConfig,
-    ) -> crate::Result<(Arc<Shared>, std::thread::JoinHandle<()>)> {
+        mut cfg: RuntimeConfig,
+    ) -> crate::Result<(Arc<Shared>, Vec<std::thread::JoinHandle<()>>)> {
         let stats = Arc::new(DatapathStats::default());
-        let (tx, rx) = backend::open(&cfg, &stats)?;
+        let (tx, rx, membership) = backend::open(&cfg, &stats)?;
+        // This process's QPNs carry its slot: the group steers them here.
+        cfg.engine.qpn_slot = Some(membership.slot);
+        cfg.engine.first_qpn = (u32::from(membership.slot) << 16) | 0x11;
         let rx_fd = rx.ready_fd();
         let shared = Arc::new(Shared {
             local: cfg.local,
@@ -194,12 +199,49 @@ impl Shared {
             rx: Mutex::new(rx),
             rx_fd,
             stats,
+            membership,
         });
         let s2 = shared.clone();
-        let thread = std::thread::Builder::new()
+        let progress = std::thread::Builder::new()
             .name(format!("ferroce-{}", cfg.local.ip()))
             .spawn(move || s2.progress())?;
-        Ok((shared, thread))
+        // The keeper finds this process's socket number now (its probe is answered by the
+        // progress thread) and rebalances whenever the group's members change.
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let s3 = shared.clone();
+        let keeper = std::thread::Builder::new()
+            .name(format!("ferroce-keeper-{}", cfg.local.ip()))
+            .spawn(move || s3.keep(&ready_tx))?;
+        match ready_rx.recv_timeout(Duration::from_secs(3)) {
+            Ok(()) => {}
+            Err(_) => log::warn!(
+                "{}: the group's steering table is not up yet; this process's QPs may miss \
+                 packets until it is",
+                cfg.local
+            ),
+        }
+        Ok((shared, vec![progress, keeper]))
+    }
+
+    /// The keeper thread: rebalances the address's group when this process joins and whenever
+    /// its live members change (a member closed, or died: its record lock fell). A change is
+    /// noticed within `KEEPER_PERIOD`.
+    fn keep(self: Arc<Self>, ready: &std::sync::mpsc::Sender<()>) {
+        const KEEPER_PERIOD: Duration = Duration::from_millis(20);
+        let mut first = true;
+        while !self.shutdown.load(Ordering::SeqCst) {
+            if first || self.membership.changed() {
+                if self.membership.rebalance(Duration::from_secs(1)) && first {
+                    first = false;
+                    let _ = ready.send(());
+                } else if first && !self.membership.changed() {
+                    // Another member rebalanced for us meanwhile.
+                    first = false;
+                    let _ = ready.send(());
+                }
+            }
+            std::thread::sleep(KEEPER_PERIOD);
+        }
     }
 
     /// Engine time now.

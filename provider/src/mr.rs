@@ -207,7 +207,7 @@ impl KeySource {
 
 /// Fills `buf` from the kernel's random source (`getrandom(2)`, which blocks only before the
 /// pool is initialised at boot).
-fn fill_random(buf: &mut [u8]) -> std::io::Result<()> {
+pub(crate) fn fill_random(buf: &mut [u8]) -> std::io::Result<()> {
     let mut done = 0;
     while done < buf.len() {
         let rest = &mut buf[done..];

@@ -4,6 +4,7 @@
 //! never knows which it runs on (the GSO, shared-device and in-memory backends of later work
 //! plug in the same way).
 
+pub(crate) mod group;
 pub(crate) mod inject;
 pub(crate) mod record;
 pub(crate) mod udp;
@@ -67,6 +68,9 @@ impl DatapathStats {
     }
 }
 
+/// An opened backend: its two halves and this process's membership of the address's group.
+pub(crate) type Opened = (Box<dyn Transmitter>, Box<dyn Receiver>, group::Membership);
+
 /// Opens the backend a device's runtime is configured for: the UDP socket, with pcap
 /// recording and fault injection around it when asked. Sent datagrams are recorded before
 /// faults strike (a lost one is in the recording, as a sender's capture would show it),
@@ -77,8 +81,8 @@ impl DatapathStats {
 pub(crate) fn open(
     cfg: &crate::driver::RuntimeConfig,
     stats: &std::sync::Arc<DatapathStats>,
-) -> crate::Result<(Box<dyn Transmitter>, Box<dyn Receiver>)> {
-    let (tx, rx) = udp::open(cfg.local, stats)?;
+) -> crate::Result<Opened> {
+    let (tx, rx, membership) = udp::open(cfg.local, stats)?;
     let writer = cfg.pcap_path.as_deref().map(record::create).transpose()?;
     let faults = cfg.faults.map(|f| {
         let seed = f.seed.unwrap_or_else(crate::faults::seed_from_clock);
@@ -108,7 +112,7 @@ pub(crate) fn open(
         (None, Some(f)) => Box::new(inject::FaultyReceiver::new(rx, f, stats)),
         (None, None) => Box::new(rx),
     };
-    Ok((tx, rx))
+    Ok((tx, rx, membership))
 }
 
 #[cfg(test)]

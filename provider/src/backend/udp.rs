@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
 
+use super::group::{Membership, PROBE_LEN, Registry};
 use super::{DatapathStats, MAX_PACKET, Receiver, Transmitter};
 use crate::sys::{self, RecvBatch, SendBatch};
 
@@ -20,7 +21,7 @@ pub(crate) const BATCH: usize = 32;
 pub(crate) fn open(
     local: SocketAddr,
     stats: &Arc<DatapathStats>,
-) -> crate::Result<(UdpTransmitter, UdpReceiver)> {
+) -> crate::Result<(UdpTransmitter, UdpReceiver, Membership)> {
     let domain = if local.is_ipv4() {
         socket2::Domain::IPV4
     } else {
@@ -36,12 +37,22 @@ pub(crate) fn open(
         socket.set_only_v6(true)?;
         let _ = sys::set_no_check6_rx(fd);
     }
+    // Every ferroce process of this user on this address joins one group (see `group`).
+    socket.set_reuse_port(true)?;
     socket.bind(&local.into()).map_err(|e| match e.kind() {
-        std::io::ErrorKind::AddrInUse => crate::Error::AddressInUse(local),
+        std::io::ErrorKind::AddrInUse => {
+            log::debug!(
+                "{local}: in use by a program that is not a ferroce process of this user (a \
+                 reuseport group is one user's); use an address of your own"
+            );
+            crate::Error::AddressInUse(local)
+        }
         std::io::ErrorKind::AddrNotAvailable => crate::Error::NoDevice(local.ip().to_string()),
         _ => crate::Error::Io(e),
     })?;
     let socket = Arc::new(socket);
+    let membership = Membership::join(local, socket.clone())?;
+    let probes = (membership.registry.clone(), membership.slot);
     Ok((
         UdpTransmitter {
             socket: socket.clone(),
@@ -54,7 +65,9 @@ pub(crate) fn open(
             received: 0,
             local,
             stats: stats.clone(),
+            probes,
         },
+        membership,
     ))
 }
 
@@ -97,6 +110,8 @@ pub(crate) struct UdpReceiver {
     received: usize,
     local: SocketAddr,
     stats: Arc<DatapathStats>,
+    /// Where this process answers the group's probes (its registry and slot).
+    probes: (Arc<Registry>, u8),
 }
 
 impl Receiver for UdpReceiver {
@@ -114,8 +129,12 @@ impl Receiver for UdpReceiver {
     }
 
     fn deliver(&mut self, deliver: &mut dyn FnMut(SocketAddr, &[u8])) {
+        let (registry, slot) = (&self.probes.0, self.probes.1);
         for i in 0..std::mem::take(&mut self.received) {
             if let Some((from, bytes)) = self.batch.get(i) {
+                if bytes.len() == PROBE_LEN && registry.answer(slot, bytes) {
+                    continue;
+                }
                 deliver(from, bytes);
             }
         }

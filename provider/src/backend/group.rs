@@ -1,0 +1,484 @@
+//! One address shared by the processes of one user, with no forwarding hop: every process's
+//! device socket joins a `SO_REUSEPORT` group on ADDR:port, and a classic-BPF program attached
+//! to the group (`SO_ATTACH_REUSEPORT_CBPF`) hands each datagram to the socket of the process
+//! that owns its destination QP, read from the BTH (DestQP bits 23:16 = the process's *slot*).
+//!
+//! The kernel numbers a group's sockets by join order and, when one closes, moves the last
+//! into its place; a process cannot ask for its socket's number. So a *rebalance* finds them
+//! out: it sends each number k a probe datagram the program steers by its byte 1, the member
+//! that receives probe k writes k into its slot of the registry, and the rebalancer attaches a
+//! slot → number table built from the answers. A rebalance runs when a process joins and when
+//! the set of live processes changes (a close, or a death noticed by a survivor's keeper).
+//!
+//! The registry is a small shared-memory file (`/dev/shm/ferroce-<addr>-<port>`, mode 0600):
+//! a header (magic, the probes' nonce, the epoch, the members of the last table) and one record
+//! per slot (owner pid, the socket number it answered, the epoch of that answer). Each member
+//! holds a POSIX record lock on its slot's record for as long as it lives, so a survivor tells
+//! a dead member from a live one with `F_GETLK`, whatever happened to the pid. Mutations of
+//! the registry are serialised by `flock` on the file.
+//!
+//! Slot 0 is the QPNs below 0x10000, QP1 among them: the host-wide role (the General Services
+//! QP, later the connection manager) belongs to the live member with the lowest slot, and the
+//! table steers slot 0 to it.
+
+use std::fs::File;
+use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// Bytes of the registry file.
+const FILE_LEN: usize = SLOTS_AT + SLOTS * SLOT_LEN;
+const MAGIC: u64 = u64::from_le_bytes(*b"FERROCE1");
+const SLOTS: usize = 256;
+const SLOT_LEN: usize = 64;
+const SLOTS_AT: usize = 128;
+const H_MAGIC: usize = 0;
+const H_NONCE: usize = 8;
+const H_EPOCH: usize = 16;
+/// 8 u32 words: the members (bit per slot) of the last table attached.
+const H_MEMBERS: usize = 32;
+const S_PID: usize = 0;
+const S_INDEX: usize = 4;
+const S_EPOCH: usize = 8;
+/// A socket number no member has (two probes of one epoch reached the same member).
+const CONFLICT: u32 = u32::MAX;
+
+/// The probe datagram: opcode byte 0xFF (a manufacturer-specific BTH opcode ferroce never
+/// sends), the socket number it is for, then the registry's nonce and the epoch.
+pub(crate) const PROBE_LEN: usize = 16;
+const PROBE_OPCODE: u8 = 0xFF;
+
+/// The shared registry of one address.
+pub(crate) struct Registry {
+    file: File,
+    map: memmap2::MmapRaw,
+    path: std::path::PathBuf,
+}
+
+// SAFETY: the mapping is only reached through atomic operations on aligned words (see `word`), so threads may share it.
+unsafe impl Sync for Registry {}
+// SAFETY: as for Sync: every access through the mapping is atomic; the file handle is an fd.
+unsafe impl Send for Registry {}
+
+fn io_err(what: &str, e: std::io::Error) -> crate::Error {
+    crate::Error::Io(std::io::Error::new(e.kind(), format!("{what}: {e}")))
+}
+
+impl Registry {
+    /// Opens (creating if need be) the registry of `local`.
+    ///
+    /// # Errors
+    /// [`crate::Error::Io`] if the file cannot be made or mapped, or belongs to another user.
+    pub(crate) fn open(local: SocketAddr) -> crate::Result<Registry> {
+        use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+        let path =
+            std::path::PathBuf::from(format!("/dev/shm/ferroce-{}-{}", local.ip(), local.port()));
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(&path)
+            .map_err(|e| io_err(&format!("registry {}", path.display()), e))?;
+        let meta = file.metadata()?;
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        let me = unsafe { libc::geteuid() };
+        if meta.uid() != me {
+            return Err(crate::Error::Io(std::io::Error::new(
+                std::io::ErrorKind::PermissionDenied,
+                format!(
+                    "{} belongs to user {}: another user's processes share {local}; use an \
+                     address of your own (another 127.x.y.z, or FERROCE_DEVICES)",
+                    path.display(),
+                    meta.uid()
+                ),
+            )));
+        }
+        if (meta.len() as usize) < FILE_LEN {
+            file.set_len(FILE_LEN as u64)?;
+        }
+        let map = memmap2::MmapOptions::new()
+            .len(FILE_LEN)
+            .map_raw(&file)
+            .map_err(|e| io_err("mapping the registry", e))?;
+        Ok(Registry { file, map, path })
+    }
+
+    fn word32(&self, off: usize) -> &AtomicU32 {
+        assert!(off % 4 == 0 && off + 4 <= FILE_LEN, "registry offset {off}");
+        // SAFETY: `off` is 4-aligned and inside the FILE_LEN-byte mapping (checked above; the mapping is page-aligned), the mapping lives as long as `self`, and every process reaches these bytes only through atomic operations, so an atomic view of them is sound.
+        unsafe { &*self.map.as_ptr().add(off).cast::<AtomicU32>() }
+    }
+
+    fn word64(&self, off: usize) -> &AtomicU64 {
+        assert!(off % 8 == 0 && off + 8 <= FILE_LEN, "registry offset {off}");
+        // SAFETY: as in `word32`, for an 8-aligned 8-byte word.
+        unsafe { &*self.map.as_ptr().add(off).cast::<AtomicU64>() }
+    }
+
+    fn slot_at(slot: u8) -> usize {
+        SLOTS_AT + usize::from(slot) * SLOT_LEN
+    }
+
+    /// Serialises registry mutations (the file's `flock`), until the guard drops.
+    fn lock(&self) -> FlockGuard<'_> {
+        // SAFETY: flock on an fd this registry owns; no memory is passed.
+        unsafe { libc::flock(self.file.as_raw_fd(), libc::LOCK_EX) };
+        FlockGuard(self)
+    }
+
+    /// As [`Registry::lock`], or `None` if another process holds it right now.
+    fn try_lock(&self) -> Option<FlockGuard<'_>> {
+        // SAFETY: as in `lock`.
+        let r = unsafe { libc::flock(self.file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        (r == 0).then_some(FlockGuard(self))
+    }
+
+    /// A POSIX record lock request on `slot`'s record.
+    fn record_lock(&self, slot: u8, cmd: libc::c_int, ty: libc::c_short) -> libc::flock {
+        // SAFETY: all-zero is a valid `struct flock`.
+        let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+        fl.l_type = ty;
+        fl.l_whence = libc::SEEK_SET as libc::c_short;
+        fl.l_start = Self::slot_at(slot) as libc::off_t;
+        fl.l_len = 1;
+        // SAFETY: `fl` is a valid flock structure for the duration of the call on our fd.
+        unsafe { libc::fcntl(self.file.as_raw_fd(), cmd, &raw mut fl) };
+        fl
+    }
+
+    /// Whether a process holds `slot` (its record lock is taken). Not meaningful for the
+    /// caller's own slot (a process never conflicts with its own locks).
+    fn held(&self, slot: u8) -> bool {
+        let fl = self.record_lock(slot, libc::F_GETLK, libc::F_WRLCK as libc::c_short);
+        fl.l_type != libc::F_UNLCK as libc::c_short
+    }
+
+    /// The slots that have a live owner; `mine` is counted live.
+    fn live(&self, mine: u8) -> Vec<u8> {
+        (1..=255u8)
+            .filter(|&s| {
+                s == mine
+                    || (self
+                        .word32(Self::slot_at(s) + S_PID)
+                        .load(Ordering::Acquire)
+                        != 0
+                        && self.held(s))
+            })
+            .collect()
+    }
+
+    /// Claims a free slot for this process (a dead owner's slot is free).
+    fn claim(&self) -> crate::Result<u8> {
+        let _g = self.lock();
+        if self.word64(H_MAGIC).load(Ordering::Acquire) != MAGIC {
+            let mut nonce = [0u8; 8];
+            crate::mr::fill_random(&mut nonce)?;
+            self.word64(H_NONCE)
+                .store(u64::from_le_bytes(nonce), Ordering::Release);
+            self.word64(H_MAGIC).store(MAGIC, Ordering::Release);
+        }
+        // SAFETY: getpid has no preconditions.
+        let pid = unsafe { libc::getpid() } as u32;
+        for s in 1..=255u8 {
+            let pid_word = self.word32(Self::slot_at(s) + S_PID);
+            if pid_word.load(Ordering::Acquire) != 0 && self.held(s) {
+                continue;
+            }
+            if !self.try_record_lock(s) {
+                continue;
+            }
+            pid_word.store(pid, Ordering::Release);
+            self.word32(Self::slot_at(s) + S_EPOCH)
+                .store(0, Ordering::Release);
+            return Ok(s);
+        }
+        Err(crate::Error::Busy(
+            "all 255 process slots of this address are taken",
+        ))
+    }
+
+    /// Takes the record lock of `slot`; false if another process holds it.
+    fn try_record_lock(&self, slot: u8) -> bool {
+        // SAFETY: all-zero is a valid `struct flock`.
+        let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+        fl.l_type = libc::F_WRLCK as libc::c_short;
+        fl.l_whence = libc::SEEK_SET as libc::c_short;
+        fl.l_start = Self::slot_at(slot) as libc::off_t;
+        fl.l_len = 1;
+        // SAFETY: `fl` is a valid flock structure for the call on our fd.
+        unsafe { libc::fcntl(self.file.as_raw_fd(), libc::F_SETLK, &raw mut fl) == 0 }
+    }
+
+    /// Gives `slot` back (a clean close).
+    fn release(&self, slot: u8) {
+        let _g = self.lock();
+        self.word32(Self::slot_at(slot) + S_PID)
+            .store(0, Ordering::Release);
+        self.record_lock(slot, libc::F_SETLK, libc::F_UNLCK as libc::c_short);
+    }
+
+    /// The receive path saw a probe: records which socket number it reached.
+    pub(crate) fn answer(&self, slot: u8, bytes: &[u8]) -> bool {
+        if bytes.len() != PROBE_LEN || bytes[0] != PROBE_OPCODE {
+            return false;
+        }
+        let nonce = u64::from_le_bytes(bytes[4..12].try_into().unwrap_or_default());
+        if nonce != self.word64(H_NONCE).load(Ordering::Acquire) {
+            log::debug!("a probe with a foreign nonce was dropped");
+            return true;
+        }
+        let epoch = u32::from_le_bytes(bytes[12..16].try_into().unwrap_or_default());
+        let k = u32::from(bytes[1]);
+        let at = Self::slot_at(slot);
+        let index = self.word32(at + S_INDEX);
+        let seen = self.word32(at + S_EPOCH);
+        if seen.load(Ordering::Acquire) == epoch && index.load(Ordering::Acquire) != k {
+            index.store(CONFLICT, Ordering::Release);
+        } else {
+            index.store(k, Ordering::Release);
+            seen.store(epoch, Ordering::Release);
+        }
+        true
+    }
+
+    fn members(&self) -> [u32; 8] {
+        std::array::from_fn(|i| self.word32(H_MEMBERS + 4 * i).load(Ordering::Acquire))
+    }
+
+    fn set_members(&self, live: &[u8]) {
+        let mut m = [0u32; 8];
+        for &s in live {
+            m[usize::from(s) / 32] |= 1 << (s % 32);
+        }
+        for (i, w) in m.iter().enumerate() {
+            self.word32(H_MEMBERS + 4 * i).store(*w, Ordering::Release);
+        }
+    }
+}
+
+struct FlockGuard<'a>(&'a Registry);
+
+impl Drop for FlockGuard<'_> {
+    fn drop(&mut self) {
+        // SAFETY: unlocking the flock this guard's registry took.
+        unsafe { libc::flock(self.0.file.as_raw_fd(), libc::LOCK_UN) };
+    }
+}
+
+/// The classic-BPF steering program: probes by their byte 1, everything else by DestQP's high
+/// byte through `table` (slot, socket number); an unknown slot returns an out-of-range
+/// number, which the kernel answers with its flow hash.
+fn program(table: &[(u8, u32)]) -> Vec<libc::sock_filter> {
+    let op = |code: u32, jt: u8, jf: u8, k: u32| libc::sock_filter {
+        code: code as u16,
+        jt,
+        jf,
+        k,
+    };
+    let ld_b = libc::BPF_LD | libc::BPF_B | libc::BPF_ABS;
+    let jeq = libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K;
+    let ret_a = libc::BPF_RET | libc::BPF_A;
+    let ret_k = libc::BPF_RET | libc::BPF_K;
+    let mut p = vec![
+        op(ld_b, 0, 0, 0),
+        op(jeq, 0, 2, u32::from(PROBE_OPCODE)),
+        op(ld_b, 0, 0, 1),
+        op(ret_a, 0, 0, 0),
+        op(ld_b, 0, 0, 5),
+    ];
+    for &(slot, index) in table {
+        p.push(op(jeq, 0, 1, u32::from(slot)));
+        p.push(op(ret_k, 0, 0, index));
+    }
+    p.push(op(ret_k, 0, 0, u32::MAX));
+    p
+}
+
+fn attach(fd: RawFd, prog: &mut [libc::sock_filter]) -> std::io::Result<()> {
+    let fprog = libc::sock_fprog {
+        len: prog.len() as u16,
+        filter: prog.as_mut_ptr(),
+    };
+    // SAFETY: `fprog` points at `prog.len()` instructions that live for the call; the kernel copies them.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_ATTACH_REUSEPORT_CBPF,
+            (&raw const fprog).cast(),
+            std::mem::size_of::<libc::sock_fprog>() as libc::socklen_t,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// This process's membership of an address's group.
+pub(crate) struct Membership {
+    pub(crate) registry: Arc<Registry>,
+    pub(crate) slot: u8,
+    fd: RawFd,
+    local: SocketAddr,
+    /// Keeps the member socket (and so `fd`) open as long as the membership.
+    _socket: Arc<socket2::Socket>,
+}
+
+impl Membership {
+    /// Joins `local`'s group with `socket` (already bound with `SO_REUSEPORT`): claims a slot.
+    ///
+    /// # Errors
+    /// As [`Registry::open`]; [`crate::Error::Busy`] if every slot is taken.
+    pub(crate) fn join(local: SocketAddr, socket: Arc<socket2::Socket>) -> crate::Result<Self> {
+        let registry = Arc::new(Registry::open(local)?);
+        let slot = registry.claim()?;
+        log::debug!("{local}: joined the address's group in slot {slot}");
+        Ok(Membership {
+            registry,
+            slot,
+            fd: socket.as_raw_fd(),
+            local,
+            _socket: socket,
+        })
+    }
+
+    /// Whether the live members differ from those of the table in force.
+    pub(crate) fn changed(&self) -> bool {
+        let live = self.registry.live(self.slot);
+        let mut m = [0u32; 8];
+        for &s in &live {
+            m[usize::from(s) / 32] |= 1 << (s % 32);
+        }
+        m != self.registry.members()
+    }
+
+    /// Finds every live member's socket number and attaches the table (see the module docs).
+    /// Returns whether a consistent table was attached; `false` if another process is
+    /// rebalancing right now (it will) or the answers did not add up within `limit`.
+    pub(crate) fn rebalance(&self, limit: Duration) -> bool {
+        let Some(_g) = self.registry.try_lock() else {
+            return false;
+        };
+        let reg = &self.registry;
+        let deadline = Instant::now() + limit;
+        while Instant::now() < deadline {
+            // Dead members' slots are freed.
+            for s in 1..=255u8 {
+                let pid = reg.word32(Registry::slot_at(s) + S_PID);
+                if s != self.slot && pid.load(Ordering::Acquire) != 0 && !reg.held(s) {
+                    log::debug!("{}: slot {s} is dead; freed", self.local);
+                    pid.store(0, Ordering::Release);
+                }
+            }
+            let live = reg.live(self.slot);
+            let epoch = reg.word32(H_EPOCH).fetch_add(1, Ordering::AcqRel) + 1;
+            let nonce = reg.word64(H_NONCE).load(Ordering::Acquire);
+            if self.probe(live.len(), nonce, epoch).is_err() {
+                return false;
+            }
+            // The answers: every live member's progress thread answers within microseconds; a
+            // member missing after ATTEMPT is a socket the kernel has not closed or opened
+            // yet, and a new epoch asks again.
+            const ATTEMPT: Duration = Duration::from_millis(30);
+            let attempt_end = (Instant::now() + ATTEMPT).min(deadline);
+            let answered = loop {
+                let got: Vec<Option<u32>> = live
+                    .iter()
+                    .map(|&s| {
+                        let at = Registry::slot_at(s);
+                        (reg.word32(at + S_EPOCH).load(Ordering::Acquire) == epoch)
+                            .then(|| reg.word32(at + S_INDEX).load(Ordering::Acquire))
+                    })
+                    .collect();
+                if got.iter().all(Option::is_some) || Instant::now() >= attempt_end {
+                    break got;
+                }
+                std::thread::sleep(Duration::from_micros(200));
+            };
+            let mut table: Vec<(u8, u32)> = Vec::new();
+            let mut used = vec![false; live.len()];
+            let mut ok = true;
+            for (&s, a) in live.iter().zip(&answered) {
+                match a {
+                    Some(k) if (*k as usize) < live.len() && !used[*k as usize] => {
+                        used[*k as usize] = true;
+                        table.push((s, *k));
+                    }
+                    _ => ok = false,
+                }
+            }
+            if !ok {
+                log::debug!(
+                    "{}: probe answers {answered:?} for slots {live:?} do not add up; again",
+                    self.local
+                );
+                std::thread::sleep(Duration::from_millis(5));
+                continue;
+            }
+            // Slot 0 (QP1 and the low QPNs): the lowest live slot holds the host-wide role.
+            if let Some(&(_, k)) = table.first() {
+                table.insert(0, (0, k));
+            }
+            let mut prog = program(&table);
+            if let Err(e) = attach(self.fd, &mut prog) {
+                log::warn!("{}: attaching the steering table: {e}", self.local);
+                return false;
+            }
+            reg.set_members(&live);
+            log::debug!("{}: steering table {table:?} (epoch {epoch})", self.local);
+            return true;
+        }
+        false
+    }
+
+    /// Sends probe k to the group for every k below `n`, from a socket outside the group.
+    fn probe(&self, n: usize, nonce: u64, epoch: u32) -> std::io::Result<()> {
+        let any: SocketAddr = if self.local.is_ipv4() {
+            "0.0.0.0:0".parse().map_err(std::io::Error::other)?
+        } else {
+            "[::]:0".parse().map_err(std::io::Error::other)?
+        };
+        let s = std::net::UdpSocket::bind(any)?;
+        // The probe branch must be in force before the probes: attach it with the table of
+        // the last answers (what data traffic is steered by until the new table).
+        let reg = &self.registry;
+        let known: Vec<(u8, u32)> = reg
+            .live(self.slot)
+            .into_iter()
+            .filter_map(|s| {
+                let k = reg
+                    .word32(Registry::slot_at(s) + S_INDEX)
+                    .load(Ordering::Acquire);
+                ((k as usize) < n).then_some((s, k))
+            })
+            .collect();
+        attach(self.fd, &mut program(&known))?;
+        for k in 0..n {
+            let mut p = [0u8; PROBE_LEN];
+            p[0] = PROBE_OPCODE;
+            p[1] = k as u8;
+            p[4..12].copy_from_slice(&nonce.to_le_bytes());
+            p[12..16].copy_from_slice(&epoch.to_le_bytes());
+            s.send_to(&p, self.local)?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Membership {
+    fn drop(&mut self) {
+        self.registry.release(self.slot);
+        log::debug!(
+            "{}: left the group (slot {}); {}",
+            self.local,
+            self.slot,
+            self.registry.path.display()
+        );
+    }
+}
