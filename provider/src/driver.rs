@@ -212,7 +212,7 @@ impl Shared {
         let keeper = std::thread::Builder::new()
             .name(format!("ferroce-keeper-{}", cfg.local.ip()))
             .spawn(move || s3.keep(&ready_tx))?;
-        match ready_rx.recv_timeout(Duration::from_secs(3)) {
+        match ready_rx.recv_timeout(Duration::from_secs(10)) {
             Ok(()) => {}
             Err(_) => log::warn!(
                 "{}: the group's steering table is not up yet; this process's QPs may miss \
@@ -231,7 +231,9 @@ impl Shared {
         let mut first = true;
         while !self.shutdown.load(Ordering::SeqCst) {
             if first || self.membership.changed() {
-                if self.membership.rebalance(Duration::from_secs(1)) && first {
+                // Joining, this process waits its turn; a change others may be handling
+                // already is left to whoever holds the registry.
+                if self.membership.rebalance(Duration::from_secs(5), first) && first {
                     first = false;
                     let _ = ready.send(());
                 } else if first && !self.membership.changed() {

@@ -42,8 +42,9 @@ const H_MEMBERS: usize = 32;
 const S_PID: usize = 0;
 const S_INDEX: usize = 4;
 const S_EPOCH: usize = 8;
-/// A socket number no member has (two probes of one epoch reached the same member).
-const CONFLICT: u32 = u32::MAX;
+/// Probes sent past the number of live members: sockets bound but not yet in a slot may sit
+/// below a live member in the kernel's numbering.
+const PROBE_SLACK: usize = 16;
 
 /// The probe datagram: opcode byte 0xFF (a manufacturer-specific BTH opcode ferroce never
 /// sends), the socket number it is for, then the registry's nonce and the epoch.
@@ -171,9 +172,28 @@ impl Registry {
             .collect()
     }
 
-    /// Claims a free slot for this process (a dead owner's slot is free).
-    fn claim(&self) -> crate::Result<u8> {
-        let _g = self.lock();
+    /// Serialises slot claims: a POSIX record lock on the header's first byte, apart from the
+    /// rebalance's `flock` (the two kinds of lock do not interact), so a process joining
+    /// while another rebalances is not held up, and can answer that rebalance's probes.
+    fn claim_lock(&self) -> ClaimGuard<'_> {
+        // SAFETY: all-zero is a valid `struct flock`.
+        let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+        fl.l_type = libc::F_WRLCK as libc::c_short;
+        fl.l_whence = libc::SEEK_SET as libc::c_short;
+        fl.l_start = 0;
+        fl.l_len = 1;
+        // SAFETY: `fl` is a valid flock structure for the call on our fd.
+        unsafe { libc::fcntl(self.file.as_raw_fd(), libc::F_SETLKW, &raw mut fl) };
+        ClaimGuard(self)
+    }
+
+    /// Claims a free slot for this process (a dead owner's slot is free); `None` if the file
+    /// was removed meanwhile (open the new one).
+    fn claim(&self) -> crate::Result<Option<u8>> {
+        let _g = self.claim_lock();
+        if !self.current() {
+            return Ok(None);
+        }
         if self.word64(H_MAGIC).load(Ordering::Acquire) != MAGIC {
             let mut nonce = [0u8; 8];
             crate::mr::fill_random(&mut nonce)?;
@@ -194,7 +214,7 @@ impl Registry {
             pid_word.store(pid, Ordering::Release);
             self.word32(Self::slot_at(s) + S_EPOCH)
                 .store(0, Ordering::Release);
-            return Ok(s);
+            return Ok(Some(s));
         }
         Err(crate::Error::Busy(
             "all 255 process slots of this address are taken",
@@ -216,9 +236,25 @@ impl Registry {
     /// Gives `slot` back (a clean close).
     fn release(&self, slot: u8) {
         let _g = self.lock();
+        let _c = self.claim_lock();
         self.word32(Self::slot_at(slot) + S_PID)
             .store(0, Ordering::Release);
         self.record_lock(slot, libc::F_SETLK, libc::F_UNLCK as libc::c_short);
+        // The last member removes the file (under the lock: a process that opened it
+        // meanwhile sees it is stale when it locks, and opens the new one).
+        if self.live(slot).iter().all(|&s| s == slot) {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+
+    /// Whether the path still names this registry's file (the last member of a group removes
+    /// it when it leaves).
+    fn current(&self) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        match (self.file.metadata(), std::fs::metadata(&self.path)) {
+            (Ok(a), Ok(b)) => a.ino() == b.ino() && a.dev() == b.dev(),
+            _ => false,
+        }
     }
 
     /// The receive path saw a probe: records which socket number it reached.
@@ -236,8 +272,11 @@ impl Registry {
         let at = Self::slot_at(slot);
         let index = self.word32(at + S_INDEX);
         let seen = self.word32(at + S_EPOCH);
-        if seen.load(Ordering::Acquire) == epoch && index.load(Ordering::Acquire) != k {
-            index.store(CONFLICT, Ordering::Release);
+        // A member can get more than its own probe: probes past the group's size fall back to
+        // the kernel's hash. Those carry numbers above every real one, so the smallest number
+        // a member got in an epoch is its own.
+        if seen.load(Ordering::Acquire) == epoch {
+            index.fetch_min(k, Ordering::AcqRel);
         } else {
             index.store(k, Ordering::Release);
             seen.store(epoch, Ordering::Release);
@@ -257,6 +296,21 @@ impl Registry {
         for (i, w) in m.iter().enumerate() {
             self.word32(H_MEMBERS + 4 * i).store(*w, Ordering::Release);
         }
+    }
+}
+
+struct ClaimGuard<'a>(&'a Registry);
+
+impl Drop for ClaimGuard<'_> {
+    fn drop(&mut self) {
+        // SAFETY: all-zero is a valid `struct flock`.
+        let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+        fl.l_type = libc::F_UNLCK as libc::c_short;
+        fl.l_whence = libc::SEEK_SET as libc::c_short;
+        fl.l_start = 0;
+        fl.l_len = 1;
+        // SAFETY: `fl` is a valid flock structure; this releases the claim lock taken above.
+        unsafe { libc::fcntl(self.0.file.as_raw_fd(), libc::F_SETLK, &raw mut fl) };
     }
 }
 
@@ -327,7 +381,7 @@ pub(crate) struct Membership {
     fd: RawFd,
     local: SocketAddr,
     /// Keeps the member socket (and so `fd`) open as long as the membership.
-    _socket: Arc<socket2::Socket>,
+    socket: Option<Arc<socket2::Socket>>,
 }
 
 impl Membership {
@@ -336,15 +390,19 @@ impl Membership {
     /// # Errors
     /// As [`Registry::open`]; [`crate::Error::Busy`] if every slot is taken.
     pub(crate) fn join(local: SocketAddr, socket: Arc<socket2::Socket>) -> crate::Result<Self> {
-        let registry = Arc::new(Registry::open(local)?);
-        let slot = registry.claim()?;
+        let (registry, slot) = loop {
+            let registry = Arc::new(Registry::open(local)?);
+            if let Some(slot) = registry.claim()? {
+                break (registry, slot);
+            }
+        };
         log::debug!("{local}: joined the address's group in slot {slot}");
         Ok(Membership {
             registry,
             slot,
             fd: socket.as_raw_fd(),
             local,
-            _socket: socket,
+            socket: Some(socket),
         })
     }
 
@@ -361,12 +419,18 @@ impl Membership {
     /// Finds every live member's socket number and attaches the table (see the module docs).
     /// Returns whether a consistent table was attached; `false` if another process is
     /// rebalancing right now (it will) or the answers did not add up within `limit`.
-    pub(crate) fn rebalance(&self, limit: Duration) -> bool {
-        let Some(_g) = self.registry.try_lock() else {
-            return false;
+    pub(crate) fn rebalance(&self, limit: Duration, wait_for_lock: bool) -> bool {
+        let _g = if wait_for_lock {
+            self.registry.lock()
+        } else {
+            match self.registry.try_lock() {
+                Some(g) => g,
+                None => return false,
+            }
         };
         let reg = &self.registry;
         let deadline = Instant::now() + limit;
+        let mut attempt = 0u32;
         while Instant::now() < deadline {
             // Dead members' slots are freed.
             for s in 1..=255u8 {
@@ -379,14 +443,20 @@ impl Membership {
             let live = reg.live(self.slot);
             let epoch = reg.word32(H_EPOCH).fetch_add(1, Ordering::AcqRel) + 1;
             let nonce = reg.word64(H_NONCE).load(Ordering::Acquire);
-            if self.probe(live.len(), nonce, epoch).is_err() {
+            if self
+                .probe((live.len() + PROBE_SLACK).min(SLOTS), nonce, epoch)
+                .is_err()
+            {
                 return false;
             }
-            // The answers: every live member's progress thread answers within microseconds; a
-            // member missing after ATTEMPT is a socket the kernel has not closed or opened
-            // yet, and a new epoch asks again.
-            const ATTEMPT: Duration = Duration::from_millis(30);
-            let attempt_end = (Instant::now() + ATTEMPT).min(deadline);
+            // The answers: every live member's progress thread answers as soon as it runs; a
+            // member still missing when the attempt ends may be a socket the kernel has not
+            // closed or opened yet, so a new epoch asks again.
+            // Each attempt waits a little longer (30 ms, 60 ms, … 300 ms): a loaded host
+            // schedules the members' progress threads late.
+            let wait = Duration::from_millis(30 * u64::from(attempt.min(9) + 1));
+            attempt += 1;
+            let attempt_end = (Instant::now() + wait).min(deadline);
             let answered = loop {
                 let got: Vec<Option<u32>> = live
                     .iter()
@@ -402,11 +472,11 @@ impl Membership {
                 std::thread::sleep(Duration::from_micros(200));
             };
             let mut table: Vec<(u8, u32)> = Vec::new();
-            let mut used = vec![false; live.len()];
+            let mut used = [false; SLOTS];
             let mut ok = true;
             for (&s, a) in live.iter().zip(&answered) {
                 match a {
-                    Some(k) if (*k as usize) < live.len() && !used[*k as usize] => {
+                    Some(k) if (*k as usize) < SLOTS && !used[*k as usize] => {
                         used[*k as usize] = true;
                         table.push((s, *k));
                     }
@@ -455,7 +525,7 @@ impl Membership {
                 let k = reg
                     .word32(Registry::slot_at(s) + S_INDEX)
                     .load(Ordering::Acquire);
-                ((k as usize) < n).then_some((s, k))
+                ((k as usize) < SLOTS).then_some((s, k))
             })
             .collect();
         attach(self.fd, &mut program(&known))?;
@@ -473,6 +543,9 @@ impl Membership {
 
 impl Drop for Membership {
     fn drop(&mut self) {
+        // The socket closes first (the runtime's other handles on it are gone by now), so the
+        // survivors' rebalance, which the release starts, finds the kernel's group without it.
+        drop(self.socket.take());
         self.registry.release(self.slot);
         log::debug!(
             "{}: left the group (slot {}); {}",
