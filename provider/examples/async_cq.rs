@@ -31,8 +31,8 @@ async fn next_completion(
 
 async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
-    let a = Device::find("127.88.2.1")?.open()?;
-    let b = Device::find("127.88.2.2")?.open()?;
+    let a = Device::find("127.0.0.1")?.open()?;
+    let b = Device::find("127.0.0.1")?.open()?;
     let channel = a.create_comp_channel()?;
     let cq_a = a.create_cq(16, Some(&channel))?;
     let cq_b = b.create_cq(16, None)?;

@@ -3,8 +3,8 @@
 //! RDMA WRITEs a message into the server's region, then says so over TCP.
 //!
 //! ```sh
-//! cargo run -p ferroce --example client_server -- server 127.0.0.1:18600 127.0.0.51
-//! cargo run -p ferroce --example client_server -- client 127.0.0.1:18600 127.0.0.52
+//! cargo run -p ferroce --example client_server -- server 127.0.0.1:18600 127.0.0.1
+//! cargo run -p ferroce --example client_server -- client 127.0.0.1:18600 127.0.0.1
 //! ```
 
 use std::io::{Read, Write};
@@ -103,7 +103,7 @@ fn client_and_server_connect_over_tcp() {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap().to_string();
     let srv =
-        std::thread::spawn(move || server(&listener, "127.88.1.1").map_err(|e| e.to_string()));
-    client(&addr, "127.88.1.2", b"hello from the client").unwrap();
+        std::thread::spawn(move || server(&listener, "127.0.0.1").map_err(|e| e.to_string()));
+    client(&addr, "127.0.0.1", b"hello from the client").unwrap();
     assert_eq!(srv.join().unwrap().unwrap(), b"hello from the client");
 }

@@ -1,4 +1,5 @@
-//! Two RDMA endpoints in one process, over UDP on loopback: an RC QP each, connected by
+//! Two RDMA endpoints in one process, over UDP on loopback: two contexts of the one device at
+//! 127.0.0.1 (as two programs on one host would open it), an RC QP each, connected by
 //! exchanging their endpoints, then an RDMA WRITE from A into B's region and an RDMA READ of
 //! it back. Run it with `cargo run -p ferroce --example loopback`.
 
@@ -36,7 +37,7 @@ fn side(addr: &str) -> Result<Side, ferroce::Error> {
 }
 
 fn main() -> Result<(), ferroce::Error> {
-    let (a, b) = (side("127.88.0.1")?, side("127.88.0.2")?);
+    let (a, b) = (side("127.0.0.1")?, side("127.0.0.1")?);
     // What the two programs would send each other over TCP: QP endpoints and B's region.
     let (to_b, to_a) = (a.qp.endpoint(100), b.qp.endpoint(200));
     a.qp.connect(100, &to_a)?;
