@@ -337,3 +337,43 @@ fn sigkill_of_a_member_leaves_the_others_working() {
         check(&c, 200, 4096, addr, addr);
     }
 }
+
+/// Another user cannot join this user's group on an address (the kernel's reuseport groups are
+/// per user): a clear error saying why and what to do. Needs root (to run as `nobody`) and
+/// util-linux's `setpriv`; skipped loudly otherwise, failed under CI.
+#[test]
+fn another_user_cannot_join_the_address() {
+    let root = std::process::Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| o.stdout.starts_with(b"0\n"));
+    let setpriv = std::path::Path::new("/usr/bin/setpriv").exists();
+    if !(root && setpriv) {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "the cross-user test needs root and setpriv under CI"
+        );
+        let _ = std::io::Write::write_all(
+            &mut std::io::stderr(),
+            b"SKIPPED: another_user_cannot_join_the_address needs root and setpriv (apt-get install util-linux)\n",
+        );
+        return;
+    }
+    let _mine = ferroce::Device::for_addr([127, 15, 9, 1].into())
+        .unwrap()
+        .open()
+        .unwrap();
+    let out = std::process::Command::new("/usr/bin/setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(env!("CARGO_BIN_EXE_ferroce"))
+        .args(["rc-pingpong", "-d", "127.15.9.1", "-p", "18631"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("127.15.9.1:4791 is already in use by another user's ferroce processes")
+            && err.contains("need their own"),
+        "{err}"
+    );
+}

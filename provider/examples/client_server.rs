@@ -102,8 +102,7 @@ fn main() -> Result<()> {
 fn client_and_server_connect_over_tcp() {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap().to_string();
-    let srv =
-        std::thread::spawn(move || server(&listener, "127.0.0.1").map_err(|e| e.to_string()));
+    let srv = std::thread::spawn(move || server(&listener, "127.0.0.1").map_err(|e| e.to_string()));
     client(&addr, "127.0.0.1", b"hello from the client").unwrap();
     assert_eq!(srv.join().unwrap().unwrap(), b"hello from the client");
 }

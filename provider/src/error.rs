@@ -47,7 +47,9 @@ impl fmt::Display for Error {
             Error::Io(e) => write!(f, "{e}"),
             Error::AddressInUse(a) => write!(
                 f,
-                "{a} is already in use (another ferroce device or process bound it)"
+                "{a} is already in use by another user's ferroce processes or by a program that is not \
+                 ferroce (processes of one user share an address; others need their own: \
+                 another 127.x.y.z, or FERROCE_DEVICES)"
             ),
             Error::NoDevice(d) => write!(f, "no device {d}"),
             Error::Modify(e) => write!(f, "modify_qp: {e}"),
