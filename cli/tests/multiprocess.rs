@@ -4,8 +4,6 @@
 
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
-mod common;
-
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
@@ -40,7 +38,7 @@ fn pingpong(
         .spawn()
         .unwrap();
     assert!(
-        common::wait_listening(tcp_port, Duration::from_secs(20)),
+        ferroce_tests::wait_listening(tcp_port, Duration::from_secs(20)),
         "the rc-pingpong server never listened on {tcp_port}"
     );
     let mut c = ferroce();
@@ -279,7 +277,7 @@ fn pairs_on_one_address(addr: &str, port: u16, n: u16, extra: &[&str]) -> Vec<(P
         .map(|(i, s)| {
             let p = port + i as u16;
             assert!(
-                common::wait_listening(p, Duration::from_secs(30)),
+                ferroce_tests::wait_listening(p, Duration::from_secs(30)),
                 "server {i} never listened"
             );
             let ps = p.to_string();

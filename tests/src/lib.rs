@@ -1,1 +1,36 @@
-//! Cross-crate tests of ferroce live in `tests/`; this library only gives them a crate.
+//! Cross-crate tests of ferroce live in `tests/`; this library gives them a crate, and holds
+//! what the test suites of several crates share.
+
+/// Whether a socket listens on TCP `port` (any address), from `/proc/net/tcp{,6}`: how a test
+/// knows a server program is ready without connecting to it (which would use up its one
+/// accept).
+pub fn tcp_listening(port: u16) -> bool {
+    const LISTEN: &str = "0A";
+    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
+        std::fs::read_to_string(f).is_ok_and(|t| {
+            t.lines().skip(1).any(|l| {
+                let mut cols = l.split_whitespace();
+                let local = cols.nth(1).unwrap_or("");
+                let state = cols.nth(1).unwrap_or("");
+                state == LISTEN
+                    && local
+                        .rsplit(':')
+                        .next()
+                        .and_then(|p| u16::from_str_radix(p, 16).ok())
+                        == Some(port)
+            })
+        })
+    })
+}
+
+/// Waits (bounded by `limit`) until [`tcp_listening`]; whether it did.
+pub fn wait_listening(port: u16, limit: std::time::Duration) -> bool {
+    let deadline = std::time::Instant::now() + limit;
+    while std::time::Instant::now() < deadline {
+        if tcp_listening(port) {
+            return true;
+        }
+        std::thread::yield_now();
+    }
+    false
+}
