@@ -120,7 +120,7 @@ fn pair(prog: &str, args: &[&str], net: &str, port: u16) -> (String, String) {
     let (cok, cout) = loop {
         // The server listens once it has set up its device; a client started earlier is
         // refused and retried.
-        common::wait_listening(port, Duration::from_secs(10));
+        ferroce_tests::wait_listening(port, Duration::from_secs(10));
         let mut client = command(prog, &cli_ip);
         client
             .args(args)

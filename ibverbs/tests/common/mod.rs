@@ -33,5 +33,3 @@ pub(crate) fn have_verbs_h() -> bool {
     .any(|p| Path::new(p).exists());
     installed("<infiniband/verbs.h>", found, "libibverbs-dev")
 }
-
-pub(crate) use ferroce_tests::wait_listening;
