@@ -104,14 +104,20 @@ fn finish(mut child: Child, limit: Duration) -> (bool, String) {
 
 const LIMIT: Duration = Duration::from_secs(90);
 
-/// Runs a server on `net.1` and a client on `net.2` that connects to it over TCP `port`; the
-/// client is retried while the server is not listening yet. Returns both outputs.
+/// Runs a server on `net.1` and a client on `net.2` that connects to it over TCP `port` (or
+/// both on `net` itself when it is a whole address: two processes sharing one device
+/// address); the client is retried while the server is not listening yet. Returns both
+/// outputs.
 fn pair(prog: &str, args: &[&str], net: &str, port: u16) -> (String, String) {
     // One pair at a time: the programs busy-poll, and two cores shared by many would measure
     // the scheduler rather than ferroce.
     static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let (srv_ip, cli_ip) = (format!("{net}.1"), format!("{net}.2"));
+    let (srv_ip, cli_ip) = if net.split('.').count() == 4 {
+        (net.to_owned(), net.to_owned())
+    } else {
+        (format!("{net}.1"), format!("{net}.2"))
+    };
     let port_s = port.to_string();
     let mut server = command(prog, &srv_ip);
     server.args(args).args(["-d", "ferroce0", "-p", &port_s]);
@@ -257,6 +263,18 @@ fn pingpong(prog: &str, extra: &[&str], net: &str, port: u16) {
 #[test]
 fn ibv_rc_pingpong() {
     pingpong("ibv_rc_pingpong", &[], "127.0.11", 18611);
+}
+
+/// Both processes on one address (`FERROCE_DEVICES` the same for both): the address's
+/// reuseport group steers each QP's packets to its process.
+#[test]
+fn ibv_rc_pingpong_both_ends_on_one_address() {
+    pingpong("ibv_rc_pingpong", &[], "127.0.21.1", 18621);
+}
+
+#[test]
+fn ib_write_bw_both_ends_on_one_address() {
+    perftest("ib_write_bw", &[], "127.0.22.1", 18622);
 }
 
 #[test]

@@ -719,8 +719,28 @@ int main(void)
 		CHECK(ibv_close_device(s->ctx) == 0, "close_device");
 		free(s->buf);
 	}
-	/* Closing a context with a live PD is allowed (the PD leaks); the PD stays usable. */
+	/* Two contexts of one device at once (the pyverbs pattern): both work, resources stay
+	 * apart, closing one leaves the other. */
 	list = ibv_get_device_list(&n);
+	{
+		struct ibv_context *x = ibv_open_device(list[0]), *y = ibv_open_device(list[0]);
+		CHECK(x && y && x != y, "two contexts of one device, errno %d", errno);
+		struct ibv_pd *px = ibv_alloc_pd(x), *py = ibv_alloc_pd(y);
+		struct ibv_cq *cy = ibv_create_cq(y, 4, NULL, NULL, 0);
+		CHECK(px && py && cy, "resources on both contexts");
+		struct ibv_qp_init_attr xa = {
+			.send_cq = cy, .recv_cq = cy, .qp_type = IBV_QPT_RC,
+			.cap = { .max_send_wr = 1, .max_recv_wr = 1, .max_send_sge = 1, .max_recv_sge = 1 },
+		};
+		CHECK(!ibv_create_qp(px, &xa), "a CQ of another context is refused");
+		CHECK(ibv_dealloc_pd(px) == 0 && ibv_close_device(x) == 0, "close the first");
+		struct ibv_qp *qy = ibv_create_qp(py, &xa);
+		CHECK(qy, "the second context still works, errno %d", errno);
+		CHECK(ibv_destroy_qp(qy) == 0 && ibv_destroy_cq(cy) == 0 && ibv_dealloc_pd(py) == 0 &&
+			      ibv_close_device(y) == 0,
+		      "tear down the second");
+	}
+	/* Closing a context with a live PD is allowed (the PD leaks); the PD stays usable. */
 	struct ibv_context *c3 = ibv_open_device(list[0]);
 	CHECK(c3, "reopen errno %d", errno);
 	struct ibv_pd *pd3 = ibv_alloc_pd(c3);
