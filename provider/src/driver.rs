@@ -323,6 +323,11 @@ impl Shared {
         }
     }
 
+    /// The address's registry and this process's slot in it (the GSI routing point's tables).
+    pub(crate) fn gsi(&self) -> (&backend::group::Registry, u8) {
+        (&self.membership.registry, self.membership.slot)
+    }
+
     /// A number for a new CQ, unique on this device.
     pub(crate) fn next_cq_number(&self) -> u32 {
         self.next_cq.fetch_add(1, Ordering::Relaxed)

@@ -14,6 +14,8 @@ pub enum Error {
     Io(io::Error),
     /// The address and port are taken by another process or device (EADDRINUSE).
     AddressInUse(std::net::SocketAddr),
+    /// A host-wide name (a GSI service ID or class) is held by another process (EADDRINUSE).
+    Taken(String),
     /// No such device / address on this host (ENODEV).
     NoDevice(String),
     /// `modify_qp` refused the transition or an attribute (EINVAL).
@@ -51,6 +53,7 @@ impl fmt::Display for Error {
                  ferroce (processes of one user share an address; others need their own: \
                  another 127.x.y.z, or FERROCE_DEVICES)"
             ),
+            Error::Taken(what) => f.write_str(what),
             Error::NoDevice(d) => write!(f, "no device {d}"),
             Error::Modify(e) => write!(f, "modify_qp: {e}"),
             Error::Post(e) => write!(f, "post: {e}"),
@@ -80,7 +83,7 @@ impl Error {
     pub fn errno(&self) -> i32 {
         match self {
             Error::Io(e) => e.raw_os_error().unwrap_or(libc::EIO),
-            Error::AddressInUse(_) => libc::EADDRINUSE,
+            Error::AddressInUse(_) | Error::Taken(_) => libc::EADDRINUSE,
             Error::NoDevice(_) => libc::ENODEV,
             Error::Post(PostError::QueueFull) => libc::ENOMEM,
             Error::Modify(_)

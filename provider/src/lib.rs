@@ -57,6 +57,7 @@ mod encap;
 mod error;
 mod events;
 pub mod faults;
+pub mod gsi;
 mod mr;
 pub mod pcap;
 pub mod qp;
@@ -78,4 +79,5 @@ pub use ferroce_transport::{
     RemoteAddr, SendFlags, SendWr, Sge, WcFlags, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
 };
 pub use ferroce_wire as wire;
+pub use gsi::GsiRoute;
 pub use qp::{QpBuilder, QpInitAttr, QueuePair, SharedReceiveQueue};

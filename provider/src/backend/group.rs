@@ -29,11 +29,13 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// Bytes of the registry file.
-const FILE_LEN: usize = SLOTS_AT + SLOTS * SLOT_LEN;
-const MAGIC: u64 = u64::from_le_bytes(*b"FERROCE1");
+const FILE_LEN: usize = super::gsi::TABLES_END;
+const MAGIC: u64 = u64::from_le_bytes(*b"FERROCE2");
 const SLOTS: usize = 256;
 const SLOT_LEN: usize = 64;
 const SLOTS_AT: usize = 128;
+/// Where the slot records end: the GSI routing tables follow (see `gsi`).
+pub(super) const SLOTS_END: usize = SLOTS_AT + SLOTS * SLOT_LEN;
 const H_MAGIC: usize = 0;
 const H_NONCE: usize = 8;
 const H_EPOCH: usize = 16;
@@ -108,19 +110,19 @@ impl Registry {
         Ok(Registry { file, map, path })
     }
 
-    fn word32(&self, off: usize) -> &AtomicU32 {
+    pub(super) fn word32(&self, off: usize) -> &AtomicU32 {
         assert!(off % 4 == 0 && off + 4 <= FILE_LEN, "registry offset {off}");
         // SAFETY: `off` is 4-aligned and inside the FILE_LEN-byte mapping (checked above; the mapping is page-aligned), the mapping lives as long as `self`, and every process reaches these bytes only through atomic operations, so an atomic view of them is sound.
         unsafe { &*self.map.as_ptr().add(off).cast::<AtomicU32>() }
     }
 
-    fn word64(&self, off: usize) -> &AtomicU64 {
+    pub(super) fn word64(&self, off: usize) -> &AtomicU64 {
         assert!(off % 8 == 0 && off + 8 <= FILE_LEN, "registry offset {off}");
         // SAFETY: as in `word32`, for an 8-aligned 8-byte word.
         unsafe { &*self.map.as_ptr().add(off).cast::<AtomicU64>() }
     }
 
-    fn slot_at(slot: u8) -> usize {
+    pub(super) fn slot_at(slot: u8) -> usize {
         SLOTS_AT + usize::from(slot) * SLOT_LEN
     }
 
@@ -153,7 +155,7 @@ impl Registry {
 
     /// Whether a process holds `slot` (its record lock is taken). Not meaningful for the
     /// caller's own slot (a process never conflicts with its own locks).
-    fn held(&self, slot: u8) -> bool {
+    pub(super) fn held(&self, slot: u8) -> bool {
         let fl = self.record_lock(slot, libc::F_GETLK, libc::F_WRLCK as libc::c_short);
         fl.l_type != libc::F_UNLCK as libc::c_short
     }
@@ -175,7 +177,7 @@ impl Registry {
     /// Serialises slot claims: a POSIX record lock on the header's first byte, apart from the
     /// rebalance's `flock` (the two kinds of lock do not interact), so a process joining
     /// while another rebalances is not held up, and can answer that rebalance's probes.
-    fn claim_lock(&self) -> ClaimGuard<'_> {
+    pub(super) fn claim_lock(&self) -> ClaimGuard<'_> {
         // SAFETY: all-zero is a valid `struct flock`.
         let mut fl: libc::flock = unsafe { std::mem::zeroed() };
         fl.l_type = libc::F_WRLCK as libc::c_short;
@@ -189,7 +191,7 @@ impl Registry {
 
     /// Claims a free slot for this process (a dead owner's slot is free); `None` if the file
     /// was removed meanwhile (open the new one).
-    fn claim(&self) -> crate::Result<Option<u8>> {
+    pub(super) fn claim(&self) -> crate::Result<Option<u8>> {
         let _g = self.claim_lock();
         if !self.current() {
             return Ok(None);
@@ -214,6 +216,8 @@ impl Registry {
             pid_word.store(pid, Ordering::Release);
             self.word32(Self::slot_at(s) + S_EPOCH)
                 .store(0, Ordering::Release);
+            // A dead former owner's GSI routes are not this process's.
+            self.clear_routes(s);
             return Ok(Some(s));
         }
         Err(crate::Error::Busy(
@@ -234,7 +238,7 @@ impl Registry {
     }
 
     /// Gives `slot` back (a clean close).
-    fn release(&self, slot: u8) {
+    pub(super) fn release(&self, slot: u8) {
         let _g = self.lock();
         let _c = self.claim_lock();
         self.word32(Self::slot_at(slot) + S_PID)
@@ -284,6 +288,29 @@ impl Registry {
         true
     }
 
+    /// The group's secret: probes and forwarded MADs carry it (only this user's processes can
+    /// read the registry).
+    pub(crate) fn nonce(&self) -> u64 {
+        self.word64(H_NONCE).load(Ordering::Acquire)
+    }
+
+    /// Whether `slot` has a live owner (`mine` is live).
+    pub(crate) fn is_live(&self, slot: u8, mine: u8) -> bool {
+        slot != 0
+            && (slot == mine
+                || (self
+                    .word32(Self::slot_at(slot) + S_PID)
+                    .load(Ordering::Acquire)
+                    != 0
+                    && self.held(slot)))
+    }
+
+    /// The pid recorded for `slot` (0 if free).
+    pub(crate) fn pid_of(&self, slot: u8) -> u32 {
+        self.word32(Self::slot_at(slot) + S_PID)
+            .load(Ordering::Acquire)
+    }
+
     fn members(&self) -> [u32; 8] {
         std::array::from_fn(|i| self.word32(H_MEMBERS + 4 * i).load(Ordering::Acquire))
     }
@@ -299,7 +326,7 @@ impl Registry {
     }
 }
 
-struct ClaimGuard<'a>(&'a Registry);
+pub(super) struct ClaimGuard<'a>(&'a Registry);
 
 impl Drop for ClaimGuard<'_> {
     fn drop(&mut self) {
@@ -323,9 +350,10 @@ impl Drop for FlockGuard<'_> {
     }
 }
 
-/// The classic-BPF steering program: probes by their byte 1, everything else by DestQP's high
-/// byte through `table` (slot, socket number); an unknown slot returns an out-of-range
-/// number, which the kernel answers with its flow hash.
+/// The classic-BPF steering program: probes by their byte 1; forwarded MADs (`gsi`) by their
+/// byte 1 and everything else by DestQP's high byte, both through `table` (slot, socket
+/// number); an unknown slot returns an out-of-range number, which the kernel answers with
+/// its flow hash.
 fn program(table: &[(u8, u32)]) -> Vec<libc::sock_filter> {
     let op = |code: u32, jt: u8, jf: u8, k: u32| libc::sock_filter {
         code: code as u16,
@@ -337,11 +365,15 @@ fn program(table: &[(u8, u32)]) -> Vec<libc::sock_filter> {
     let jeq = libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K;
     let ret_a = libc::BPF_RET | libc::BPF_A;
     let ret_k = libc::BPF_RET | libc::BPF_K;
+    let ja = libc::BPF_JMP | libc::BPF_JA;
     let mut p = vec![
         op(ld_b, 0, 0, 0),
         op(jeq, 0, 2, u32::from(PROBE_OPCODE)),
         op(ld_b, 0, 0, 1),
         op(ret_a, 0, 0, 0),
+        op(jeq, 0, 2, u32::from(super::gsi::FORWARD_OPCODE)),
+        op(ld_b, 0, 0, 1),
+        op(ja, 0, 0, 1),
         op(ld_b, 0, 0, 5),
     ];
     for &(slot, index) in table {
@@ -552,6 +584,60 @@ impl Drop for Membership {
             self.local,
             self.slot,
             self.registry.path.display()
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Runs a classic-BPF program of the instructions `program` emits over `pkt`, as the
+    /// kernel's reuseport hook does (an out-of-bounds load ends the program with 0).
+    fn run(prog: &[libc::sock_filter], pkt: &[u8]) -> u32 {
+        let (mut pc, mut a) = (0usize, 0u32);
+        loop {
+            let i = prog[pc];
+            let code = u32::from(i.code);
+            pc += 1;
+            if code == libc::BPF_LD | libc::BPF_B | libc::BPF_ABS {
+                match pkt.get(i.k as usize) {
+                    Some(&b) => a = u32::from(b),
+                    None => return 0,
+                }
+            } else if code == libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K {
+                pc += usize::from(if a == i.k { i.jt } else { i.jf });
+            } else if code == libc::BPF_JMP | libc::BPF_JA {
+                pc += i.k as usize;
+            } else if code == libc::BPF_RET | libc::BPF_A {
+                return a;
+            } else if code == libc::BPF_RET | libc::BPF_K {
+                return i.k;
+            } else {
+                panic!("instruction {code:#x} not expected");
+            }
+        }
+    }
+
+    #[test]
+    fn steering_program_routes_probes_forwards_and_data() {
+        let prog = program(&[(0, 2), (1, 2), (3, 0), (7, 1)]);
+        // A probe goes to the number in its byte 1, whatever the table.
+        assert_eq!(run(&prog, &[PROBE_OPCODE, 5, 0, 0, 0, 0, 0, 0]), 5);
+        // A forwarded MAD by its target slot (byte 1), through the table.
+        let fwd = super::super::gsi::FORWARD_OPCODE;
+        assert_eq!(run(&prog, &[fwd, 7, 0, 0, 0, 0, 0, 0]), 1);
+        assert_eq!(run(&prog, &[fwd, 3, 0, 0, 0, 0, 0, 0]), 0);
+        assert_eq!(run(&prog, &[fwd, 9, 0, 0, 0, 0, 0, 0]), u32::MAX);
+        // Data by DestQP's high byte (BTH byte 5); QP1 (slot 0) to the role holder.
+        let bth = |slot: u8| [0x04, 0, 0xFF, 0xFF, 0, slot, 0, 0x11, 0, 0, 0, 0];
+        assert_eq!(run(&prog, &bth(3)), 0);
+        assert_eq!(run(&prog, &bth(7)), 1);
+        assert_eq!(run(&prog, &bth(0)), 2);
+        assert_eq!(
+            run(&prog, &bth(4)),
+            u32::MAX,
+            "an unknown slot: the kernel's hash"
         );
     }
 }

@@ -5,6 +5,7 @@
 //! plug in the same way).
 
 pub(crate) mod group;
+pub(crate) mod gsi;
 pub(crate) mod inject;
 pub(crate) mod record;
 pub(crate) mod udp;

@@ -6,6 +6,7 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
 
 use super::group::{Membership, PROBE_LEN, Registry};
+use super::gsi;
 use super::{DatapathStats, MAX_PACKET, Receiver, Transmitter};
 use crate::sys::{self, RecvBatch, SendBatch};
 
@@ -135,7 +136,23 @@ impl Receiver for UdpReceiver {
                 if bytes.len() == PROBE_LEN && registry.answer(slot, bytes) {
                     continue;
                 }
-                deliver(from, bytes);
+                match bytes.first() {
+                    Some(&gsi::FORWARD_OPCODE) => match gsi::unwrap(bytes, registry.nonce()) {
+                        Ok((to, from, inner)) if to == slot => deliver(from, inner),
+                        Ok((to, ..)) => log::debug!(
+                            "{}: a forwarded MAD for slot {to} reached slot {slot}: dropped                              (the steering table is changing)",
+                            self.local
+                        ),
+                        Err(why) => log::debug!("{}: {why} from {from}: dropped", self.local),
+                    },
+                    _ if gsi::is_gsi(bytes) => match gsi::route(bytes, &**registry) {
+                        gsi::Route::Slot(to) if to != slot => {
+                            forward(&self.socket, registry, slot, to, from, bytes, self.local);
+                        }
+                        _ => deliver(from, bytes),
+                    },
+                    _ => deliver(from, bytes),
+                }
             }
         }
     }
@@ -146,5 +163,31 @@ impl Receiver for UdpReceiver {
 
     fn ready_fd(&self) -> RawFd {
         self.socket.as_raw_fd()
+    }
+}
+
+/// Sends a QP1 datagram on to the process in slot `to` (the routing point, see `gsi`).
+fn forward(
+    socket: &socket2::Socket,
+    registry: &Registry,
+    mine: u8,
+    to: u8,
+    from: SocketAddr,
+    bytes: &[u8],
+    local: SocketAddr,
+) {
+    if !registry.is_live(to, mine) {
+        log::debug!(
+            "{local}: a MAD from {from} for slot {to}, which no live process holds: dropped"
+        );
+        return;
+    }
+    let mut out = vec![0u8; gsi::ENVELOPE_LEN + bytes.len()];
+    let Some(n) = gsi::wrap(&mut out, to, registry.nonce(), from, bytes) else {
+        return;
+    };
+    match socket.send_to(&out[..n], &local.into()) {
+        Ok(_) => log::trace!("{local}: a MAD from {from} forwarded to slot {to}"),
+        Err(e) => log::debug!("{local}: forwarding a MAD to slot {to}: {e}"),
     }
 }
