@@ -240,6 +240,12 @@ impl Proc {
     }
 }
 
+impl Proc {
+    fn id(&self) -> u32 {
+        self.0.as_ref().map_or(0, std::process::Child::id)
+    }
+}
+
 impl Drop for Proc {
     fn drop(&mut self) {
         if let Some(mut c) = self.0.take() {
@@ -333,6 +339,72 @@ fn sigkill_of_a_member_leaves_the_others_working() {
         let (s, c) = (s.output(), c.output());
         check(&s, 200, 4096, addr, addr);
         check(&c, 200, 4096, addr, addr);
+    }
+}
+
+/// `ferroce devinfo --counters` shows the live counters of every process on the device, read
+/// from their pages while they run, and none once they are gone.
+#[test]
+fn devinfo_counters_show_every_process_on_the_device() {
+    let addr = "127.94.2.1";
+    let pairs = pairs_on_one_address(addr, 18800, 2, &["-n", "1000000", "-s", "64"]);
+    let pids: Vec<u32> = pairs.iter().flat_map(|(s, c)| [s.id(), c.id()]).collect();
+    let devinfo = || {
+        let o = ferroce()
+            .args(["devinfo", "-d", addr, "--counters"])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    // Each process's sent_pkts, once every one has published a moving count.
+    let sent = |text: &str, pid: u32| -> Option<u64> {
+        let mut lines = text
+            .lines()
+            .skip_while(|l| !l.contains(&format!("process {pid} ")));
+        lines.next()?;
+        lines
+            .take_while(|l| !l.contains("process "))
+            .find_map(|l| l.trim().strip_prefix("sent_pkts:"))
+            .and_then(|v| v.trim().parse().ok())
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let (first, text) = loop {
+        let text = devinfo();
+        let counts: Vec<Option<u64>> = pids.iter().map(|&p| sent(&text, p)).collect();
+        if counts.iter().all(|c| c.is_some_and(|n| n > 0)) {
+            break (counts, text);
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not every process shown:\n{text}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(text.matches("process ").count(), 4, "{text}");
+    assert!(
+        text.contains("rcvd_pkts:") && text.contains("udp_sent:"),
+        "{text}"
+    );
+    // The counters are live: they move while the programs run.
+    std::thread::sleep(Duration::from_millis(300));
+    let later = devinfo();
+    for (pid, n) in pids.iter().zip(&first) {
+        let m = sent(&later, *pid).unwrap();
+        assert!(m > n.unwrap(), "process {pid}: sent_pkts {n:?} then {m}");
+    }
+    drop(pairs);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let text = devinfo();
+        if text.contains("no process uses the device") {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "dead processes still shown:\n{text}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
     }
 }
 

@@ -185,6 +185,36 @@ impl Device {
     pub fn socket_addr(&self, port: u16) -> SocketAddr {
         SocketAddr::new(self.addr, port)
     }
+
+    /// The live counters of every process using this device on `port` (4791 unless a program
+    /// chose another), read from their shared-memory pages without opening the device: what
+    /// `/sys/class/infiniband/<dev>/ports/1/hw_counters/` shows for a kernel device, per
+    /// process. Empty if no process uses the device.
+    ///
+    /// # Errors
+    /// [`Error::Io`](crate::Error::Io) if the pages belong to another user or cannot be read.
+    pub fn live_counters(&self, port: u16) -> crate::Result<Vec<ProcessCounters>> {
+        let Some(reg) = crate::backend::group::Registry::open_existing(self.socket_addr(port))?
+        else {
+            return Ok(Vec::new());
+        };
+        let names: Vec<&'static str> = ferroce_transport::Counters::default()
+            .named()
+            .into_iter()
+            .chain(crate::RuntimeCounters::default().named())
+            .map(|(n, _)| n)
+            .collect();
+        Ok(reg
+            .pages(names.len())
+            .into_iter()
+            .map(|p| ProcessCounters {
+                pid: p.pid,
+                slot: p.slot,
+                published: std::time::UNIX_EPOCH + std::time::Duration::from_nanos(p.published_ns),
+                counters: names.iter().copied().zip(p.values).collect(),
+            })
+            .collect())
+    }
 }
 
 fn same_subnet(a: IpAddr, b: IpAddr, prefix: u8) -> bool {
@@ -238,4 +268,17 @@ mod tests {
         assert_eq!(Mtu::for_ip_mtu(9000), Some(Mtu::Mtu4096));
         assert_eq!(Mtu::for_ip_mtu(4200), Some(Mtu::Mtu4096));
     }
+}
+
+/// One process's counters on a device ([`Device::live_counters`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcessCounters {
+    /// The process.
+    pub pid: u32,
+    /// Its slot on the address (bits 23:16 of its QP numbers).
+    pub slot: u8,
+    /// When it last wrote them (it does so every 20 ms while it runs).
+    pub published: std::time::SystemTime,
+    /// The engine's counters (named as rxe's `hw_counters`), then the runtime's.
+    pub counters: Vec<(&'static str, u64)>,
 }

@@ -102,6 +102,20 @@ pub(crate) struct Runtime {
     threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
 }
 
+impl RuntimeCounters {
+    /// Every counter with its name, in a fixed order.
+    pub fn named(&self) -> [(&'static str, u64); 6] {
+        [
+            ("udp_sent", self.udp_sent),
+            ("udp_rcvd", self.udp_rcvd),
+            ("udp_send_errors", self.udp_send_errors),
+            ("injected_losses", self.injected_losses),
+            ("cq_overflows", self.cq_overflows),
+            ("wakeups", self.wakeups),
+        ]
+    }
+}
+
 impl Drop for Runtime {
     fn drop(&mut self) {
         self.shared.stop();
@@ -242,8 +256,22 @@ impl Shared {
                     let _ = ready.send(());
                 }
             }
+            self.publish_counters();
             std::thread::sleep(KEEPER_PERIOD);
         }
+    }
+
+    /// Copies this process's counters to its page of the registry, where `ferroce devinfo
+    /// --counters` reads them (at most one keeper period old).
+    fn publish_counters(&self) {
+        let (e, r) = {
+            let st = self.engine.lock();
+            (*st.ep.counters(), self.counters(&st))
+        };
+        let values = e.named().into_iter().chain(r.named()).map(|(_, v)| v);
+        self.membership
+            .registry
+            .publish(self.membership.slot, values);
     }
 
     /// Engine time now.

@@ -116,6 +116,35 @@ pub struct Counters {
     pub rd_atomic_exceeded: u64,
 }
 
+impl Counters {
+    /// Every counter with its name, in a fixed order (what a kernel device lists under
+    /// `/sys/class/infiniband/<dev>/ports/1/hw_counters/`).
+    pub fn named(&self) -> [(&'static str, u64); 20] {
+        [
+            ("sent_pkts", self.sent_pkts),
+            ("rcvd_pkts", self.rcvd_pkts),
+            ("duplicate_request", self.duplicate_request),
+            ("out_of_seq_request", self.out_of_seq_request),
+            ("rcvd_seq_err", self.rcvd_seq_err),
+            ("rcvd_rnr_err", self.rcvd_rnr_err),
+            ("send_rnr_err", self.send_rnr_err),
+            ("retry_exceeded_err", self.retry_exceeded_err),
+            ("retry_rnr_exceeded_err", self.retry_rnr_exceeded_err),
+            ("completer_retry_err", self.completer_retry_err),
+            ("implied_naks", self.implied_naks),
+            ("icrc_errors", self.icrc_errors),
+            ("icrc_partial", self.icrc_partial),
+            ("malformed", self.malformed),
+            ("no_qp", self.no_qp),
+            ("qkey_violations", self.qkey_violations),
+            ("ghost_responses", self.ghost_responses),
+            ("duplicate_responses", self.duplicate_responses),
+            ("dropped", self.dropped),
+            ("rd_atomic_exceeded", self.rd_atomic_exceeded),
+        ]
+    }
+}
+
 /// The smallest buffer [`Endpoint::poll_transmit`] takes: the largest RoCEv2 packet (4 KiB
 /// of payload behind the longest header chain, pad and ICRC) with room to spare.
 pub const MIN_TRANSMIT_BUF: usize = 4096 + 100;

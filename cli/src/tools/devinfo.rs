@@ -4,8 +4,9 @@ use std::io::Write;
 
 use ferroce::{Device, Result};
 
-/// Prints every device (or the named one); `verbose` adds the device attributes, `counters`
-/// opens each device briefly to show its counters (skipped for devices already in use).
+/// Prints every device (or the named one); `verbose` adds the device attributes (opening a
+/// context beside any program's), `counters` the live counters of every process using the
+/// device, read from their shared pages.
 ///
 /// # Errors
 /// Enumeration failure, or an unknown device name.
@@ -34,7 +35,19 @@ pub fn run(out: &mut dyn Write, device: Option<&str>, verbose: bool, counters: b
         let _ = writeln!(out, "\t\t\tactive_mtu:\t\t{} ({})", m.bytes(), m as u32);
         let _ = writeln!(out, "\t\t\tlink_layer:\t\tEthernet");
         let _ = writeln!(out, "\t\t\tGID[  1]:\t\t{}", d.gid());
-        if verbose || counters {
+        if counters {
+            let procs = d.live_counters(ferroce::wire::ROCE_UDP_PORT)?;
+            if procs.is_empty() {
+                let _ = writeln!(out, "\tcounters:\t\t\t(no process uses the device)");
+            }
+            for p in procs {
+                let _ = writeln!(out, "\tprocess {} (slot {}):", p.pid, p.slot);
+                for (k, v) in p.counters {
+                    let _ = writeln!(out, "\t\t{k}:\t{v}");
+                }
+            }
+        }
+        if verbose {
             match d.open() {
                 Ok(ctx) => {
                     if verbose {
@@ -65,10 +78,6 @@ pub fn run(out: &mut dyn Write, device: Option<&str>, verbose: bool, counters: b
                             a.atomic_cap as u32
                         );
                         let _ = writeln!(out, "\t\t\tGID[  0]:\t\t{}", ctx.query_gid(0)?);
-                    }
-                    if counters {
-                        let (e, r) = ctx.counters();
-                        let _ = writeln!(out, "\tcounters: {e:?}\n\truntime: {r:?}");
                     }
                 }
                 Err(e) => {

@@ -29,7 +29,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// Bytes of the registry file.
-const FILE_LEN: usize = super::gsi::TABLES_END;
+const FILE_LEN: usize = super::pages::PAGES_END;
 const MAGIC: u64 = u64::from_le_bytes(*b"FERROCE2");
 const SLOTS: usize = 256;
 const SLOT_LEN: usize = 64;
@@ -75,13 +75,16 @@ impl Registry {
     /// # Errors
     /// [`crate::Error::Io`] if the file cannot be made or mapped, or belongs to another user.
     pub(crate) fn open(local: SocketAddr) -> crate::Result<Registry> {
+        Self::open_with(local, true)
+    }
+
+    fn open_with(local: SocketAddr, create: bool) -> crate::Result<Registry> {
         use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
-        let path =
-            std::path::PathBuf::from(format!("/dev/shm/ferroce-{}-{}", local.ip(), local.port()));
+        let path = Self::path_of(local);
         let file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
-            .create(true)
+            .create(create)
             .truncate(false)
             .mode(0o600)
             .open(&path)
@@ -108,6 +111,22 @@ impl Registry {
             .map_raw(&file)
             .map_err(|e| io_err("mapping the registry", e))?;
         Ok(Registry { file, map, path })
+    }
+
+    /// Opens `local`'s registry if a group exists there, without joining or creating it.
+    ///
+    /// # Errors
+    /// As [`Registry::open`] (another user's file, or one that cannot be mapped).
+    pub(crate) fn open_existing(local: SocketAddr) -> crate::Result<Option<Registry>> {
+        match Self::open_with(local, false) {
+            Ok(r) => Ok(Some(r)),
+            Err(crate::Error::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn path_of(local: SocketAddr) -> std::path::PathBuf {
+        std::path::PathBuf::from(format!("/dev/shm/ferroce-{}-{}", local.ip(), local.port()))
     }
 
     pub(super) fn word32(&self, off: usize) -> &AtomicU32 {
@@ -155,7 +174,7 @@ impl Registry {
 
     /// Whether a process holds `slot` (its record lock is taken). Not meaningful for the
     /// caller's own slot (a process never conflicts with its own locks).
-    pub(super) fn held(&self, slot: u8) -> bool {
+    pub(crate) fn held(&self, slot: u8) -> bool {
         let fl = self.record_lock(slot, libc::F_GETLK, libc::F_WRLCK as libc::c_short);
         fl.l_type != libc::F_UNLCK as libc::c_short
     }
@@ -216,8 +235,9 @@ impl Registry {
             pid_word.store(pid, Ordering::Release);
             self.word32(Self::slot_at(s) + S_EPOCH)
                 .store(0, Ordering::Release);
-            // A dead former owner's GSI routes are not this process's.
+            // A dead former owner's GSI routes and counters are not this process's.
             self.clear_routes(s);
+            self.clear_page(s);
             return Ok(Some(s));
         }
         Err(crate::Error::Busy(

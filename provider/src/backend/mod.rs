@@ -7,6 +7,7 @@
 pub(crate) mod group;
 pub(crate) mod gsi;
 pub(crate) mod inject;
+pub(crate) mod pages;
 pub(crate) mod record;
 pub(crate) mod udp;
 
