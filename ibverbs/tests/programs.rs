@@ -104,14 +104,28 @@ fn finish(mut child: Child, limit: Duration) -> (bool, String) {
 
 const LIMIT: Duration = Duration::from_secs(90);
 
+/// Child processes killed when dropped (a failing test leaves none behind).
+struct Reap(Vec<Option<Child>>);
+
+impl Drop for Reap {
+    fn drop(&mut self) {
+        for c in self.0.iter_mut().filter_map(Option::take) {
+            let mut c = c;
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// One pair at a time: the programs busy-poll, and two cores shared by many would measure the
+/// scheduler rather than ferroce.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// Runs a server on `net.1` and a client on `net.2` that connects to it over TCP `port` (or
 /// both on `net` itself when it is a whole address: two processes sharing one device
 /// address); the client is retried while the server is not listening yet. Returns both
 /// outputs.
 fn pair(prog: &str, args: &[&str], net: &str, port: u16) -> (String, String) {
-    // One pair at a time: the programs busy-poll, and two cores shared by many would measure
-    // the scheduler rather than ferroce.
-    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let (srv_ip, cli_ip) = if net.split('.').count() == 4 {
         (net.to_owned(), net.to_owned())
@@ -275,6 +289,65 @@ fn ibv_rc_pingpong_both_ends_on_one_address() {
 #[test]
 fn ib_write_bw_both_ends_on_one_address() {
     perftest("ib_write_bw", &[], "127.0.22.1", 18622);
+}
+
+/// Sixteen `ibv_rc_pingpong` pairs (every byte checked, `-c`) and two perftest pairs at once,
+/// all 36 processes on one address through `libibverbs.so.1`: each QP's packets reach its
+/// process, whichever program it is.
+#[test]
+fn sixteen_pingpong_pairs_and_perftest_pairs_at_once_on_one_address() {
+    if !have("ibv_rc_pingpong") || !have("ib_write_bw") || !have("ib_send_bw") {
+        return;
+    }
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let addr = "127.0.23.1";
+    let pp = ["-g", "1", "-n", "50", "-e", "-c", "-s", "2048"];
+    // perftest has no events for WRITE: that pair busy-polls.
+    let (wbw, sbw) = (["-x", "1", "-n", "100"], ["-x", "1", "-n", "100", "-e"]);
+    let mut jobs: Vec<(&str, &[&str], u16)> = (0..16)
+        .map(|i| ("ibv_rc_pingpong", &pp[..], 18630 + i))
+        .collect();
+    jobs.push(("ib_write_bw", &wbw[..], 18650));
+    jobs.push(("ib_send_bw", &sbw[..], 18651));
+    let start = |prog: &str, args: &[&str], port: u16, server: Option<&str>| {
+        let mut c = command(prog, addr);
+        c.args(args)
+            .args(["-d", "ferroce0", "-p", &port.to_string()]);
+        c.args(server);
+        Some(c.spawn().unwrap())
+    };
+    // Killed if the test fails half-way: nothing outlives it.
+    let mut servers = Reap(
+        jobs.iter()
+            .map(|&(p, a, port)| start(p, a, port, None))
+            .collect(),
+    );
+    let mut clients = Reap(Vec::new());
+    for &(p, a, port) in &jobs {
+        assert!(
+            ferroce_tests::wait_listening(port, Duration::from_secs(60)),
+            "{p} server on {port} never listened"
+        );
+        clients.0.push(start(p, a, port, Some(addr)));
+    }
+    for (i, (prog, _, port)) in jobs.iter().enumerate() {
+        let (s, c) = (servers.0[i].take().unwrap(), clients.0[i].take().unwrap());
+        let (cok, cout) = finish(c, LIMIT);
+        let (sok, sout) = finish(s, LIMIT);
+        assert!(
+            cok && sok,
+            "{prog} on {port}: client ok {cok}, server ok {sok}\n--- server\n{sout}\n--- client\n{cout}"
+        );
+        for out in [&sout, &cout] {
+            let done = if *prog == "ibv_rc_pingpong" {
+                out.contains("50 iters in")
+            } else {
+                out.lines().any(|l| l.trim_start().starts_with("#bytes"))
+                    && !out.contains("Couldn't")
+            };
+            assert!(done, "{prog} on {port}:\n{out}");
+        }
+    }
 }
 
 #[test]

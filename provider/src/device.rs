@@ -194,9 +194,13 @@ impl Device {
     /// # Errors
     /// [`Error::Io`](crate::Error::Io) if the pages belong to another user or cannot be read.
     pub fn live_counters(&self, port: u16) -> crate::Result<Vec<ProcessCounters>> {
-        let Some(reg) = crate::backend::group::Registry::open_existing(self.socket_addr(port))?
-        else {
-            return Ok(Vec::new());
+        let local = self.socket_addr(port);
+        let (reg, mine) = match crate::driver::member_registry(local) {
+            Some(r) => r,
+            None => match crate::backend::group::Registry::open_existing(local)? {
+                Some(r) => (std::sync::Arc::new(r), 0),
+                None => return Ok(Vec::new()),
+            },
         };
         let names: Vec<&'static str> = ferroce_transport::Counters::default()
             .named()
@@ -205,7 +209,7 @@ impl Device {
             .map(|(n, _)| n)
             .collect();
         Ok(reg
-            .pages(names.len())
+            .pages(names.len(), mine)
             .into_iter()
             .map(|p| ProcessCounters {
                 pid: p.pid,

@@ -172,6 +172,18 @@ impl Runtime {
     }
 }
 
+/// The registry of `local` if this process is a member of its group. A second descriptor of
+/// the file must not be opened and closed by a member: closing any descriptor of a file drops
+/// all of the process's POSIX record locks on it, its slot's among them.
+pub(crate) fn member_registry(local: SocketAddr) -> Option<(Arc<backend::group::Registry>, u8)> {
+    RUNTIMES
+        .lock()
+        .iter()
+        .filter(|(a, _, _)| *a == local)
+        .find_map(|(_, _, sh)| sh.upgrade())
+        .map(|sh| (sh.membership.registry.clone(), sh.membership.slot))
+}
+
 /// How a runtime is started.
 pub(crate) struct RuntimeConfig {
     pub(crate) local: SocketAddr,

@@ -209,3 +209,43 @@ fn the_device_is_released_when_its_last_context_goes() {
     connect(&s, &t);
     every_operation(&s, &t, 0x55);
 }
+
+/// A process using a device reads its own live counters through the registry it holds (a
+/// second descriptor of the file, closed, would drop its slot's record lock), and they move.
+#[test]
+fn a_member_reads_its_own_live_counters() {
+    let a = Device::find("127.91.3.1").unwrap().open().unwrap();
+    let b = Device::find("127.91.3.1").unwrap().open().unwrap();
+    let (x, y) = (side(&a), side(&b));
+    connect(&x, &y);
+    let me = std::process::id();
+    let sent = |ctx: &Context| {
+        let deadline = std::time::Instant::now() + T;
+        loop {
+            let procs = ctx.device().live_counters(ctx.port()).unwrap();
+            let mine: Vec<_> = procs.iter().filter(|p| p.pid == me).collect();
+            assert!(mine.len() <= 1, "{procs:?}");
+            if let Some(p) = mine.first() {
+                if let Some(&(_, n)) = p.counters.iter().find(|(k, _)| *k == "sent_pkts") {
+                    return n;
+                }
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "own page never shown: {procs:?}"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    };
+    let before = sent(&a);
+    every_operation(&x, &y, 3);
+    let deadline = std::time::Instant::now() + T;
+    while sent(&b) <= before {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "counters did not move"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    every_operation(&y, &x, 4);
+}

@@ -259,14 +259,19 @@ impl Registry {
 
     /// Gives `slot` back (a clean close).
     pub(super) fn release(&self, slot: u8) {
+        // Not live from here on, before waiting for anything: a rebalance running now must
+        // not wait for the answer of a socket that is gone.
+        {
+            let _c = self.claim_lock();
+            self.word32(Self::slot_at(slot) + S_PID)
+                .store(0, Ordering::Release);
+            self.record_lock(slot, libc::F_SETLK, libc::F_UNLCK as libc::c_short);
+        }
+        // The last member removes the file (under both locks: a process that opened it
+        // meanwhile sees it is stale when it claims, and opens the new one).
         let _g = self.lock();
         let _c = self.claim_lock();
-        self.word32(Self::slot_at(slot) + S_PID)
-            .store(0, Ordering::Release);
-        self.record_lock(slot, libc::F_SETLK, libc::F_UNLCK as libc::c_short);
-        // The last member removes the file (under the lock: a process that opened it
-        // meanwhile sees it is stale when it locks, and opens the new one).
-        if self.live(slot).iter().all(|&s| s == slot) {
+        if self.live(0).is_empty() {
             let _ = std::fs::remove_file(&self.path);
         }
     }
@@ -480,6 +485,11 @@ impl Membership {
                 None => return false,
             }
         };
+        // Joiners queue on the lock; the first one's rebalance covers every member live by
+        // then, so the others find nothing left to do.
+        if !self.changed() {
+            return true;
+        }
         let reg = &self.registry;
         let deadline = Instant::now() + limit;
         let mut attempt = 0u32;

@@ -42,10 +42,11 @@ impl Registry {
         self.word64(at).store(now, Ordering::Release);
     }
 
-    /// The pages of every live member that has published, `n` counters each.
-    pub(crate) fn pages(&self, n: usize) -> Vec<Page> {
+    /// The pages of every live member that has published, `n` counters each (`mine`: the
+    /// caller's own slot, or 0).
+    pub(crate) fn pages(&self, n: usize, mine: u8) -> Vec<Page> {
         (1..=255u8)
-            .filter(|&s| self.pid_of(s) != 0 && self.held(s))
+            .filter(|&s| self.is_live(s, mine))
             .filter_map(|slot| {
                 let at = page(slot);
                 let published_ns = self.word64(at).load(Ordering::Acquire);
