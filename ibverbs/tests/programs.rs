@@ -350,6 +350,28 @@ fn sixteen_pingpong_pairs_and_perftest_pairs_at_once_on_one_address() {
     }
 }
 
+/// pyverbs (rdma-core's Python binding, which its test suite is written in) opens two contexts
+/// of `ferroce0` in one process and connects them: the suite's server/client pattern.
+#[test]
+fn pyverbs_two_contexts_of_one_device() {
+    let python = "/usr/bin/python3";
+    let found = Command::new(python)
+        .args(["-c", "import pyverbs.device"])
+        .env("LD_LIBRARY_PATH", lib_dir())
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !common::installed("pyverbs", found, "python3-pyverbs") {
+        return;
+    }
+    let mut c = command(python, "127.0.24.1");
+    c.arg(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/py/two_contexts.py"
+    ));
+    let (ok, out) = finish(c.spawn().unwrap(), LIMIT);
+    assert!(ok && out.contains("two contexts ok"), "{out}");
+}
+
 #[test]
 fn ibv_rc_pingpong_with_events_and_4k_messages() {
     pingpong(
