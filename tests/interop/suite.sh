@@ -4,7 +4,7 @@
 # lab's namespace); kernel rxe in guest g1 (10.77.0.11). A failing scenario keeps its pcap under
 # $FERROCE_LAB_OUT (default /tmp/ferroce-interop) and `ferroce pcap` decodes it.
 #   tests/interop/suite.sh            build (or reuse) the image, run every scenario
-#   SCENARIOS="pingpong matrix loss programs"  a subset of these groups (default: all four)
+#   SCENARIOS="pingpong matrix loss programs shared"  a subset of these groups (default: all five)
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 TOP=$(cd "$HERE/../.." && pwd)
@@ -30,7 +30,7 @@ result() { # NAME OK DETAIL
   if [ "$2" = 1 ]; then PASS=$((PASS+1)); echo "PASS $1"; else FAIL=$((FAIL+1)); echo "FAIL $1 $3"; fi
 }
 G=10.77.0.11
-SCENARIOS=${SCENARIOS:-pingpong matrix loss programs}
+SCENARIOS=${SCENARIOS:-pingpong matrix loss programs shared}
 want() { [[ " $SCENARIOS " == *" $1 "* ]]; }
 # ferroce's libibverbs.so.1 (ibverbs/build.sh) for the unmodified-programs group.
 IBV_DIR=
@@ -118,6 +118,47 @@ program() { # ROLE PROG PORT ARGS...
   result "$name" $ok "(see ${pcap%.pcap}.txt)"
 }
 
+# Two ferroce processes sharing the host's address at once, each with its own rxe program in
+# the guest: pair A is a ferroce server with an rxe client, pair B an rxe server with a ferroce
+# client, every byte checked (-c) at all four ends. Their QPNs' slot bytes differ, which shows
+# both processes were members of the address's group at the same time.
+shared() { # MTU
+  local mtu=$1 opts="-g 1 -s 4096 -m $1 -n 200 -c" fa="$OUT/sh.$$.a" fb="$OUT/sh.$$.b" ok=0 i
+  local name="two ferroce processes on 10.77.0.1 with two rxe programs at once mtu=$mtu"
+  local pcap="$OUT/shared_address_mtu-$mtu.pcap"
+  cap_start "$pcap"
+  nsexec env FERROCE_LAB=1 timeout 300 "$FERROCE" rc-pingpong -d 10.77.0.1 $opts -p 18720 >"$fa" 2>&1 &
+  local fpa=$!
+  local idb; idb=$(gspawn 1 "timeout 280 ibv_rc_pingpong -d rxe0 $opts -p 18721")
+  for i in $(seq 1 100); do nsexec ss -Htln "sport = :18720" | grep -q . && break; sleep 0.1; done
+  gexec 1 "for i in \$(seq 1 100); do ss -Htln 'sport = :18721' | grep -q . && exit 0; sleep 0.1; done" 30 >/dev/null
+  local ida; ida=$(gspawn 1 "timeout 280 ibv_rc_pingpong -d rxe0 $opts -p 18720 10.77.0.1")
+  nsexec env FERROCE_LAB=1 timeout 300 "$FERROCE" rc-pingpong -d 10.77.0.1 $opts -p 18721 $G >"$fb" 2>&1 &
+  local fpb=$!
+  wait $fpa; local frca=$?
+  wait $fpb; local frcb=$?
+  local goa gob; goa=$(gwait 1 "$ida" 300); local grca=$?
+  gob=$(gwait 1 "$idb" 300); local grcb=$?
+  cap_stop
+  local pc; pc=$("$FERROCE" pcap --strict "$pcap" 2>&1 | tail -n 1)
+  # The slot byte of each ferroce process's QPN (bits 23:16).
+  slot() { local q; q=$(grep -o 'local address: .*QPN 0x[0-9a-f]*' "$1" | grep -o '0x[0-9a-f]*$' | head -n 1); [ -n "$q" ] && echo $(( q >> 16 )); }
+  local sa sb; sa=$(slot "$fa"); sb=$(slot "$fb")
+  local bytes=$((4096 * 200 * 2)) done="^200 iters in"
+  if [ $frca = 0 ] && [ $frcb = 0 ] && [ $grca = 0 ] && [ $grcb = 0 ] \
+     && grep -q "$done" "$fa" && grep -q "$done" "$fb" && echo "$goa" | grep -q "$done" && echo "$gob" | grep -q "$done" \
+     && grep -q "^$bytes bytes in" "$fa" && grep -q "^$bytes bytes in" "$fb" \
+     && [ -n "$sa" ] && [ -n "$sb" ] && [ "$sa" != "$sb" ] \
+     && echo "$pc" | grep -Eq '^[1-9][0-9]* packets, [0-9]+ icrc ok, 0 icrc bad, 0 malformed$'; then
+    ok=1; rm -f "$pcap"
+  else
+    { echo "== ferroce A (rc=$frca, slot $sa)"; cat "$fa"; echo "== ferroce B (rc=$frcb, slot $sb)"; cat "$fb"
+      echo "== rxe A (rc=$grca)"; echo "$goa"; echo "== rxe B (rc=$grcb)"; echo "$gob"; echo "== pcap"; echo "$pc"; } > "${pcap%.pcap}.txt" 2>&1
+  fi
+  rm -f "$fa" "$fb"
+  result "$name (slots $sa, $sb)" $ok "(see ${pcap%.pcap}.txt)"
+}
+
 # Every operation both ways against the C peer, data and completions checked at both ends.
 matrix() { # MTU TAG [ENV...]
   local mtu=$1 tag=$2; shift 2
@@ -167,6 +208,7 @@ for mtu_link in 1500 4200; do
     done
   done
   want matrix && matrix $mtu ""
+  [ $mtu_link = 1500 ] && want shared && shared $mtu
   if [ $mtu_link = 4200 ] && want programs; then
     port=18700
     for role in ferroce-server rxe-server; do
