@@ -350,6 +350,34 @@ fn sixteen_pingpong_pairs_and_perftest_pairs_at_once_on_one_address() {
     }
 }
 
+/// `ibv_devinfo` and `ibv_asyncwatch` look at a device an application holds (a server waiting
+/// for its client), as on a NIC.
+#[test]
+fn devinfo_and_asyncwatch_beside_an_application() {
+    if !have("ibv_rc_pingpong") || !have("ibv_asyncwatch") {
+        return;
+    }
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let addr = "127.0.25.1";
+    let mut app = command("ibv_rc_pingpong", addr);
+    app.args(["-d", "ferroce0", "-g", "1", "-p", "18660"]);
+    let app = Reap(vec![Some(app.spawn().unwrap())]);
+    assert!(ferroce_tests::wait_listening(
+        18660,
+        Duration::from_secs(30)
+    ));
+    let mut info = command("ibv_devinfo", addr);
+    info.args(["-d", "ferroce0"]);
+    let (ok, out) = finish(info.spawn().unwrap(), LIMIT);
+    assert!(ok && out.contains("PORT_ACTIVE"), "{out}");
+    // asyncwatch waits for events for ever: it must be up, then it is stopped.
+    let mut watch = command("ibv_asyncwatch", addr);
+    watch.args(["-d", "ferroce0"]);
+    let (ok, out) = finish(watch.spawn().unwrap(), Duration::from_millis(1500));
+    assert!(!ok && out.contains("ferroce0: async event FD"), "{out}");
+    drop(app);
+}
+
 /// pyverbs (rdma-core's Python binding, which its test suite is written in) opens two contexts
 /// of `ferroce0` in one process and connects them: the suite's server/client pattern.
 #[test]
