@@ -192,7 +192,7 @@ impl Device {
     /// process. Empty if no process uses the device.
     ///
     /// # Errors
-    /// [`Error::Io`](crate::Error::Io) if the pages belong to another user or cannot be read.
+    /// [`Error::Io`] if the pages belong to another user or cannot be read.
     pub fn live_counters(&self, port: u16) -> crate::Result<Vec<ProcessCounters>> {
         let local = self.socket_addr(port);
         let (reg, mine) = match crate::driver::member_registry(local) {
