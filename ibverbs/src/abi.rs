@@ -354,6 +354,8 @@ pub struct ibv_qp_init_attr_ex {
 
 /// `IBV_QP_INIT_ATTR_PD`.
 pub const IBV_QP_INIT_ATTR_PD: u32 = 1 << 0;
+/// `IBV_QP_INIT_ATTR_CREATE_FLAGS`.
+pub const IBV_QP_INIT_ATTR_CREATE_FLAGS: u32 = 1 << 2;
 /// `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`.
 pub const IBV_QP_INIT_ATTR_SEND_OPS_FLAGS: u32 = 1 << 6;
 
@@ -629,3 +631,7 @@ pub fn mutex_init() -> pthread_mutex_t {
 pub fn cond_init() -> pthread_cond_t {
     libc::PTHREAD_COND_INITIALIZER
 }
+
+/// Offset of `phys_port_cnt_ex` in `struct ibv_device_attr_ex` (rdma-core 44; checked against
+/// verbs.h by tests/layout.rs).
+pub const DEVICE_ATTR_EX_PHYS_PORT_CNT_EX: usize = 396;

@@ -43,12 +43,15 @@ pub unsafe extern "C" fn ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) 
 /// `ah` is live and not used again.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ibv_destroy_ah(ah: *mut ibv_ah) -> c_int {
-    if ah.is_null() {
-        return libc::EINVAL;
-    }
-    // SAFETY: `ah` is an AH of this library the program has not destroyed; AHs are in no table and have no events, so nothing else refers to it; the program gives it up here.
-    unsafe { Ah::free(ah) };
-    0
+    // errno as rdma-core leaves it (its errors come from system calls).
+    crate::status((|| {
+        if ah.is_null() {
+            return libc::EINVAL;
+        }
+        // SAFETY: `ah` is an AH of this library the program has not destroyed; AHs are in no table and have no events, so nothing else refers to it; the program gives it up here.
+        unsafe { Ah::free(ah) };
+        0
+    })())
 }
 
 /// `ibv_init_ah_from_wc`: the AH that answers a UD receive (needs IBV_WC_GRH).
@@ -63,28 +66,31 @@ pub unsafe extern "C" fn ibv_init_ah_from_wc(
     grh: *mut ibv_grh,
     ah_attr: *mut ibv_ah_attr,
 ) -> c_int {
-    let _ = (context, port_num);
-    if wc.is_null() || grh.is_null() || ah_attr.is_null() {
-        return -1;
-    }
-    // SAFETY: wc is valid.
-    if unsafe { (*wc).wc_flags } & 1 == 0 {
-        set_errno(libc::EINVAL);
-        return -1;
-    }
-    // SAFETY: grh points at the 40 readable bytes at the start of the receive buffer (this function's contract); they are copied out, no reference is kept.
-    let bytes = unsafe { grh.cast::<[u8; 40]>().read_unaligned() };
-    match ah_attr_from_grh(&bytes) {
-        Ok(a) => {
-            // SAFETY: ah_attr is valid for writing (this function's contract).
-            unsafe { ah_attr.write(a) };
-            0
+    // errno as rdma-core leaves it (its errors come from system calls).
+    crate::status((|| {
+        let _ = (context, port_num);
+        if wc.is_null() || grh.is_null() || ah_attr.is_null() {
+            return -1;
         }
-        Err(e) => {
-            set_errno(e);
-            e
+        // SAFETY: wc is valid.
+        if unsafe { (*wc).wc_flags } & 1 == 0 {
+            set_errno(libc::EINVAL);
+            return -1;
         }
-    }
+        // SAFETY: grh points at the 40 readable bytes at the start of the receive buffer (this function's contract); they are copied out, no reference is kept.
+        let bytes = unsafe { grh.cast::<[u8; 40]>().read_unaligned() };
+        match ah_attr_from_grh(&bytes) {
+            Ok(a) => {
+                // SAFETY: ah_attr is valid for writing (this function's contract).
+                unsafe { ah_attr.write(a) };
+                0
+            }
+            Err(e) => {
+                set_errno(e);
+                e
+            }
+        }
+    })())
 }
 
 /// `ibv_create_ah_from_wc`.

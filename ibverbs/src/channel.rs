@@ -39,15 +39,18 @@ pub unsafe extern "C" fn ibv_create_comp_channel(
 /// `channel` is live and not used again on success.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ibv_destroy_comp_channel(channel: *mut ibv_comp_channel) -> c_int {
-    if channel.is_null() {
-        return libc::EINVAL;
-    }
-    // SAFETY: `channel` is a channel of this library the program has not destroyed.
-    let ch = unsafe { ch_of(channel) };
-    if ch.ch.in_use() {
-        return libc::EBUSY;
-    }
-    // SAFETY: no CQ uses the channel (checked above), so nothing of ferroce refers to it, and the program gives up `channel` with this call.
-    unsafe { Channel::free(channel) };
-    0
+    // errno as rdma-core leaves it (its errors come from system calls).
+    crate::status((|| {
+        if channel.is_null() {
+            return libc::EINVAL;
+        }
+        // SAFETY: `channel` is a channel of this library the program has not destroyed.
+        let ch = unsafe { ch_of(channel) };
+        if ch.ch.in_use() {
+            return libc::EBUSY;
+        }
+        // SAFETY: no CQ uses the channel (checked above), so nothing of ferroce refers to it, and the program gives up `channel` with this call.
+        unsafe { Channel::free(channel) };
+        0
+    })())
 }

@@ -23,6 +23,10 @@ pub fn gid_addr(g: &ibv_gid) -> IpAddr {
 /// `ibv_ah_attr` → ferroce's AH attributes; RoCE needs the GRH (is_global).
 pub fn ah_attr_from(a: &ibv_ah_attr) -> Result<AhAttr, c_int> {
     if a.is_global == 0 {
+        log::debug!(
+            "address vector without a GRH (is_global 0): RoCE addresses by GID; set \
+             is_global, grh.dgid and grh.sgid_index (EINVAL)"
+        );
         return Err(libc::EINVAL);
     }
     Ok(AhAttr {
@@ -54,16 +58,24 @@ pub(crate) fn ah_attr_to(a: &AhAttr) -> ibv_ah_attr {
 }
 
 pub(crate) fn qp_attr_from(a: &ibv_qp_attr, mask: QpAttrMask) -> Result<QpAttr, c_int> {
-    let state = |v: c_int| QpState::from_raw(v as u32).ok_or(libc::EINVAL);
+    let state = |v: c_int, what: &str| {
+        QpState::from_raw(v as u32).ok_or_else(|| {
+            log::debug!("modify_qp: {what} {v} is no QP state (EINVAL)");
+            libc::EINVAL
+        })
+    };
     let mut q = QpAttr::default();
     if mask.contains(QpAttrMask::STATE) {
-        q.qp_state = state(a.qp_state)?;
+        q.qp_state = state(a.qp_state, "qp_state")?;
     }
     if mask.contains(QpAttrMask::CUR_STATE) {
-        q.cur_qp_state = state(a.cur_qp_state)?;
+        q.cur_qp_state = state(a.cur_qp_state, "cur_qp_state")?;
     }
     if mask.contains(QpAttrMask::PATH_MTU) {
-        q.path_mtu = Mtu::from_raw(a.path_mtu as u32).ok_or(libc::EINVAL)?;
+        q.path_mtu = Mtu::from_raw(a.path_mtu as u32).ok_or_else(|| {
+            log::debug!("modify_qp: path_mtu {} is no IB MTU (EINVAL)", a.path_mtu);
+            libc::EINVAL
+        })?;
     }
     if mask.contains(QpAttrMask::AV) {
         q.ah_attr = Some(ah_attr_from(&a.ah_attr)?);

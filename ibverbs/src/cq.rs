@@ -75,25 +75,28 @@ pub(crate) unsafe fn create_cq(
 /// `cq` is live and not used again on success.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
-    if cq.is_null() {
-        return libc::EINVAL;
-    }
-    // SAFETY: `cq` is a CQ of this library the program has not destroyed (verbs' rule).
-    let q = unsafe { cq_of(cq) };
-    if q.cq.in_use() {
-        log::debug!("ibv_destroy_cq: a QP still uses the CQ (EBUSY)");
-        return libc::EBUSY;
-    }
-    // SAFETY: a live CQ's `context` and `handle` are written only at creation; the context outlives the CQ.
-    let (c, handle) = unsafe { (ctx_of((*cq).context), (*cq).handle) };
-    // Out of the table first: from now on no event can be handed out for this CQ, so the
-    // counts below only grow by acknowledgements.
-    c.cqs.lock().remove(&handle);
-    q.comp_events.wait_all_acked();
-    q.async_events.wait_all_acked();
-    // SAFETY: the CQ is in no table, no QP uses it, every event handed out for it has been acknowledged (so no thread holds it from an event), and the program gives it up here.
-    unsafe { Cq::free(cq.cast()) };
-    0
+    // errno as rdma-core leaves it (its errors come from system calls).
+    crate::status((|| {
+        if cq.is_null() {
+            return libc::EINVAL;
+        }
+        // SAFETY: `cq` is a CQ of this library the program has not destroyed (verbs' rule).
+        let q = unsafe { cq_of(cq) };
+        if q.cq.in_use() {
+            log::debug!("ibv_destroy_cq: a QP still uses the CQ (EBUSY)");
+            return libc::EBUSY;
+        }
+        // SAFETY: a live CQ's `context` and `handle` are written only at creation; the context outlives the CQ.
+        let (c, handle) = unsafe { (ctx_of((*cq).context), (*cq).handle) };
+        // Out of the table first: from now on no event can be handed out for this CQ, so the
+        // counts below only grow by acknowledgements.
+        c.cqs.lock().remove(&handle);
+        q.comp_events.wait_all_acked();
+        q.async_events.wait_all_acked();
+        // SAFETY: the CQ is in no table, no QP uses it, every event handed out for it has been acknowledged (so no thread holds it from an event), and the program gives it up here.
+        unsafe { Cq::free(cq.cast()) };
+        0
+    })())
 }
 
 /// `ibv_resize_cq`: ferroce CQs do not change size (EOPNOTSUPP, unless already that large).
@@ -102,14 +105,17 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
 /// `cq` is live.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ibv_resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int {
-    if cq.is_null() || cqe <= 0 {
-        return libc::EINVAL;
-    }
-    // SAFETY: `cq` is a live CQ of this library; its `cqe` is written only at creation.
-    if unsafe { (*cq).cqe } >= cqe {
-        return 0;
-    }
-    libc::EOPNOTSUPP
+    // errno as rdma-core leaves it (its errors come from system calls).
+    crate::status((|| {
+        if cq.is_null() || cqe <= 0 {
+            return libc::EINVAL;
+        }
+        // SAFETY: `cq` is a live CQ of this library; its `cqe` is written only at creation.
+        if unsafe { (*cq).cqe } >= cqe {
+            return 0;
+        }
+        libc::EOPNOTSUPP
+    })())
 }
 
 pub(crate) fn nonblocking(fd: c_int) -> bool {

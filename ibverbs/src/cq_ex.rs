@@ -49,7 +49,7 @@ pub fn cq_ex(
         read_src_qp: Some(read_src_qp),
         read_wc_flags: Some(read_wc_flags),
         read_slid: Some(read_zero_u32),
-        read_sl: Some(read_zero_u8),
+        read_sl: Some(read_sl),
         read_dlid_path_bits: Some(read_zero_u8),
         read_completion_ts: Some(read_zero_u64),
         read_cvlan: Some(read_zero_u16),
@@ -154,12 +154,18 @@ unsafe extern "C" fn read_src_qp(cq: *mut ibv_cq_ex) -> u32 {
     unsafe { cur(cq) }.src_qp
 }
 
+/// The packet type of a UD receive (see `WorkCompletion::sl`), 0 otherwise.
+unsafe extern "C" fn read_sl(cq: *mut ibv_cq_ex) -> u8 {
+    // SAFETY: verbs calls the CQ's own ops with the live CQ they belong to.
+    unsafe { cur(cq) }.sl
+}
+
 unsafe extern "C" fn read_wc_flags(cq: *mut ibv_cq_ex) -> c_uint {
     // SAFETY: verbs calls the CQ's own ops with the live CQ they belong to.
     unsafe { cur(cq) }.wc_flags.0
 }
 
-/// SLID, SL and the rest are 0 on RoCE (no LIDs, no service levels on UDP).
+/// SLID and the rest are 0 on RoCE (no LIDs on UDP).
 unsafe extern "C" fn read_zero_u32(cq: *mut ibv_cq_ex) -> u32 {
     let _ = cq;
     0

@@ -237,7 +237,7 @@ pub fn wc_to_c(wc: &WorkCompletion) -> ibv_wc {
         wc_flags: wc.wc_flags.0,
         pkey_index: 0,
         slid: 0,
-        sl: 0,
+        sl: wc.sl,
         dlid_path_bits: 0,
     }
 }

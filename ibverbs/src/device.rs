@@ -171,6 +171,10 @@ pub struct Ctx {
     pub qps: Mutex<HashMap<u32, usize>>,
     /// SRQ number → `*mut objects::Srq` (for async events).
     pub srqs: Mutex<HashMap<u32, usize>>,
+    /// What `ibv_context.cmd_fd` names: on a kernel device the uverbs command file; here an
+    /// eventfd that never becomes readable, so programs that poll, dup or pass it on get a
+    /// real descriptor (and `ibv_import_device` on it says EOPNOTSUPP, not EBADF).
+    pub cmd: std::os::fd::OwnedFd,
 }
 
 /// The `Ctx` of an `ibv_context` pointer handed out by [`ibv_open_device`].
@@ -205,6 +209,16 @@ pub extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_context {
         }
     };
     let async_fd = ctx.async_fd();
+    // SAFETY: eventfd takes no pointers; a negative result is checked below.
+    let raw = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+    if raw < 0 {
+        let e = std::io::Error::last_os_error();
+        log::warn!("ibv_open_device: the command descriptor: {e}");
+        set_errno(e.raw_os_error().unwrap_or(libc::EMFILE));
+        return core::ptr::null_mut();
+    }
+    // SAFETY: `raw` is a descriptor eventfd just opened and nothing else owns.
+    let cmd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(raw) };
     let p = CtxBox::into_raw(
         verbs_context {
             query_port: Some(vctx_query_port),
@@ -220,7 +234,7 @@ pub extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_context {
             context: ibv_context {
                 device,
                 ops: crate::data::context_ops(),
-                cmd_fd: -1,
+                cmd_fd: raw,
                 async_fd,
                 num_comp_vectors: 1,
                 mutex: mutex_init(),
@@ -233,6 +247,7 @@ pub extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_context {
             cqs: Mutex::new(HashMap::new()),
             qps: Mutex::new(HashMap::new()),
             srqs: Mutex::new(HashMap::new()),
+            cmd,
         },
     );
     // SAFETY: p is the box just leaked, valid until ibv_close_device frees it; the pointer is derived by raw projection (no reference), so it keeps the whole box's provenance, which box_of relies on to get back to it.
@@ -245,24 +260,27 @@ pub extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_context {
 /// `context` comes from [`ibv_open_device`] and is closed once.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ibv_close_device(context: *mut ibv_context) -> c_int {
-    if context.is_null() {
-        return libc::EINVAL;
-    }
-    // SAFETY: the caller's context is live and ours (this function's contract).
-    let c = unsafe { ctx_of(context) };
-    if c.ctx.in_use() {
-        // verbs lets a program close a context whose resources it did not release (they
-        // leak). Those objects point at the context, so it stays allocated (and its port
-        // bound) for the rest of the process rather than dangling under them.
-        log::warn!(
-            "ibv_close_device({}): PDs, CQs or channels still live; the context stays until exit",
-            c.dev.device.addr
-        );
-        return 0;
-    }
-    // SAFETY: the box was leaked by ibv_open_device (the program's context is its `vctx.context`, so box_of gives back the leaked pointer's address and provenance); no child object refers to it any more (checked above) and the program closes it once.
-    unsafe { CtxBox::free(box_of(context)) };
-    0
+    // errno as rdma-core leaves it (its errors come from system calls).
+    crate::status((|| {
+        if context.is_null() {
+            return libc::EINVAL;
+        }
+        // SAFETY: the caller's context is live and ours (this function's contract).
+        let c = unsafe { ctx_of(context) };
+        if c.ctx.in_use() {
+            // verbs lets a program close a context whose resources it did not release (they
+            // leak). Those objects point at the context, so it stays allocated (and its port
+            // bound) for the rest of the process rather than dangling under them.
+            log::warn!(
+                "ibv_close_device({}): PDs, CQs or channels still live; the context stays until exit",
+                c.dev.device.addr
+            );
+            return 0;
+        }
+        // SAFETY: the box was leaked by ibv_open_device (the program's context is its `vctx.context`, so box_of gives back the leaked pointer's address and provenance); no child object refers to it any more (checked above) and the program closes it once.
+        unsafe { CtxBox::free(box_of(context)) };
+        0
+    })())
 }
 
 /// `ibv_query_device`.
@@ -274,12 +292,15 @@ pub unsafe extern "C" fn ibv_query_device(
     context: *mut ibv_context,
     attr: *mut ibv_device_attr,
 ) -> c_int {
-    if context.is_null() || attr.is_null() {
-        return libc::EINVAL;
-    }
-    // SAFETY: `context` is an open context of ours and `attr` is valid for writing (this function's contract).
-    unsafe { attr.write(device_attr(ctx_of(context))) };
-    0
+    // errno as rdma-core leaves it (its errors come from system calls).
+    crate::status((|| {
+        if context.is_null() || attr.is_null() {
+            return libc::EINVAL;
+        }
+        // SAFETY: `context` is an open context of ours and `attr` is valid for writing (this function's contract).
+        unsafe { attr.write(device_attr(ctx_of(context))) };
+        0
+    })())
 }
 
 fn device_attr(c: &Ctx) -> ibv_device_attr {
@@ -332,25 +353,40 @@ fn device_attr(c: &Ctx) -> ibv_device_attr {
     }
 }
 
-/// `struct ibv_device_attr_ex` up to what this library fills: `comp_mask` and `orig_attr` first,
-/// the rest zeroed (no ODP, TSO, RSS, packet pacing, tag matching, CQ moderation).
+/// `struct ibv_device_attr_ex` up to what this library fills: `orig_attr` and
+/// `phys_port_cnt_ex` (1), the rest zeroed (no ODP, TSO, RSS, packet pacing, tag matching,
+/// CQ moderation).
 unsafe extern "C" fn vctx_query_device_ex(
     context: *mut ibv_context,
     input: *const c_void,
     attr: *mut c_void,
     attr_size: usize,
 ) -> c_int {
-    let _ = input;
-    if context.is_null() || attr.is_null() || attr_size < core::mem::size_of::<ibv_device_attr>() {
-        return libc::EINVAL;
-    }
-    // SAFETY: the caller's buffer holds attr_size bytes; orig_attr is its first field.
-    unsafe {
-        core::ptr::write_bytes(attr.cast::<u8>(), 0, attr_size);
-        attr.cast::<ibv_device_attr>()
-            .write(device_attr(ctx_of(context)));
-    }
-    0
+    // errno as rdma-core leaves it (its errors come from system calls).
+    crate::status((|| {
+        let _ = input;
+        if context.is_null()
+            || attr.is_null()
+            || attr_size < core::mem::size_of::<ibv_device_attr>()
+        {
+            return libc::EINVAL;
+        }
+        // SAFETY: the caller's buffer holds attr_size bytes; orig_attr is its first field.
+        unsafe {
+            core::ptr::write_bytes(attr.cast::<u8>(), 0, attr_size);
+            attr.cast::<ibv_device_attr>()
+                .write(device_attr(ctx_of(context)));
+        }
+        if attr_size >= DEVICE_ATTR_EX_PHYS_PORT_CNT_EX + 4 {
+            // SAFETY: the buffer holds attr_size bytes, so the u32 at this offset is inside it (unaligned write: the caller's buffer may be any byte array).
+            unsafe {
+                attr.byte_add(DEVICE_ATTR_EX_PHYS_PORT_CNT_EX)
+                    .cast::<u32>()
+                    .write_unaligned(1);
+            }
+        }
+        0
+    })())
 }
 
 fn port_attr(c: &Ctx) -> ibv_port_attr {
@@ -381,20 +417,23 @@ unsafe extern "C" fn vctx_query_port(
     attr: *mut ibv_port_attr,
     attr_len: usize,
 ) -> c_int {
-    if context.is_null() || attr.is_null() {
-        return libc::EINVAL;
-    }
-    if port_num != 1 {
-        return libc::EINVAL;
-    }
-    // SAFETY: `context` came from this library's ibv_open_device and is not closed (verbs forbids using a closed context), so it is the context of a live Ctx.
-    let a = port_attr(unsafe { ctx_of(context) });
-    let n = attr_len.min(core::mem::size_of::<ibv_port_attr>());
-    // SAFETY: the caller's buffer holds attr_len bytes; we copy at most that.
-    unsafe {
-        core::ptr::copy_nonoverlapping((&raw const a).cast::<u8>(), attr.cast::<u8>(), n);
-    }
-    0
+    // errno as rdma-core leaves it (its errors come from system calls).
+    crate::status((|| {
+        if context.is_null() || attr.is_null() {
+            return libc::EINVAL;
+        }
+        if port_num != 1 {
+            return libc::EINVAL;
+        }
+        // SAFETY: `context` came from this library's ibv_open_device and is not closed (verbs forbids using a closed context), so it is the context of a live Ctx.
+        let a = port_attr(unsafe { ctx_of(context) });
+        let n = attr_len.min(core::mem::size_of::<ibv_port_attr>());
+        // SAFETY: the caller's buffer holds attr_len bytes; we copy at most that.
+        unsafe {
+            core::ptr::copy_nonoverlapping((&raw const a).cast::<u8>(), attr.cast::<u8>(), n);
+        }
+        0
+    })())
 }
 
 /// `ibv_query_port` (the exported entry older binaries call).
@@ -407,6 +446,7 @@ pub unsafe extern "C" fn ibv_query_port(
     port_num: u8,
     attr: *mut ibv_port_attr,
 ) -> c_int {
+    // vctx_query_port sets errno itself.
     // SAFETY: ibv_query_port's contract (an open context of ours, `attr` writable) is vctx_query_port's.
     unsafe {
         vctx_query_port(
@@ -425,8 +465,8 @@ fn gid_of(c: &Ctx, index: u32) -> Option<ibv_gid> {
         .map(|g| ibv_gid { raw: g.octets() })
 }
 
-/// `ibv_query_gid`: index 0 is the link-local GID from the GUID, index 1 the address
-/// (`::ffff:a.b.c.d` for IPv4), as on rxe.
+/// `ibv_query_gid`: indexes 0 and 1 are both the device's address (`::ffff:a.b.c.d` for
+/// IPv4; see `Context::query_gid`).
 ///
 /// # Safety
 /// `context` is live; `gid` is valid for writing.
@@ -437,22 +477,25 @@ pub unsafe extern "C" fn ibv_query_gid(
     index: c_int,
     gid: *mut ibv_gid,
 ) -> c_int {
-    if context.is_null() || gid.is_null() || port_num != 1 || index < 0 {
-        set_errno(libc::EINVAL);
-        return -1;
-    }
-    // SAFETY: `context` came from this library's ibv_open_device and is not closed (verbs forbids using a closed context), so it is the context of a live Ctx.
-    match gid_of(unsafe { ctx_of(context) }, index as u32) {
-        Some(g) => {
-            // SAFETY: gid is valid for writing.
-            unsafe { gid.write(g) };
-            0
-        }
-        None => {
+    // errno as rdma-core leaves it (its errors come from system calls).
+    crate::status((|| {
+        if context.is_null() || gid.is_null() || port_num != 1 || index < 0 {
             set_errno(libc::EINVAL);
-            -1
+            return -1;
         }
-    }
+        // SAFETY: `context` came from this library's ibv_open_device and is not closed (verbs forbids using a closed context), so it is the context of a live Ctx.
+        match gid_of(unsafe { ctx_of(context) }, index as u32) {
+            Some(g) => {
+                // SAFETY: gid is valid for writing.
+                unsafe { gid.write(g) };
+                0
+            }
+            None => {
+                set_errno(libc::EINVAL);
+                -1
+            }
+        }
+    })())
 }
 
 fn ifindex(c: &Ctx) -> u32 {
@@ -487,21 +530,24 @@ pub unsafe extern "C" fn _ibv_query_gid_ex(
     flags: u32,
     entry_size: usize,
 ) -> c_int {
-    if context.is_null() || entry.is_null() || flags != 0 || port_num != 1 {
-        return libc::EINVAL;
-    }
-    if entry_size < core::mem::size_of::<ibv_gid_entry>() {
-        return libc::EINVAL;
-    }
-    // SAFETY: `context` came from this library's ibv_open_device and is not closed (verbs forbids using a closed context), so it is the context of a live Ctx.
-    match gid_entry(unsafe { ctx_of(context) }, gid_index) {
-        Some(e) => {
-            // SAFETY: entry is valid for entry_size >= sizeof bytes.
-            unsafe { entry.write(e) };
-            0
+    // errno as rdma-core leaves it (its errors come from system calls).
+    crate::status((|| {
+        if context.is_null() || entry.is_null() || flags != 0 || port_num != 1 {
+            return libc::EINVAL;
         }
-        None => libc::ENODATA,
-    }
+        if entry_size < core::mem::size_of::<ibv_gid_entry>() {
+            return libc::EINVAL;
+        }
+        // SAFETY: `context` came from this library's ibv_open_device and is not closed (verbs forbids using a closed context), so it is the context of a live Ctx.
+        match gid_entry(unsafe { ctx_of(context) }, gid_index) {
+            Some(e) => {
+                // SAFETY: entry is valid for entry_size >= sizeof bytes.
+                unsafe { entry.write(e) };
+                0
+            }
+            None => libc::ENODATA,
+        }
+    })())
 }
 
 /// `_ibv_query_gid_table` (behind verbs.h's `ibv_query_gid_table`): the number of entries.
@@ -546,18 +592,21 @@ pub unsafe extern "C" fn ibv_query_gid_type(
     index: u32,
     gid_type: *mut c_int,
 ) -> c_int {
-    if context.is_null() || gid_type.is_null() || port_num != 1 {
-        set_errno(libc::EINVAL);
-        return -1;
-    }
-    // SAFETY: `context` came from this library's ibv_open_device and is not closed (verbs forbids using a closed context), so it is the context of a live Ctx.
-    if gid_of(unsafe { ctx_of(context) }, index).is_none() {
-        set_errno(libc::EINVAL);
-        return -1;
-    }
-    // SAFETY: gid_type is valid for writing.
-    unsafe { *gid_type = 1 };
-    0
+    // errno as rdma-core leaves it (its errors come from system calls).
+    crate::status((|| {
+        if context.is_null() || gid_type.is_null() || port_num != 1 {
+            set_errno(libc::EINVAL);
+            return -1;
+        }
+        // SAFETY: `context` came from this library's ibv_open_device and is not closed (verbs forbids using a closed context), so it is the context of a live Ctx.
+        if gid_of(unsafe { ctx_of(context) }, index).is_none() {
+            set_errno(libc::EINVAL);
+            return -1;
+        }
+        // SAFETY: gid_type is valid for writing.
+        unsafe { *gid_type = 1 };
+        0
+    })())
 }
 
 /// `ibv_query_pkey`: one P_Key, the default 0xffff.
@@ -571,13 +620,16 @@ pub unsafe extern "C" fn ibv_query_pkey(
     index: c_int,
     pkey: *mut u16,
 ) -> c_int {
-    if context.is_null() || pkey.is_null() || port_num != 1 || index != 0 {
-        set_errno(libc::EINVAL);
-        return -1;
-    }
-    // SAFETY: pkey is valid for writing.
-    unsafe { *pkey = 0xffffu16.to_be() };
-    0
+    // errno as rdma-core leaves it (its errors come from system calls).
+    crate::status((|| {
+        if context.is_null() || pkey.is_null() || port_num != 1 || index != 0 {
+            set_errno(libc::EINVAL);
+            return -1;
+        }
+        // SAFETY: pkey is valid for writing.
+        unsafe { *pkey = 0xffffu16.to_be() };
+        0
+    })())
 }
 
 /// `ibv_get_pkey_index`: 0 for the default P_Key.

@@ -43,6 +43,15 @@ pub(crate) fn set_errno(e: c_int) {
     unsafe { *libc::__errno_location() = e };
 }
 
+/// A verb's return value, with errno set to it when nonzero: rdma-core's control verbs fail
+/// with the errno of their system call, and programs print `%m` after them.
+pub(crate) fn status(rc: c_int) -> c_int {
+    if rc > 0 {
+        set_errno(rc);
+    }
+    rc
+}
+
 /// Diagnostics to stderr when `FERROCE_LOG` names a level (`error`, `warn`, `info`, `debug`,
 /// `trace`): why a verb failed, QP transitions. Set up once, at the first device listing.
 pub(crate) fn init_logging() {

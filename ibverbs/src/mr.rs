@@ -108,14 +108,17 @@ pub unsafe extern "C" fn ibv_reg_mr_iova2(
 /// `mr` is live and not used again.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
-    if mr.is_null() {
-        return libc::EINVAL;
-    }
-    // SAFETY: `mr` is an MR of this library the program has not deregistered (verbs' rule).
-    let m = unsafe { Mr::rust(mr) };
-    // When dereg returns, no copy into or out of the program's memory runs or can start.
-    m.mr.clone().dereg();
-    // SAFETY: nothing of ferroce refers to the Mr box (MRs are in no table of this crate), and the program gives up `mr` with this call.
-    unsafe { Mr::free(mr) };
-    0
+    // errno as rdma-core leaves it (its errors come from system calls).
+    crate::status((|| {
+        if mr.is_null() {
+            return libc::EINVAL;
+        }
+        // SAFETY: `mr` is an MR of this library the program has not deregistered (verbs' rule).
+        let m = unsafe { Mr::rust(mr) };
+        // When dereg returns, no copy into or out of the program's memory runs or can start.
+        m.mr.clone().dereg();
+        // SAFETY: nothing of ferroce refers to the Mr box (MRs are in no table of this crate), and the program gives up `mr` with this call.
+        unsafe { Mr::free(mr) };
+        0
+    })())
 }

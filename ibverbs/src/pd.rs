@@ -33,15 +33,18 @@ pub unsafe extern "C" fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd 
 /// `pd` is live and not used again on success.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
-    if pd.is_null() {
-        return libc::EINVAL;
-    }
-    // SAFETY: `pd` is a PD of this library the program has not deallocated (verbs' rule).
-    let p = unsafe { pd_of(pd) };
-    if p.pd.in_use() {
-        return libc::EBUSY;
-    }
-    // SAFETY: nothing of ferroce refers to the PD any more (no child: checked above), and the program gives up `pd` with this call.
-    unsafe { Pd::free(pd) };
-    0
+    // errno as rdma-core leaves it (its errors come from system calls).
+    crate::status((|| {
+        if pd.is_null() {
+            return libc::EINVAL;
+        }
+        // SAFETY: `pd` is a PD of this library the program has not deallocated (verbs' rule).
+        let p = unsafe { pd_of(pd) };
+        if p.pd.in_use() {
+            return libc::EBUSY;
+        }
+        // SAFETY: nothing of ferroce refers to the PD any more (no child: checked above), and the program gives up `pd` with this call.
+        unsafe { Pd::free(pd) };
+        0
+    })())
 }

@@ -132,14 +132,34 @@ pub(crate) unsafe extern "C" fn vctx_create_qp_ex(
     // SAFETY: attr is valid for reading and writing.
     let a = unsafe { &mut *attr };
     if a.comp_mask & IBV_QP_INIT_ATTR_PD == 0 {
+        log::debug!("ibv_create_qp_ex: comp_mask without IBV_QP_INIT_ATTR_PD (EINVAL)");
         return fail(libc::EINVAL);
     }
-    if a.comp_mask & !(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) != 0 {
+    let known =
+        IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+    if a.comp_mask & !known != 0 {
+        log::debug!(
+            "ibv_create_qp_ex: comp_mask bits {:#x} (XRCD, RSS, WQ tables, TSO, source QPN) are not offered (EOPNOTSUPP)",
+            a.comp_mask & !known
+        );
+        return fail(libc::EOPNOTSUPP);
+    }
+    // Creation flags present but zero are no flags, as rxe takes them; any flag is one ferroce
+    // lacks (scatter FCS, CVLAN stripping, source QPN, PCI write end padding).
+    if a.comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS != 0 && a.create_flags != 0 {
+        log::debug!(
+            "ibv_create_qp_ex: create_flags {:#x} are not offered (EOPNOTSUPP)",
+            a.create_flags
+        );
         return fail(libc::EOPNOTSUPP);
     }
     let ex = a.comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS != 0;
     if ex && a.send_ops_flags & !crate::wr::SEND_OPS_SUPPORTED != 0 {
         // LOCAL_INV, BIND_MW, SEND_WITH_INV, TSO, ATOMIC_WRITE.
+        log::debug!(
+            "ibv_create_qp_ex: send_ops_flags {:#x} are not offered (EOPNOTSUPP)",
+            a.send_ops_flags & !crate::wr::SEND_OPS_SUPPORTED
+        );
         return fail(libc::EOPNOTSUPP);
     }
     let mut base = ibv_qp_init_attr {
@@ -190,31 +210,38 @@ pub unsafe extern "C" fn ibv_modify_qp(
     attr: *mut ibv_qp_attr,
     attr_mask: c_int,
 ) -> c_int {
-    if qp.is_null() || attr.is_null() {
-        return libc::EINVAL;
-    }
-    let mask = attr_mask as u32;
-    if mask & !MASK_KNOWN != 0 {
-        return libc::EINVAL;
-    }
-    // SAFETY: `qp` is a QP of this library the program has not destroyed; `attr` is valid for reading (this function's contract).
-    let (q, a) = unsafe { (qp_of(qp), &*attr) };
-    let mask = QpAttrMask(mask);
-    let qa = match qp_attr_from(a, mask) {
-        Ok(x) => x,
-        Err(e) => return e,
-    };
-    match q.qp.modify(&qa, mask) {
-        Ok(()) => {
-            // SAFETY: `qp` is a live QP of this library (checked by qp_of's contract above).
-            unsafe { publish_state(qp, q.qp.query().qp_state) };
-            0
+    // errno as rdma-core leaves it (its errors come from system calls).
+    crate::status((|| {
+        if qp.is_null() || attr.is_null() {
+            return libc::EINVAL;
         }
-        Err(e) => {
-            log::debug!("ibv_modify_qp({:#x}): {e}", q.qp.qp_num());
-            errno_of(&e)
+        let mask = attr_mask as u32;
+        if mask & !MASK_KNOWN != 0 {
+            log::debug!(
+                "ibv_modify_qp: unknown attr_mask bits {:#x} (EINVAL)",
+                mask & !MASK_KNOWN
+            );
+            return libc::EINVAL;
         }
-    }
+        // SAFETY: `qp` is a QP of this library the program has not destroyed; `attr` is valid for reading (this function's contract).
+        let (q, a) = unsafe { (qp_of(qp), &*attr) };
+        let mask = QpAttrMask(mask);
+        let qa = match qp_attr_from(a, mask) {
+            Ok(x) => x,
+            Err(e) => return e,
+        };
+        match q.qp.modify(&qa, mask) {
+            Ok(()) => {
+                // SAFETY: `qp` is a live QP of this library (checked by qp_of's contract above).
+                unsafe { publish_state(qp, q.qp.query().qp_state) };
+                0
+            }
+            Err(e) => {
+                log::debug!("ibv_modify_qp({:#x}): {e}", q.qp.qp_num());
+                errno_of(&e)
+            }
+        }
+    })())
 }
 
 /// `ibv_query_qp`: every attribute, whatever the mask.
@@ -228,64 +255,67 @@ pub unsafe extern "C" fn ibv_query_qp(
     attr_mask: c_int,
     init_attr: *mut ibv_qp_init_attr,
 ) -> c_int {
-    let _ = attr_mask;
-    if qp.is_null() || attr.is_null() || init_attr.is_null() {
-        return libc::EINVAL;
-    }
-    // SAFETY: `qp` is a QP of this library the program has not destroyed.
-    let q = unsafe { qp_of(qp) };
-    let a = q.qp.query();
-    // SAFETY: `qp` is a live QP of this library (as for qp_of above).
-    unsafe { publish_state(qp, a.qp_state) };
-    let cap = ibv_qp_cap {
-        max_send_wr: a.cap.max_send_wr,
-        max_recv_wr: a.cap.max_recv_wr,
-        max_send_sge: a.cap.max_send_sge,
-        max_recv_sge: a.cap.max_recv_sge,
-        max_inline_data: a.cap.max_inline_data,
-    };
-    let out = ibv_qp_attr {
-        qp_state: a.qp_state as c_int,
-        cur_qp_state: a.qp_state as c_int,
-        path_mtu: a.path_mtu as c_int,
-        path_mig_state: 0, // IBV_MIG_MIGRATED: no automatic path migration
-        qkey: a.qkey,
-        rq_psn: a.rq_psn,
-        sq_psn: a.sq_psn,
-        dest_qp_num: a.dest_qp_num,
-        qp_access_flags: a.qp_access_flags.0,
-        cap,
-        ah_attr: a.ah_attr.as_ref().map(ah_attr_to).unwrap_or_default(),
-        alt_ah_attr: ibv_ah_attr::default(),
-        pkey_index: a.pkey_index,
-        alt_pkey_index: 0,
-        en_sqd_async_notify: u8::from(a.en_sqd_async_notify),
-        sq_draining: u8::from(a.sq_draining),
-        max_rd_atomic: a.max_rd_atomic,
-        max_dest_rd_atomic: a.max_dest_rd_atomic,
-        min_rnr_timer: a.min_rnr_timer,
-        port_num: a.port_num.max(1),
-        timeout: a.timeout,
-        retry_cnt: a.retry_cnt,
-        rnr_retry: a.rnr_retry,
-        alt_port_num: 0,
-        alt_timeout: 0,
-        rate_limit: 0,
-    };
-    // SAFETY: both out-pointers are valid for writing (this function's contract); the QP's context, CQ, SRQ and type fields are written only at creation.
-    unsafe {
-        attr.write(out);
-        init_attr.write(ibv_qp_init_attr {
-            qp_context: (*qp).qp_context,
-            send_cq: (*qp).send_cq,
-            recv_cq: (*qp).recv_cq,
-            srq: (*qp).srq,
+    // errno as rdma-core leaves it (its errors come from system calls).
+    crate::status((|| {
+        let _ = attr_mask;
+        if qp.is_null() || attr.is_null() || init_attr.is_null() {
+            return libc::EINVAL;
+        }
+        // SAFETY: `qp` is a QP of this library the program has not destroyed.
+        let q = unsafe { qp_of(qp) };
+        let a = q.qp.query();
+        // SAFETY: `qp` is a live QP of this library (as for qp_of above).
+        unsafe { publish_state(qp, a.qp_state) };
+        let cap = ibv_qp_cap {
+            max_send_wr: a.cap.max_send_wr,
+            max_recv_wr: a.cap.max_recv_wr,
+            max_send_sge: a.cap.max_send_sge,
+            max_recv_sge: a.cap.max_recv_sge,
+            max_inline_data: a.cap.max_inline_data,
+        };
+        let out = ibv_qp_attr {
+            qp_state: a.qp_state as c_int,
+            cur_qp_state: a.qp_state as c_int,
+            path_mtu: a.path_mtu as c_int,
+            path_mig_state: 0, // IBV_MIG_MIGRATED: no automatic path migration
+            qkey: a.qkey,
+            rq_psn: a.rq_psn,
+            sq_psn: a.sq_psn,
+            dest_qp_num: a.dest_qp_num,
+            qp_access_flags: a.qp_access_flags.0,
             cap,
-            qp_type: (*qp).qp_type,
-            sq_sig_all: c_int::from(q.qp.sq_sig_all()),
-        });
-    }
-    0
+            ah_attr: a.ah_attr.as_ref().map(ah_attr_to).unwrap_or_default(),
+            alt_ah_attr: ibv_ah_attr::default(),
+            pkey_index: a.pkey_index,
+            alt_pkey_index: 0,
+            en_sqd_async_notify: u8::from(a.en_sqd_async_notify),
+            sq_draining: u8::from(a.sq_draining),
+            max_rd_atomic: a.max_rd_atomic,
+            max_dest_rd_atomic: a.max_dest_rd_atomic,
+            min_rnr_timer: a.min_rnr_timer,
+            port_num: a.port_num.max(1),
+            timeout: a.timeout,
+            retry_cnt: a.retry_cnt,
+            rnr_retry: a.rnr_retry,
+            alt_port_num: 0,
+            alt_timeout: 0,
+            rate_limit: 0,
+        };
+        // SAFETY: both out-pointers are valid for writing (this function's contract); the QP's context, CQ, SRQ and type fields are written only at creation.
+        unsafe {
+            attr.write(out);
+            init_attr.write(ibv_qp_init_attr {
+                qp_context: (*qp).qp_context,
+                send_cq: (*qp).send_cq,
+                recv_cq: (*qp).recv_cq,
+                srq: (*qp).srq,
+                cap,
+                qp_type: (*qp).qp_type,
+                sq_sig_all: c_int::from(q.qp.sq_sig_all()),
+            });
+        }
+        0
+    })())
 }
 
 /// `ibv_destroy_qp`: outstanding work is dropped with the QP, as verbs does.
@@ -294,15 +324,18 @@ pub unsafe extern "C" fn ibv_query_qp(
 /// `qp` is live and not used again.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
-    if qp.is_null() {
-        return libc::EINVAL;
-    }
-    // SAFETY: `qp` is a QP of this library the program has not destroyed; its `context` and `qp_num` are written only at creation, and the context outlives it.
-    let (q, c, qpn) = unsafe { (qp_of(qp), ctx_of((*qp).context), (*qp).qp_num) };
-    // Out of the table first: no async event can be handed out for it after this.
-    c.qps.lock().remove(&qpn);
-    q.events.wait_all_acked();
-    // SAFETY: the QP is in no table and every event handed out for it has been acknowledged, so no thread holds it; the program gives it up with this call.
-    unsafe { Qp::free(qp.cast()) };
-    0
+    // errno as rdma-core leaves it (its errors come from system calls).
+    crate::status((|| {
+        if qp.is_null() {
+            return libc::EINVAL;
+        }
+        // SAFETY: `qp` is a QP of this library the program has not destroyed; its `context` and `qp_num` are written only at creation, and the context outlives it.
+        let (q, c, qpn) = unsafe { (qp_of(qp), ctx_of((*qp).context), (*qp).qp_num) };
+        // Out of the table first: no async event can be handed out for it after this.
+        c.qps.lock().remove(&qpn);
+        q.events.wait_all_acked();
+        // SAFETY: the QP is in no table and every event handed out for it has been acknowledged, so no thread holds it; the program gives it up with this call.
+        unsafe { Qp::free(qp.cast()) };
+        0
+    })())
 }

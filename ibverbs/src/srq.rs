@@ -71,20 +71,23 @@ pub unsafe extern "C" fn ibv_modify_srq(
     attr: *mut ibv_srq_attr,
     mask: c_int,
 ) -> c_int {
-    if srq.is_null() || attr.is_null() {
-        return libc::EINVAL;
-    }
-    if mask & 1 != 0 {
-        return libc::EOPNOTSUPP;
-    }
-    // SAFETY: `srq` is an SRQ of this library the program has not destroyed; `attr` is valid for reading (this function's contract).
-    let (s, a) = unsafe { (srq_of(srq), &*attr) };
-    if mask & 2 != 0 {
-        if let Err(e) = s.srq.arm_limit(a.srq_limit) {
-            return errno_of(&e);
+    // errno as rdma-core leaves it (its errors come from system calls).
+    crate::status((|| {
+        if srq.is_null() || attr.is_null() {
+            return libc::EINVAL;
         }
-    }
-    0
+        if mask & 1 != 0 {
+            return libc::EOPNOTSUPP;
+        }
+        // SAFETY: `srq` is an SRQ of this library the program has not destroyed; `attr` is valid for reading (this function's contract).
+        let (s, a) = unsafe { (srq_of(srq), &*attr) };
+        if mask & 2 != 0 {
+            if let Err(e) = s.srq.arm_limit(a.srq_limit) {
+                return errno_of(&e);
+            }
+        }
+        0
+    })())
 }
 
 /// `ibv_query_srq`.
@@ -93,37 +96,47 @@ pub unsafe extern "C" fn ibv_modify_srq(
 /// `srq` is live; `attr` is valid for writing.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ibv_query_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_attr) -> c_int {
-    if srq.is_null() || attr.is_null() {
-        return libc::EINVAL;
-    }
-    // SAFETY: `srq` is an SRQ of this library the program has not destroyed.
-    let a = unsafe { srq_of(srq) }.srq.query();
-    // SAFETY: attr is valid for writing.
-    unsafe {
-        attr.write(ibv_srq_attr {
-            max_wr: a.max_wr,
-            max_sge: a.max_sge,
-            srq_limit: a.srq_limit,
-        })
-    };
-    0
+    // errno as rdma-core leaves it (its errors come from system calls).
+    crate::status((|| {
+        if srq.is_null() || attr.is_null() {
+            return libc::EINVAL;
+        }
+        // SAFETY: `srq` is an SRQ of this library the program has not destroyed.
+        let a = unsafe { srq_of(srq) }.srq.query();
+        // SAFETY: attr is valid for writing.
+        unsafe {
+            attr.write(ibv_srq_attr {
+                max_wr: a.max_wr,
+                max_sge: a.max_sge,
+                srq_limit: a.srq_limit,
+            })
+        };
+        0
+    })())
 }
 
-/// `ibv_destroy_srq`.
+/// `ibv_destroy_srq`: EBUSY while a QP receives through it (as rxe).
 ///
 /// # Safety
 /// `srq` is live and not used again.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
-    if srq.is_null() {
-        return libc::EINVAL;
-    }
-    // SAFETY: `srq` is an SRQ of this library the program has not destroyed; its `context` and `handle` are written only at creation, and the context outlives it.
-    let (s, c, handle) = unsafe { (srq_of(srq), ctx_of((*srq).context), (*srq).handle) };
-    // Out of the table first: no async event can be handed out for it after this.
-    c.srqs.lock().remove(&handle);
-    s.events.wait_all_acked();
-    // SAFETY: the SRQ is in no table and every event handed out for it has been acknowledged; the program gives it up with this call.
-    unsafe { Srq::free(srq) };
-    0
+    // errno as rdma-core leaves it (its errors come from system calls).
+    crate::status((|| {
+        if srq.is_null() {
+            return libc::EINVAL;
+        }
+        // SAFETY: `srq` is an SRQ of this library the program has not destroyed; its `context` and `handle` are written only at creation, and the context outlives it.
+        let (s, c, handle) = unsafe { (srq_of(srq), ctx_of((*srq).context), (*srq).handle) };
+        if s.srq.in_use() {
+            log::debug!("ibv_destroy_srq: a QP still receives through the SRQ (EBUSY)");
+            return libc::EBUSY;
+        }
+        // Out of the table first: no async event can be handed out for it after this.
+        c.srqs.lock().remove(&handle);
+        s.events.wait_all_acked();
+        // SAFETY: the SRQ is in no table and every event handed out for it has been acknowledged; the program gives it up with this call.
+        unsafe { Srq::free(srq) };
+        0
+    })())
 }

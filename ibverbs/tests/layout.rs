@@ -66,6 +66,10 @@ fn structures_match_verbs_h() {
             check(concat!(stringify!($t), ".", $name), offset_of!($t, $f))
         };
     }
+    check(
+        "ibv_device_attr_ex.phys_port_cnt_ex",
+        ferroce_ibverbs::abi::DEVICE_ATTR_EX_PHYS_PORT_CNT_EX,
+    );
     s!(ibv_device);
     o!(ibv_device, node_type);
     o!(ibv_device, name);

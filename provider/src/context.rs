@@ -297,24 +297,39 @@ impl Context {
         }
     }
 
-    /// `ibv_query_gid`: index 0 is the IPv6 link-local-style GID derived from the node GUID,
-    /// index 1 the address itself (`::ffff:a.b.c.d` for IPv4), as on rxe.
+    /// `ibv_query_gid`: the device's two GIDs, both its address (`::ffff:a.b.c.d` for IPv4),
+    /// both RoCE v2. rxe lists the interface's IPv6 link-local address first when it has one
+    /// and the IPv4-mapped address after it (so `-g 1` is the habit); ferroce sends only from
+    /// the device's address, so index 0 is that address too, and programs that default to GID
+    /// 0 work.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for another index.
     pub fn query_gid(&self, index: u32) -> Result<Ipv6Addr> {
         match index {
-            0 => {
-                let g = self.inner.device.node_guid().to_be_bytes();
-                let mut b = [0u8; 16];
-                b[0] = 0xfe;
-                b[1] = 0x80;
-                b[8..].copy_from_slice(&g);
-                Ok(Ipv6Addr::from(b))
+            0 | 1 => Ok(self.inner.device.gid()),
+            _ => {
+                log::debug!("query_gid: index {index}: the GID table has indexes 0 and 1");
+                Err(Error::InvalidArgument("GID index (the table has 0 and 1)"))
             }
-            1 => Ok(self.inner.device.gid()),
-            _ => Err(Error::InvalidArgument("GID index")),
         }
+    }
+
+    /// Checks a path (an AH or a QP's primary path) against the device: a source GID index
+    /// of its table and a destination of its address family.
+    pub(crate) fn check_path(&self, ah: &AhAttr) -> Result<()> {
+        if ah.sgid_index > 1 {
+            return Err(Error::InvalidArgument(
+                "sgid_index (the GID table has indexes 0 and 1)",
+            ));
+        }
+        if ah.dest.is_ipv4() != self.inner.device.addr.is_ipv4() {
+            return Err(Error::InvalidArgument(
+                "the destination GID is not of the device's address family (an IPv4 device \
+                 reaches ::ffff:a.b.c.d GIDs, an IPv6 device IPv6 ones)",
+            ));
+        }
+        Ok(())
     }
 
     /// `ibv_alloc_pd`.
@@ -471,9 +486,9 @@ impl ProtectionDomain {
     /// # Errors
     /// [`Error::InvalidArgument`] if the destination's family differs from the device's.
     pub fn create_ah(&self, attr: AhAttr) -> Result<AddressHandle> {
-        if attr.dest.is_ipv4() != self.ctx.inner.device.addr.is_ipv4() {
-            return Err(Error::InvalidArgument("address family of the AH"));
-        }
+        self.ctx
+            .check_path(&attr)
+            .inspect_err(|e| log::debug!("create_ah to {}: {e}", attr.dest))?;
         Ok(AddressHandle {
             attr,
             _pd: self.clone(),

@@ -62,7 +62,7 @@ impl CqInner {
                 .is_ok();
         if fire {
             if let Some(ch) = &self.channel {
-                ch.notify(self.clone());
+                ch.notify(self);
             }
         }
         true
@@ -211,14 +211,16 @@ impl CompletionQueue {
 /// The shared part of a completion channel.
 #[derive(Debug)]
 pub(crate) struct ChannelInner {
-    pending: Mutex<VecDeque<Arc<CqInner>>>,
+    /// CQs with an event not yet got. Weak: a queued event does not keep its CQ (nor so the
+    /// channel) alive; destroying the CQ discards it, as the kernel does.
+    pending: Mutex<VecDeque<Weak<CqInner>>>,
     cond: Condvar,
     fd: EventFd,
 }
 
 impl ChannelInner {
-    fn notify(&self, cq: Arc<CqInner>) {
-        self.pending.lock().push_back(cq);
+    fn notify(&self, cq: &Arc<CqInner>) {
+        self.pending.lock().push_back(Arc::downgrade(cq));
         self.fd.signal();
         self.cond.notify_all();
     }
@@ -258,12 +260,18 @@ impl CompletionChannel {
     pub fn get_event_timeout(&self, timeout: Duration) -> Option<CompletionQueue> {
         let mut p = self.inner.pending.lock();
         let deadline = std::time::Instant::now() + timeout;
-        while p.is_empty() {
-            if self.inner.cond.wait_until(&mut p, deadline).timed_out() && p.is_empty() {
-                return None;
+        let cq = loop {
+            // Events of CQs destroyed since are dropped.
+            if let Some(cq) = p.pop_front().and_then(|w| w.upgrade()) {
+                break cq;
             }
-        }
-        let cq = p.pop_front()?;
+            if p.is_empty() {
+                self.inner.fd.drain();
+                if self.inner.cond.wait_until(&mut p, deadline).timed_out() && p.is_empty() {
+                    return None;
+                }
+            }
+        };
         if p.is_empty() {
             self.inner.fd.drain();
         }

@@ -292,6 +292,15 @@ impl QueuePair {
     /// [`Error::Modify`] saying which transition or attribute bits are wrong.
     pub fn modify(&self, attr: &QpAttr, mask: QpAttrMask) -> Result<()> {
         let qpn = self.inner.qpn;
+        if mask.contains(QpAttrMask::AV) {
+            if let Some(ah) = &attr.ah_attr {
+                self.inner
+                    .pd
+                    .ctx
+                    .check_path(ah)
+                    .inspect_err(|e| log::debug!("modify_qp({qpn:#x}): {e}"))?;
+            }
+        }
         self.inner
             .pd
             .ctx
@@ -444,6 +453,13 @@ impl SharedReceiveQueue {
     /// The SRQ number.
     pub fn srq_num(&self) -> u32 {
         self.inner.srqn
+    }
+
+    /// Whether a QP receives through this SRQ (what makes `ibv_destroy_srq` refuse with
+    /// EBUSY, as on rxe).
+    pub fn in_use(&self) -> bool {
+        let n = self.inner.srqn;
+        self.inner.pd.ctx.shared.engine.lock().ep.srq_in_use(n)
     }
 
     /// `ibv_post_srq_recv` for one work request.

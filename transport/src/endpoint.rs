@@ -438,12 +438,17 @@ impl Endpoint {
         self.srqs.get(&srqn).map(Srq::query)
     }
 
+    /// Whether a QP receives through the SRQ (what makes `ibv_destroy_srq` refuse).
+    pub fn srq_in_use(&self, srqn: u32) -> bool {
+        self.qps.values().any(|q| q.srq == Some(srqn))
+    }
+
     /// `ibv_destroy_srq`.
     ///
     /// # Errors
     /// [`VerbError::Busy`] while a QP uses it; [`VerbError::NoSuchSrq`].
     pub fn destroy_srq(&mut self, srqn: u32) -> Result<(), VerbError> {
-        if self.qps.values().any(|q| q.srq == Some(srqn)) {
+        if self.srq_in_use(srqn) {
             return Err(VerbError::Busy);
         }
         self.srqs

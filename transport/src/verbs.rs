@@ -773,7 +773,18 @@ pub struct WorkCompletion {
     pub src_qp: u32,
     /// `wc_flags`.
     pub wc_flags: WcFlags,
+    /// `sl`. RoCE has no service level in its packets; for UD receives this carries the
+    /// received packet's type as mlx5 reports it there ([`ROCE_PKT_TYPE_V2_IPV4`] or
+    /// [`ROCE_PKT_TYPE_V2_IPV6`]), which UCX reads to find the address inside the GRH area;
+    /// 0 otherwise (as rxe).
+    pub sl: u8,
 }
+
+/// `wc.sl` of a UD receive of a RoCEv2 packet over IPv4: bit 3 (UDP-encapsulated) with L3
+/// type 2 (IPv4), mlx5's CQE encoding.
+pub const ROCE_PKT_TYPE_V2_IPV4: u8 = 0x8 | 0x2;
+/// `wc.sl` of a UD receive of a RoCEv2 packet over IPv6: bit 3 with L3 type 1 (IPv6).
+pub const ROCE_PKT_TYPE_V2_IPV6: u8 = 0x8 | 0x1;
 
 impl Default for WorkCompletion {
     /// A placeholder for preallocated `poll` buffers: zeroed, with status `GeneralErr`, so an
@@ -789,6 +800,7 @@ impl Default for WorkCompletion {
             qp_num: 0,
             src_qp: 0,
             wc_flags: WcFlags::EMPTY,
+            sl: 0,
         }
     }
 }

@@ -139,6 +139,8 @@ fn ud_send_with_grh_and_qkey_check() {
     assert_eq!(r[0].src_qp, qa);
     assert_eq!(r[0].imm_data, 0x1234);
     assert!(r[0].wc_flags.contains(WcFlags::GRH) && r[0].wc_flags.contains(WcFlags::WITH_IMM));
+    // The packet type in `sl`, as mlx5 reports it and UCX reads it: RoCEv2 over IPv4.
+    assert_eq!(r[0].sl, ferroce_transport::ROCE_PKT_TYPE_V2_IPV4);
     let b = net.nodes[1].mem.bytes(mrb.lkey).unwrap();
     let a = net.nodes[0].mem.bytes(mra.lkey).unwrap();
     assert_eq!(b[40..2040], a[..2000]);

@@ -706,6 +706,90 @@ int main(void)
 	pthread_join(tk7, NULL);
 	CHECK(ibv_destroy_comp_channel(ch7) == 0, "cq7's channel");
 
+	/* What middleware tripped on (the pyverbs suite, UCX, libfabric): each check failed
+	 * before its fix. */
+	{
+		/* The CREATE_FLAGS bit with no flags is accepted (the suite sets it at random); a
+		 * flag ferroce lacks is EOPNOTSUPP. */
+		struct ibv_qp_init_attr_ex xa = {
+			.send_cq = a.cq, .recv_cq = a.cq, .qp_type = IBV_QPT_RC, .pd = a.pd,
+			.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS,
+			.cap = { .max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1 },
+		};
+		struct ibv_qp *q0 = ibv_create_qp_ex(a.ctx, &xa);
+		CHECK(q0, "create_qp_ex with create_flags 0, errno %d", errno);
+		xa.create_flags = IBV_QP_CREATE_SCATTER_FCS;
+		errno = 0;
+		CHECK(!ibv_create_qp_ex(a.ctx, &xa) && errno == EOPNOTSUPP,
+		      "a creation flag ferroce lacks: errno %d", errno);
+		/* errno is the error an int-returning verb returns. */
+		struct ibv_qp_attr bad = { .qp_state = IBV_QPS_RTS };
+		errno = 0;
+		int rc = ibv_modify_qp(q0, &bad, IBV_QP_STATE);
+		CHECK(rc == EINVAL && errno == EINVAL, "modify_qp RESET->RTS: rc %d errno %d", rc, errno);
+		errno = 0;
+		rc = ibv_destroy_cq(a.cq);
+		CHECK(rc == EBUSY && errno == EBUSY, "destroy_cq in use: rc %d errno %d", rc, errno);
+		/* GID 0 is the device's address, usable for AHs and paths; index 2 does not exist. */
+		union ibv_gid g0;
+		CHECK(ibv_query_gid(a.ctx, 1, 0, &g0) == 0 && memcmp(&g0, &a.gid, 16) == 0,
+		      "GID 0 is the device's address");
+		struct ibv_ah_attr aa = { .is_global = 1, .port_num = 1,
+					  .grh = { .dgid = g0, .sgid_index = 0, .hop_limit = 64 } };
+		struct ibv_ah *ah0 = ibv_create_ah(a.pd, &aa);
+		CHECK(ah0, "create_ah to GID 0, errno %d", errno);
+		aa.grh.sgid_index = 2;
+		errno = 0;
+		CHECK(!ibv_create_ah(a.pd, &aa) && errno == EINVAL, "sgid_index 2: errno %d", errno);
+		CHECK(ibv_destroy_ah(ah0) == 0, "destroy_ah");
+		/* phys_port_cnt_ex, and a real cmd_fd. */
+		struct ibv_device_attr_ex dx0;
+		CHECK(ibv_query_device_ex(a.ctx, NULL, &dx0) == 0 && dx0.phys_port_cnt_ex == 1,
+		      "phys_port_cnt_ex %u", dx0.phys_port_cnt_ex);
+		CHECK(a.ctx->cmd_fd >= 0 && fcntl(a.ctx->cmd_fd, F_GETFD) >= 0, "cmd_fd %d is open",
+		      a.ctx->cmd_fd);
+		errno = 0;
+		CHECK(!ibv_import_device(a.ctx->cmd_fd) && errno == EOPNOTSUPP,
+		      "import_device: errno %d", errno);
+		/* An SRQ with a QP attached is EBUSY, as on rxe. */
+		struct ibv_srq_init_attr sa = { .attr = { .max_wr = 4, .max_sge = 1 } };
+		struct ibv_srq *srq = ibv_create_srq(a.pd, &sa);
+		CHECK(srq, "create_srq errno %d", errno);
+		struct ibv_qp_init_attr qs = {
+			.send_cq = a.cq, .recv_cq = a.cq, .srq = srq, .qp_type = IBV_QPT_RC,
+			.cap = { .max_send_wr = 1, .max_send_sge = 1 },
+		};
+		struct ibv_qp *qsrq = ibv_create_qp(a.pd, &qs);
+		CHECK(qsrq, "QP on the SRQ, errno %d", errno);
+		errno = 0;
+		rc = ibv_destroy_srq(srq);
+		CHECK(rc == EBUSY && errno == EBUSY, "destroy_srq with a QP: rc %d errno %d", rc, errno);
+		CHECK(ibv_destroy_qp(qsrq) == 0 && ibv_destroy_srq(srq) == 0, "then both go");
+		/* A CQ whose channel holds an event nobody got is destroyed at once, and so is the
+		 * channel (the event goes with the CQ, as in the kernel). Its QP connects through
+		 * GID 0. */
+		struct ibv_comp_channel *ch8 = ibv_create_comp_channel(a.ctx);
+		struct ibv_cq *cq8 = ibv_create_cq(a.ctx, 8, NULL, ch8, 0);
+		CHECK(ch8 && cq8, "channel and CQ");
+		xa.comp_mask = IBV_QP_INIT_ATTR_PD;
+		xa.create_flags = 0;
+		xa.send_cq = xa.recv_cq = cq8;
+		struct ibv_qp *q8 = ibv_create_qp_ex(a.ctx, &xa);
+		union ibv_gid bg0;
+		CHECK(q8 && ibv_query_gid(b.ctx, 1, 0, &bg0) == 0, "QP on cq8");
+		struct ibv_qp *b8 = make_qp(&b);
+		connect_qp(q8, b8->qp_num, &bg0);
+		connect_qp(b8, q8->qp_num, &a.gid);
+		CHECK(ibv_req_notify_cq(cq8, 0) == 0, "arm cq8");
+		post(q8, IBV_WR_RDMA_WRITE, 800, a.buf, 8, a.mr->lkey, (uintptr_t)b.buf, b.mr->rkey);
+		struct pollfd pf = { .fd = ch8->fd, .events = POLLIN };
+		CHECK(poll(&pf, 1, 20000) == 1, "cq8's event is pending");
+		CHECK(ibv_destroy_qp(q8) == 0 && ibv_destroy_qp(q0) == 0 && ibv_destroy_qp(b8) == 0,
+		      "QPs gone");
+		CHECK(ibv_destroy_cq(cq8) == 0, "destroy_cq with an event not got: errno %d", errno);
+		CHECK(ibv_destroy_comp_channel(ch8) == 0, "then its channel: errno %d", errno);
+	}
+
 	/* Teardown in verbs order; every call succeeds. */
 	struct side *sides[2] = { &a, &b };
 	struct ibv_qp *extra[2] = { a2, b2 };

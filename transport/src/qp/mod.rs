@@ -618,5 +618,6 @@ pub(crate) fn wc(
         qp_num: qpn,
         src_qp: 0,
         wc_flags: WcFlags::EMPTY,
+        sl: 0,
     }
 }

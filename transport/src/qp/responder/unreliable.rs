@@ -118,6 +118,11 @@ impl Qp {
         );
         c.src_qp = deth.src_qp;
         c.wc_flags = WcFlags::GRH;
+        c.sl = if src.is_ipv4() {
+            crate::ROCE_PKT_TYPE_V2_IPV4
+        } else {
+            crate::ROCE_PKT_TYPE_V2_IPV6
+        };
         if let Some(i) = pkt.ext.immdt {
             c.imm_data = i.imm;
             c.wc_flags |= WcFlags::WITH_IMM;
