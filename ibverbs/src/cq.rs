@@ -99,22 +99,29 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
     })())
 }
 
-/// `ibv_resize_cq`: ferroce CQs do not change size (EOPNOTSUPP, unless already that large).
+/// `ibv_resize_cq`: the CQ holds `cqe` completions from now on (`cq->cqe` says so); EINVAL
+/// below the number of completions waiting to be polled.
 ///
 /// # Safety
-/// `cq` is live.
+/// `cq` is live and no other thread resizes it at the same time.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ibv_resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int {
     // errno as rdma-core leaves it (its errors come from system calls).
     crate::status((|| {
         if cq.is_null() || cqe <= 0 {
+            log::debug!("ibv_resize_cq: cqe {cqe} (EINVAL)");
             return libc::EINVAL;
         }
-        // SAFETY: `cq` is a live CQ of this library; its `cqe` is written only at creation.
-        if unsafe { (*cq).cqe } >= cqe {
-            return 0;
+        // SAFETY: `cq` is a CQ of this library the program has not destroyed (verbs' rule).
+        let q = unsafe { cq_of(cq) };
+        match q.cq.resize(cqe as usize) {
+            Ok(n) => {
+                // SAFETY: `cq` is live; verbs has programs read `cqe`, never write it, and resizes of one CQ are not concurrent (this function's contract).
+                unsafe { (*cq).cqe = n as c_int };
+                0
+            }
+            Err(e) => errno_of(&e),
         }
-        libc::EOPNOTSUPP
     })())
 }
 

@@ -378,6 +378,131 @@ fn devinfo_and_asyncwatch_beside_an_application() {
     drop(app);
 }
 
+/// Why the pyverbs suite may skip a test on ferroce, and how many tests it skips for it: the
+/// hardware and environment ferroce is not (any count: the suite's own checks), then the
+/// features README.md lists as not offered (exact counts: a feature that starts to work, or a
+/// test that stops working, changes them).
+const PYVERBS_SKIPS: &[(&str, Option<usize>)] = &[
+    ("Can not run the test over non MLX5 device", None),
+    (
+        "Could not open mlx5 context (This is not an MLX5 device)",
+        None,
+    ),
+    ("Can not run the test over non EFA device", None),
+    ("Device memory is not supported", None),
+    ("Allocating dmabuf is not supported", None),
+    ("cuda-python 12.0+ must be installed", None),
+    ("PCI device must be passed by the user", None),
+    ("There are no huge pages of size 2M allocated", None),
+    ("Create QP type 8 is not supported", None),
+    ("Create Raw Packet QP", None),
+    ("Parent Domain is not supported on this device", None),
+    ("Importing a device is not supported", None),
+    ("Extended CQ is not supported", None),
+    ("All gid indices populated, cannot check bad flow", None),
+    ("ODP is not supported - No ODP caps", Some(14)),
+    ("Create XRCD is not supported", Some(7)),
+    ("Create MW is not supported", Some(6)),
+    ("Create memory window of type 3 is not supported", Some(1)),
+    ("Create Extended CQ is not supported", Some(5)),
+    ("Rereg MR is not supported", Some(4)),
+    ("Extended QP is not supported on this device", Some(2)),
+    ("Query device real time is not supported", Some(1)),
+    // The RDMA connection manager: the suite finds none for ferroce0 (librdmacm, a later issue).
+    ("Device ferroce0 doesn't have net interface", Some(11)),
+];
+
+/// rdma-core's own test suite (Debian ships it with python3-pyverbs) against ferroce0 as
+/// shipped, with `--gid 1` and without: no errors, no failures, and every skip one of
+/// [`PYVERBS_SKIPS`].
+#[test]
+fn pyverbs_suite() {
+    let python = "/usr/bin/python3";
+    let suite = Path::new("/usr/share/doc/rdma-core/tests/run_tests.py");
+    let found = suite.exists()
+        && Command::new(python)
+            .args(["-c", "import pyverbs.device"])
+            .output()
+            .is_ok_and(|o| o.status.success());
+    if !common::installed("rdma-core's pyverbs test suite", found, "python3-pyverbs") {
+        return;
+    }
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    // The suite's modules are gzipped in the package: a copy, unpacked.
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("pyverbs-suite");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let unpack = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "cp -r /usr/share/doc/rdma-core/tests '{0}/' && gunzip -f '{0}'/tests/*.gz",
+            dir.display()
+        ))
+        .status()
+        .unwrap();
+    assert!(unpack.success(), "unpacking the suite");
+    for gid in [Some("1"), None] {
+        let mut c = command(python, "127.0.26.1");
+        c.arg(dir.join("tests/run_tests.py"))
+            .args(["--dev", "ferroce0", "-v"]);
+        if let Some(g) = gid {
+            c.args(["--gid", g]);
+        }
+        let (ok, out) = finish(c.spawn().unwrap(), Duration::from_secs(600));
+        let summary = out
+            .lines()
+            .rev()
+            .find(|l| l.starts_with("OK") || l.starts_with("FAILED"))
+            .unwrap_or("");
+        assert!(
+            ok && summary.starts_with("OK"),
+            "pyverbs suite (--gid {gid:?}): {summary}\n{out}"
+        );
+        let mut counts = std::collections::HashMap::<&str, usize>::new();
+        let mut unknown = Vec::new();
+        for l in out.lines() {
+            // unittest quotes the reason with ' or, when it holds a ', with ".
+            let Some(reason) = l
+                .split(" ... skipped '")
+                .nth(1)
+                .or_else(|| l.split(" ... skipped \"").nth(1))
+            else {
+                continue;
+            };
+            match PYVERBS_SKIPS.iter().find(|(r, _)| reason.starts_with(r)) {
+                Some((r, _)) => *counts.entry(r).or_default() += 1,
+                None => unknown.push(l.to_owned()),
+            }
+        }
+        assert!(
+            unknown.is_empty(),
+            "skips for no known reason:\n{}",
+            unknown.join("\n")
+        );
+        for (reason, want) in PYVERBS_SKIPS {
+            if let Some(n) = want {
+                let got = counts.get(reason).copied().unwrap_or(0);
+                assert_eq!(got, *n, "tests skipped for \"{reason}\" (--gid {gid:?})");
+            }
+        }
+        let ran: usize = out
+            .lines()
+            .find_map(|l| l.strip_prefix("Ran ")?.split(' ').next()?.parse().ok())
+            .unwrap_or(0);
+        let skipped: usize = counts.values().sum();
+        let reported: usize = summary
+            .split("skipped=")
+            .nth(1)
+            .and_then(|t| t.trim_end_matches(')').parse().ok())
+            .unwrap_or(0);
+        assert_eq!(skipped, reported, "every skip line was read: {summary}");
+        println!(
+            "pyverbs suite (--gid {gid:?}): {ran} tests, {} passed, {skipped} skipped",
+            ran - skipped
+        );
+    }
+}
+
 /// pyverbs (rdma-core's Python binding, which its test suite is written in) opens two contexts
 /// of `ferroce0` in one process and connects them: the suite's server/client pattern.
 #[test]

@@ -23,7 +23,8 @@ const ARMED_SOLICITED: u8 = 2;
 pub(crate) struct CqInner {
     pub(crate) handle: u32,
     queue: Mutex<VecDeque<WorkCompletion>>,
-    cqe: usize,
+    /// Capacity; changed only under the `queue` lock (`resize`).
+    cqe: std::sync::atomic::AtomicUsize,
     channel: Option<Arc<ChannelInner>>,
     armed: AtomicU8,
     /// Events `get_event` returned for this CQ (queued but unread ones do not count).
@@ -47,7 +48,7 @@ impl CqInner {
     pub(crate) fn push(self: &Arc<Self>, wc: WorkCompletion) -> bool {
         {
             let mut q = self.queue.lock();
-            if q.len() >= self.cqe {
+            if q.len() >= self.cqe.load(Ordering::Relaxed) {
                 return false;
             }
             q.push_back(wc);
@@ -88,7 +89,7 @@ impl CompletionQueue {
             inner: Arc::new(CqInner {
                 handle,
                 queue: Mutex::new(VecDeque::with_capacity(cqe.min(4096))),
-                cqe,
+                cqe: std::sync::atomic::AtomicUsize::new(cqe),
                 channel: channel.map(|c| c.inner.clone()),
                 armed: AtomicU8::new(NOT_ARMED),
                 got_events: AtomicU32::new(0),
@@ -177,7 +178,34 @@ impl CompletionQueue {
 
     /// The number of completions the CQ holds (`cqe`).
     pub fn cqe(&self) -> usize {
-        self.inner.cqe
+        self.inner.cqe.load(Ordering::Relaxed)
+    }
+
+    /// `ibv_resize_cq`: the CQ holds `cqe` completions from now on; returns the new size.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for 0, a size above `max_cqe`, or one below the number of
+    /// completions waiting to be polled (EINVAL, as verbs says).
+    pub fn resize(&self, cqe: usize) -> Result<usize> {
+        if cqe == 0 || cqe > crate::context::limits::MAX_CQE as usize {
+            log::debug!(
+                "resize_cq to {cqe}: 1..={} (EINVAL)",
+                crate::context::limits::MAX_CQE
+            );
+            return Err(Error::InvalidArgument("CQ size out of range"));
+        }
+        let q = self.inner.queue.lock();
+        if q.len() > cqe {
+            log::debug!(
+                "resize_cq to {cqe}: {} completions wait to be polled (EINVAL)",
+                q.len()
+            );
+            return Err(Error::InvalidArgument(
+                "fewer entries than completions waiting",
+            ));
+        }
+        self.inner.cqe.store(cqe, Ordering::Relaxed);
+        Ok(cqe)
     }
 
     /// `ibv_destroy_cq`: checks nothing still needs the CQ, then drops this handle.
