@@ -26,6 +26,8 @@ enum Command {
     /// Two RDMA endpoints on loopback in one process: ping-pong, WRITE, READ and atomics with
     /// every byte verified, and the figures. Needs no arguments, root or set-up.
     Demo,
+    /// Create /dev/infiniband/ferroce, the device node UCX looks for (as root, once per host).
+    Devnode,
     /// List devices (local addresses) like ibv_devinfo.
     Devinfo {
         /// Only this device (name or address).
@@ -143,6 +145,14 @@ fn main() -> ExitCode {
     let r = match cli.command {
         Command::Pcap { file, strict } => return pcap(&file, strict),
         Command::Demo => demo::run(out),
+        Command::Devnode => ferroce::create_uverbs_node().map(|made| {
+            let _ = writeln!(
+                out,
+                "{} {}",
+                ferroce::UVERBS_NODE,
+                if made { "created" } else { "already there" }
+            );
+        }),
         Command::Devinfo {
             device,
             verbose,

@@ -68,11 +68,10 @@ fn all() -> &'static [DevPtr] {
                 };
                 let name = device.name.clone();
                 fill(&mut ibv.name, &name);
-                fill(&mut ibv.dev_name, &format!("uverbs-{name}"));
-                fill(
-                    &mut ibv.dev_path,
-                    &format!("/sys/class/infiniband_verbs/uverbs-{name}"),
-                );
+                // The uverbs node's name, which UCX checks under /dev/infiniband (see
+                // ferroce::UVERBS_NODE): one stand-in node for every ferroce device.
+                fill(&mut ibv.dev_name, "ferroce");
+                fill(&mut ibv.dev_path, "/sys/class/infiniband_verbs/ferroce");
                 fill(
                     &mut ibv.ibdev_path,
                     &format!("/sys/class/infiniband/{name}"),

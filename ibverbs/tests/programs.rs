@@ -503,6 +503,136 @@ fn pyverbs_suite() {
     }
 }
 
+/// Whether a Debian package's program is installed (a loud skip, or a failure under CI).
+fn have_from(prog: &str, package: &str) -> bool {
+    let found = Command::new("sh")
+        .args(["-c", &format!("command -v {prog}")])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    common::installed(prog, found, package)
+}
+
+/// The stand-in uverbs node UCX checks for (`ferroce devnode`): made here when running as root,
+/// otherwise a loud skip (a failure under CI, which runs as root).
+fn have_uverbs_node() -> bool {
+    if Path::new(ferroce::UVERBS_NODE).exists() {
+        return true;
+    }
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        return ferroce::create_uverbs_node().is_ok();
+    }
+    common::installed(
+        ferroce::UVERBS_NODE,
+        false,
+        "nothing: run `ferroce devnode` as root once",
+    )
+}
+
+/// A server and a client of `prog` on one address (`args` for both, `client_args` after the
+/// client's), the client retried while the server is not listening on TCP `port`; both must
+/// exit 0. Returns (server, client) output.
+fn middleware_pair(
+    prog: &str,
+    env: &[(&str, &str)],
+    args: &[&str],
+    client_args: &[&str],
+    addr: &str,
+    port: u16,
+) -> (String, String) {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let mut server = command(prog, addr);
+    server.envs(env.iter().copied()).args(args);
+    let server = Reap(vec![Some(server.spawn().unwrap())]);
+    assert!(
+        ferroce_tests::wait_listening(port, Duration::from_secs(30)),
+        "{prog} server never listened on {port}"
+    );
+    let mut client = command(prog, addr);
+    client
+        .envs(env.iter().copied())
+        .args(args)
+        .args(client_args);
+    let (cok, cout) = finish(client.spawn().unwrap(), LIMIT);
+    let mut server = server;
+    let (sok, sout) = finish(server.0[0].take().unwrap(), LIMIT);
+    assert!(
+        cok && sok,
+        "{prog} {args:?} {env:?}: client ok {cok}, server ok {sok}\n--- server\n{sout}\n--- client\n{cout}"
+    );
+    (sout, cout)
+}
+
+/// UCX with default settings: `ucx_info -d` lists ferroce0 for rc_verbs and ud_verbs, and
+/// `ucx_perftest` runs tag latency and bandwidth over UD alone and over RC (with UD for its
+/// connection set-up, as UCX always pairs them).
+#[test]
+fn ucx_lists_ferroce0_and_runs_perftest() {
+    if !have_from("ucx_info", "ucx-utils") || !have_from("ucx_perftest", "ucx-utils") {
+        return;
+    }
+    if !have_uverbs_node() {
+        return;
+    }
+    let addr = "127.0.27.1";
+    let (ok, out) = finish(
+        {
+            let mut c = command("ucx_info", addr);
+            c.arg("-d");
+            c.spawn().unwrap()
+        },
+        LIMIT,
+    );
+    for tl in ["rc_verbs", "ud_verbs"] {
+        assert!(
+            ok && out.contains(&format!("Transport: {tl}\n#         Device: ferroce0:1")),
+            "ucx_info -d does not list {tl} on ferroce0:\n{out}"
+        );
+    }
+    for (i, tls) in ["ud_verbs", "rc_verbs,ud_verbs"].iter().enumerate() {
+        for (j, (test, size)) in [("tag_lat", "8"), ("tag_bw", "65536")].iter().enumerate() {
+            let port = 13440 + (2 * i + j) as u16;
+            let ps = port.to_string();
+            let env = [("UCX_TLS", *tls), ("UCX_NET_DEVICES", "ferroce0:1")];
+            let (_, c) = middleware_pair(
+                "ucx_perftest",
+                &env,
+                &["-p", &ps],
+                &["127.0.0.1", "-t", test, "-s", size, "-n", "500"],
+                addr,
+                port,
+            );
+            assert!(
+                c.lines().any(|l| l.starts_with("Final:")),
+                "ucx_perftest {test} over {tls}: no result\n{c}"
+            );
+        }
+    }
+}
+
+/// libfabric with default settings: `fi_info -p verbs` lists ferroce0 (it takes GID 0), and
+/// `fi_pingpong` on the RDM endpoint (verbs UD under libfabric's rxd) passes with data
+/// verification (`-v`).
+#[test]
+fn libfabric_lists_ferroce0_and_runs_fi_pingpong() {
+    if !have_from("fi_info", "libfabric-bin") || !have_from("fi_pingpong", "libfabric-bin") {
+        return;
+    }
+    let addr = "127.0.28.1";
+    let mut info = command("fi_info", addr);
+    info.args(["-p", "verbs"]);
+    let (ok, out) = finish(info.spawn().unwrap(), LIMIT);
+    assert!(ok && out.contains("domain: ferroce0-dgram"), "{out}");
+    let args = ["-p", "verbs;ofi_rxd", "-e", "rdm", "-I", "50", "-v"];
+    let (s, c) = middleware_pair("fi_pingpong", &[], &args, &["127.0.0.1"], addr, 47592);
+    for out in [&s, &c] {
+        assert!(
+            out.lines().any(|l| l.starts_with("1m ")),
+            "fi_pingpong did not reach 1 MiB messages:\n{out}"
+        );
+    }
+}
+
 /// pyverbs (rdma-core's Python binding, which its test suite is written in) opens two contexts
 /// of `ferroce0` in one process and connects them: the suite's server/client pattern.
 #[test]

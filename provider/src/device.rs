@@ -286,3 +286,49 @@ pub struct ProcessCounters {
     /// The engine's counters (named as rxe's `hw_counters`), then the runtime's.
     pub counters: Vec<(&'static str, u64)>,
 }
+
+/// The character-device node middleware looks for before it uses a verbs device: UCX lists a
+/// device only if `/dev/infiniband/<dev_name>` is a character device it may read and write
+/// (`stat` + `access`; it never opens it). On a kernel device that is the uverbs command file;
+/// ferroce has no kernel device, so its C ABI names every device's `dev_name` `ferroce` and
+/// this node stands in for it: a character device with `/dev/null`'s numbers (1:3), mode 0666.
+pub const UVERBS_NODE: &str = "/dev/infiniband/ferroce";
+
+/// Creates [`UVERBS_NODE`] if it is missing (`ferroce devnode`; once per host, as root):
+/// returns whether it had to.
+///
+/// # Errors
+/// [`crate::Error::Io`] if the directory or node cannot be made (EPERM without root).
+pub fn create_uverbs_node() -> crate::Result<bool> {
+    use std::os::unix::fs::FileTypeExt;
+    let path = std::path::Path::new(UVERBS_NODE);
+    if let Ok(m) = std::fs::metadata(path) {
+        if m.file_type().is_char_device() {
+            return Ok(false);
+        }
+        return Err(crate::Error::Io(std::io::Error::other(format!(
+            "{UVERBS_NODE} exists and is not a character device"
+        ))));
+    }
+    let io = |what: &str, e: std::io::Error| {
+        crate::Error::Io(std::io::Error::new(
+            e.kind(),
+            format!("{what}: {e} (creating {UVERBS_NODE} needs root, once per host)"),
+        ))
+    };
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| io("mkdir /dev/infiniband", e))?;
+    }
+    let c = std::ffi::CString::new(UVERBS_NODE).map_err(std::io::Error::other)?;
+    // SAFETY: `c` is a valid NUL-terminated path; makedev and mknod take no other pointers.
+    let r = unsafe { libc::mknod(c.as_ptr(), libc::S_IFCHR | 0o666, libc::makedev(1, 3)) };
+    if r != 0 {
+        return Err(io("mknod", std::io::Error::last_os_error()));
+    }
+    // The umask may have narrowed the mode: UCX wants read and write for everyone who uses it.
+    // SAFETY: as above, a valid path.
+    if unsafe { libc::chmod(c.as_ptr(), 0o666) } != 0 {
+        return Err(io("chmod", std::io::Error::last_os_error()));
+    }
+    Ok(true)
+}

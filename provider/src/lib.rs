@@ -69,7 +69,7 @@ pub use context::{
     AddressHandle, Context, DeviceAttr, MemoryRegion, OpenOptions, PortAttr, ProtectionDomain,
 };
 pub use cq::{CompletionChannel, CompletionQueue};
-pub use device::{Device, ProcessCounters, device_list, devices};
+pub use device::{Device, ProcessCounters, UVERBS_NODE, create_uverbs_node, device_list, devices};
 pub use driver::{AsyncEventRecord, RuntimeCounters};
 pub use error::{Error, Result};
 pub use ferroce_transport as transport;
