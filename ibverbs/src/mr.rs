@@ -49,7 +49,9 @@ unsafe fn reg(
                 lkey: mr.lkey(),
                 rkey: mr.rkey(),
             },
-            MrInner { mr },
+            MrInner {
+                mr: parking_lot::Mutex::new(mr),
+            },
         ),
         Err(e) => fail(errno_of(&e)),
     }
@@ -116,9 +118,83 @@ pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
         // SAFETY: `mr` is an MR of this library the program has not deregistered (verbs' rule).
         let m = unsafe { Mr::rust(mr) };
         // When dereg returns, no copy into or out of the program's memory runs or can start.
-        m.mr.clone().dereg();
+        m.mr.lock().clone().dereg();
         // SAFETY: nothing of ferroce refers to the Mr box (MRs are in no table of this crate), and the program gives up `mr` with this call.
         unsafe { Mr::free(mr) };
         0
     })())
+}
+
+/// `IBV_REREG_MR_CHANGE_TRANSLATION`, `_CHANGE_PD`, `_CHANGE_ACCESS`.
+const REREG_TRANSLATION: c_int = 1;
+const REREG_PD: c_int = 2;
+const REREG_ACCESS: c_int = 4;
+/// `IBV_REREG_MR_ERR_INPUT`: the call changed nothing (errno says why).
+const REREG_ERR_INPUT: c_int = -1;
+
+/// `ibv_rereg_mr`: a new translation (`addr`, `length`), PD or access for `mr`, under the same
+/// lkey and rkey (as rxe); `mr`'s fields follow. On failure nothing changed:
+/// `IBV_REREG_MR_ERR_INPUT` with errno set (EINVAL, EOPNOTSUPP for unknown access bits).
+///
+/// # Safety
+/// `mr` is live; with `IBV_REREG_MR_CHANGE_PD`, `pd` is a live PD of the same context; with
+/// `IBV_REREG_MR_CHANGE_TRANSLATION`, `addr..addr+length` carries `ibv_reg_mr`'s contract.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_rereg_mr(
+    mr: *mut ibv_mr,
+    flags: c_int,
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    access: c_int,
+) -> c_int {
+    let refuse = |e: c_int, why: &str| {
+        log::debug!("ibv_rereg_mr: {why}");
+        crate::set_errno(e);
+        REREG_ERR_INPUT
+    };
+    if mr.is_null() || flags == 0 || flags & !(REREG_TRANSLATION | REREG_PD | REREG_ACCESS) != 0 {
+        return refuse(
+            libc::EINVAL,
+            "no MR, or flags not a set of CHANGE_TRANSLATION, CHANGE_PD, CHANGE_ACCESS",
+        );
+    }
+    if flags & REREG_PD != 0 && pd.is_null() {
+        return refuse(libc::EINVAL, "CHANGE_PD without a PD");
+    }
+    if flags & REREG_TRANSLATION != 0 && (addr.is_null() || length == 0) {
+        return refuse(libc::EINVAL, "CHANGE_TRANSLATION without memory");
+    }
+    let access = access as c_uint & !ACCESS_OPTIONAL_RANGE;
+    if flags & REREG_ACCESS != 0 && access & !ACCESS_KNOWN != 0 {
+        return refuse(libc::EOPNOTSUPP, "access bits ferroce does not offer");
+    }
+    // SAFETY: `mr` is an MR of this library the program has not deregistered (this function's contract).
+    let (m, old_pd) = unsafe { (Mr::rust(mr), (*mr).pd) };
+    let new_pd = if flags & REREG_PD != 0 { pd } else { old_pd };
+    // SAFETY: `new_pd` is the MR's own live PD or a live PD the program passed (this function's contract).
+    let p = unsafe { pd_of(new_pd) };
+    let mut cur = m.mr.lock();
+    let acc = if flags & REREG_ACCESS != 0 {
+        AccessFlags(access & 0xf)
+    } else {
+        cur.access()
+    };
+    let translation = (flags & REREG_TRANSLATION != 0).then_some((addr.cast::<u8>(), length));
+    // SAFETY: a new translation carries ibv_reg_mr's contract (this function's), which is rereg_mr_raw's.
+    match unsafe { p.pd.rereg_mr_raw(&cur, translation, acc) } {
+        Ok(next) => {
+            // SAFETY: `mr` is live and its fields are the program's to read only; this call owns the update (verbs forbids concurrent use of an MR being re-registered).
+            unsafe {
+                (*mr).pd = new_pd;
+                if let Some((a, l)) = translation {
+                    (*mr).addr = a.cast();
+                    (*mr).length = l;
+                }
+            }
+            *cur = next;
+            0
+        }
+        Err(e) => refuse(errno_of(&e), &e.to_string()),
+    }
 }

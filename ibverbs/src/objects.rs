@@ -26,8 +26,8 @@ pub type Mr = Obj<ibv_mr, MrInner>;
 
 /// ferroce's state of an MR.
 pub struct MrInner {
-    /// The ferroce region over the caller's memory.
-    pub mr: ferroce::MemoryRegion,
+    /// The ferroce region over the caller's memory (replaced by `ibv_rereg_mr`).
+    pub mr: parking_lot::Mutex<ferroce::MemoryRegion>,
 }
 
 /// A completion channel: `ibv_comp_channel`, then [`ChannelInner`].

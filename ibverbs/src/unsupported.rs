@@ -74,14 +74,6 @@ void_stubs!(
     ibv_unimport_dm,
 );
 
-/// `ibv_rereg_mr`: not supported (IBV_REREG_MR_ERR_INPUT, errno EOPNOTSUPP); deregister and
-/// register again instead.
-#[unsafe(no_mangle)]
-pub extern "C" fn ibv_rereg_mr() -> c_int {
-    set_errno(libc::EOPNOTSUPP);
-    -1
-}
-
 /// `ibv_query_qp_data_in_order`: 0, no in-order placement promise beyond what IBTA gives.
 #[unsafe(no_mangle)]
 pub extern "C" fn ibv_query_qp_data_in_order() -> c_int {

@@ -405,7 +405,6 @@ const PYVERBS_SKIPS: &[(&str, Option<usize>)] = &[
     ("Create MW is not supported", Some(6)),
     ("Create memory window of type 3 is not supported", Some(1)),
     ("Create Extended CQ is not supported", Some(5)),
-    ("Rereg MR is not supported", Some(4)),
     ("Extended QP is not supported on this device", Some(2)),
     ("Query device real time is not supported", Some(1)),
     // The RDMA connection manager: the suite finds none for ferroce0 (librdmacm, a later issue).

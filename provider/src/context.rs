@@ -481,6 +481,49 @@ impl ProtectionDomain {
         })
     }
 
+    /// `ibv_rereg_mr`: `old` (a region of this device) becomes a region of this PD with
+    /// `access`, over new memory `ptr..ptr+len` when `translation` is given (otherwise its own),
+    /// under the same lkey and rkey. From the return on, the network reaches the region only as
+    /// re-registered; `old`'s handle is stale (use the returned one).
+    ///
+    /// # Safety
+    /// With `translation`, its memory carries [`ProtectionDomain::reg_mr_raw`]'s contract.
+    ///
+    /// # Errors
+    /// As [`ProtectionDomain::reg_mr`]; [`Error::WrongParent`] for a region of another
+    /// device; [`Error::InvalidArgument`] if `old` was deregistered.
+    pub unsafe fn rereg_mr_raw(
+        &self,
+        old: &MemoryRegion,
+        translation: Option<(*mut u8, usize)>,
+        access: AccessFlags,
+    ) -> Result<MemoryRegion> {
+        if !old.pd.ctx.same_device(&self.ctx) {
+            return Err(Error::WrongParent("a memory region of another device"));
+        }
+        let len = translation.map_or(old.inner.len, |(_, l)| l as u64);
+        check_access(access, len)?;
+        let mr = match translation {
+            // SAFETY: this function's contract for a new translation is `foreign`'s.
+            Some((ptr, len)) => unsafe { MrInner::foreign(self.handle(), ptr, len, access) },
+            None => MrInner::same_memory(&old.inner, self.handle(), access),
+        };
+        let shared = &self.ctx.shared;
+        let inner = shared
+            .mrs
+            .replace(old.inner.lkey, mr)
+            .ok_or(Error::InvalidArgument(
+                "the memory region is not registered",
+            ))?;
+        // As in `dereg`: once the engine lock has been free once, no copy through the old
+        // registration runs or can start.
+        drop(shared.engine.lock());
+        Ok(MemoryRegion {
+            inner,
+            pd: self.clone(),
+        })
+    }
+
     /// `ibv_create_ah`: an address handle for UD sends.
     ///
     /// # Errors

@@ -181,6 +181,30 @@ impl CompletionQueue {
         self.inner.cqe.load(Ordering::Relaxed)
     }
 
+    /// How many completions wait to be polled.
+    pub fn len(&self) -> usize {
+        self.inner.queue.lock().len()
+    }
+
+    /// Whether no completion waits to be polled.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Drops the completions of QP `qpn` still waiting to be polled (the QP went to RESET).
+    pub(crate) fn remove_qp(&self, qpn: u32) {
+        let mut q = self.inner.queue.lock();
+        let before = q.len();
+        q.retain(|wc| wc.qp_num != qpn);
+        if q.len() != before {
+            log::debug!(
+                "qp {qpn:#x} reset: {} of its completions removed from CQ {}",
+                before - q.len(),
+                self.inner.handle
+            );
+        }
+    }
+
     /// `ibv_resize_cq`: the CQ holds `cqe` completions from now on; returns the new size.
     ///
     /// # Errors

@@ -29,6 +29,9 @@ enum Backing {
     Owned { _map: memmap2::MmapMut },
     /// Caller memory registered with [`crate::ProtectionDomain::reg_mr_raw`].
     Foreign,
+    /// The same bytes as a region re-registered with a new PD or access (`ibv_rereg_mr`),
+    /// kept alive through it.
+    Kept { _prev: Arc<MrInner> },
 }
 
 /// The shared part of a memory region.
@@ -107,6 +110,22 @@ impl MrInner {
             access,
             ptr,
             _backing: Backing::Foreign,
+        }
+    }
+
+    /// The same memory as `prev`, for `pd` with `access` (a re-registration that keeps the
+    /// translation).
+    pub(crate) fn same_memory(prev: &Arc<MrInner>, pd: u32, access: AccessFlags) -> MrInner {
+        MrInner {
+            pd,
+            lkey: 0,
+            addr: prev.addr,
+            len: prev.len,
+            access,
+            ptr: prev.ptr,
+            _backing: Backing::Kept {
+                _prev: prev.clone(),
+            },
         }
     }
 
@@ -271,6 +290,19 @@ impl MrTable {
         let mr = Arc::new(mr);
         k.live.insert(mr.lkey, mr.clone());
         Ok(mr)
+    }
+
+    /// Puts `mr` in the place of the live region `key`, under the same key (`ibv_rereg_mr`
+    /// keeps lkey and rkey, as rxe does); `None` if `key` is not live.
+    pub(crate) fn replace(&self, key: u32, mut mr: MrInner) -> Option<Arc<MrInner>> {
+        let mut k = self.keys.write();
+        if !k.live.contains_key(&key) {
+            return None;
+        }
+        mr.lkey = key;
+        let mr = Arc::new(mr);
+        k.live.insert(key, mr.clone());
+        Some(mr)
     }
 
     /// Removes `key`; it is not handed out again for the next [`QUARANTINE`] deregistrations.

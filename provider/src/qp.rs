@@ -31,7 +31,7 @@ struct QpInner {
     qp_type: QpType,
     sq_sig_all: bool,
     pd: ProtectionDomain,
-    _cqs: (CompletionQueue, CompletionQueue),
+    cqs: (CompletionQueue, CompletionQueue),
     _srq: Option<SharedReceiveQueue>,
 }
 
@@ -232,7 +232,7 @@ impl ProtectionDomain {
                 qp_type: init.qp_type,
                 sq_sig_all: init.sq_sig_all,
                 pd: self.clone(),
-                _cqs: (init.send_cq.clone(), init.recv_cq.clone()),
+                cqs: (init.send_cq.clone(), init.recv_cq.clone()),
                 _srq: init.srq.cloned(),
             }),
         })
@@ -306,6 +306,14 @@ impl QueuePair {
             .ctx
             .shared
             .with_engine(|st, mrs, now| st.ep.modify_qp(qpn, attr, mask, mrs, now))?;
+        if mask.contains(QpAttrMask::STATE) && attr.qp_state == ferroce_transport::QpState::Reset {
+            // A QP back in RESET starts clean: the completions it left in its CQs (the flushes
+            // of an earlier error) go, as mlx5 cleans its CQs, so the next poll after the QP
+            // is brought up again sees only new work.
+            let (s, r) = &self.inner.cqs;
+            s.remove_qp(qpn);
+            r.remove_qp(qpn);
+        }
         Ok(())
     }
 

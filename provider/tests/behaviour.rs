@@ -403,3 +403,53 @@ fn transfers_survive_ten_percent_loss() {
         "the faults happened: {ra:?} {ea:?}"
     );
 }
+
+/// RESET cleans a QP's completions out of its CQs (as mlx5 does): the flushes an error left
+/// behind are not mistaken for new work once the QP is brought up again; another QP's
+/// completions on the same CQ stay.
+#[test]
+fn reset_removes_the_qps_completions_from_its_cq() {
+    use ferroce::transport::{QpAttr, QpAttrMask, QpState};
+    let (x, _y) = pair(
+        [127, 93, 7, 1],
+        [127, 93, 7, 2],
+        QpType::Rc,
+        Mtu::Mtu1024,
+        4096,
+    );
+    let other = x.pd.qp(QpType::Rc, &x.cq).build().unwrap();
+    other
+        .modify_with(
+            &ferroce::QpModify::new(QpState::Init)
+                .pkey_index(0)
+                .port_num(1)
+                .qp_access_flags(ALL),
+        )
+        .unwrap();
+    for i in 0..3 {
+        x.qp.post_recv(&ferroce::RecvWr::new(i, x.mr.sge(0, 64)))
+            .unwrap();
+    }
+    other
+        .post_recv(&ferroce::RecvWr::new(9, x.mr.sge(0, 64)))
+        .unwrap();
+    let to = |qp: &ferroce::QueuePair, s: QpState| {
+        let a = QpAttr {
+            qp_state: s,
+            ..QpAttr::default()
+        };
+        qp.modify(&a, QpAttrMask::STATE).unwrap();
+    };
+    to(&x.qp, QpState::Err);
+    to(&other, QpState::Err);
+    // Both QPs' receives are flushed into the one CQ.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while x.cq.len() < 4 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(x.cq.len(), 4);
+    to(&x.qp, QpState::Reset);
+    let left: Vec<_> = std::iter::from_fn(|| x.cq.poll_one()).collect();
+    assert_eq!(left.len(), 1, "{left:?}");
+    assert_eq!((left[0].qp_num, left[0].wr_id), (other.qp_num(), 9));
+}
