@@ -113,8 +113,10 @@ pub const VERBS_ABI_IS_EXTENDED: *mut c_void = usize::MAX as *mut c_void;
 pub struct verbs_context {
     pub query_port:
         Option<unsafe extern "C" fn(*mut ibv_context, u8, *mut ibv_port_attr, usize) -> c_int>,
-    /// advise_mr … query_rt_values (24 slots).
-    pub _unused_a: [Slot; 24],
+    /// advise_mr … modify_cq (23 slots).
+    pub _unused_a: [Slot; 23],
+    pub query_rt_values:
+        Option<unsafe extern "C" fn(*mut ibv_context, *mut ibv_values_ex) -> c_int>,
     pub create_cq_ex:
         Option<unsafe extern "C" fn(*mut ibv_context, *mut ibv_cq_init_attr_ex) -> *mut ibv_cq_ex>,
     pub priv_: *mut c_void,
@@ -635,3 +637,19 @@ pub fn cond_init() -> pthread_cond_t {
 /// Offset of `phys_port_cnt_ex` in `struct ibv_device_attr_ex` (rdma-core 44; checked against
 /// verbs.h by tests/layout.rs).
 pub const DEVICE_ATTR_EX_PHYS_PORT_CNT_EX: usize = 396;
+
+/// Offsets of `completion_timestamp_mask` and `hca_core_clock` in `struct ibv_device_attr_ex`.
+pub const DEVICE_ATTR_EX_COMPLETION_TIMESTAMP_MASK: usize = 264;
+/// See [`DEVICE_ATTR_EX_COMPLETION_TIMESTAMP_MASK`].
+pub const DEVICE_ATTR_EX_HCA_CORE_CLOCK: usize = 272;
+
+/// `struct ibv_values_ex` (`ibv_query_rt_values_ex`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct ibv_values_ex {
+    pub comp_mask: u32,
+    pub raw_clock: libc::timespec,
+}
+
+/// `IBV_VALUES_MASK_RAW_CLOCK`.
+pub const IBV_VALUES_MASK_RAW_CLOCK: u32 = 1 << 0;

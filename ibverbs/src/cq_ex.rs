@@ -12,8 +12,14 @@ use ferroce::transport::WorkCompletion;
 use crate::abi::*;
 use crate::objects::cq_of;
 
-/// `IBV_WC_STANDARD_FLAGS`: byte_len, imm, qp_num, src_qp, slid, sl, dlid_path_bits.
-pub const WC_FLAGS_SUPPORTED: u64 = 0x7f;
+/// `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP` (the free-running clock, `CLOCK_MONOTONIC` in ns).
+const WITH_COMPLETION_TIMESTAMP: u64 = 1 << 7;
+/// `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK` (ns since the Unix epoch).
+const WITH_COMPLETION_TIMESTAMP_WALLCLOCK: u64 = 1 << 11;
+/// `IBV_WC_STANDARD_FLAGS` (byte_len, imm, qp_num, src_qp, slid, sl, dlid_path_bits) and the
+/// two completion timestamps.
+pub const WC_FLAGS_SUPPORTED: u64 =
+    0x7f | WITH_COMPLETION_TIMESTAMP | WITH_COMPLETION_TIMESTAMP_WALLCLOCK;
 /// `IBV_CQ_INIT_ATTR_MASK_FLAGS` (single-threaded, ignore-overrun hints: accepted).
 const CQ_INIT_ATTR_MASK_FLAGS: u32 = 1 << 0;
 
@@ -51,11 +57,11 @@ pub fn cq_ex(
         read_slid: Some(read_zero_u32),
         read_sl: Some(read_sl),
         read_dlid_path_bits: Some(read_zero_u8),
-        read_completion_ts: Some(read_zero_u64),
+        read_completion_ts: Some(read_completion_ts),
         read_cvlan: Some(read_zero_u16),
         read_flow_tag: Some(read_zero_u32),
         read_tm_info: Some(read_tm_info),
-        read_completion_wallclock_ns: Some(read_zero_u64),
+        read_completion_wallclock_ns: Some(read_completion_wallclock_ns),
     }
 }
 
@@ -71,11 +77,24 @@ pub(crate) unsafe extern "C" fn vctx_create_cq_ex(
     // SAFETY: ibv_create_cq_ex passes a valid, non-NULL (checked) init attribute struct.
     let a = unsafe { &*attr };
     if a.wc_flags & !WC_FLAGS_SUPPORTED != 0 || a.comp_mask & !CQ_INIT_ATTR_MASK_FLAGS != 0 {
+        log::debug!(
+            "ibv_create_cq_ex: wc_flags {:#x} / comp_mask {:#x} not offered (CVLAN, flow tag, tag matching; EOPNOTSUPP)",
+            a.wc_flags & !WC_FLAGS_SUPPORTED,
+            a.comp_mask & !CQ_INIT_ATTR_MASK_FLAGS
+        );
         crate::set_errno(libc::EOPNOTSUPP);
         return core::ptr::null_mut();
     }
     // SAFETY: verbs passes a context of ours that is open, and `a.channel` is NULL or a live channel of it: create_cq's contract.
-    unsafe { crate::cq::create_cq(context, a.cqe, a.cq_context, a.channel, a.comp_vector) }
+    let cq =
+        unsafe { crate::cq::create_cq(context, a.cqe, a.cq_context, a.channel, a.comp_vector) };
+    if !cq.is_null()
+        && a.wc_flags & (WITH_COMPLETION_TIMESTAMP | WITH_COMPLETION_TIMESTAMP_WALLCLOCK) != 0
+    {
+        // SAFETY: `cq` was just created by this library and is live.
+        unsafe { cq_of(cq.cast()) }.cq.stamp_completions();
+    }
+    cq
 }
 
 /// Polls one completion into `current` and the C-visible `status`/`wr_id`; ENOENT if none.
@@ -154,6 +173,19 @@ unsafe extern "C" fn read_src_qp(cq: *mut ibv_cq_ex) -> u32 {
     unsafe { cur(cq) }.src_qp
 }
 
+/// When the completion reached the CQ, on the free-running clock (ns; `hca_core_clock` is
+/// 1 GHz): 0 unless the CQ was created with a timestamp flag.
+unsafe extern "C" fn read_completion_ts(cq: *mut ibv_cq_ex) -> u64 {
+    // SAFETY: verbs calls the CQ's own ops with the live CQ they belong to.
+    unsafe { cur(cq) }.completion_ts
+}
+
+/// The same moment in ns since the Unix epoch.
+unsafe extern "C" fn read_completion_wallclock_ns(cq: *mut ibv_cq_ex) -> u64 {
+    // SAFETY: verbs calls the CQ's own ops with the live CQ they belong to.
+    unsafe { cur(cq) }.completion_wallclock_ns
+}
+
 /// The packet type of a UD receive (see `WorkCompletion::sl`), 0 otherwise.
 unsafe extern "C" fn read_sl(cq: *mut ibv_cq_ex) -> u8 {
     // SAFETY: verbs calls the CQ's own ops with the live CQ they belong to.
@@ -177,11 +209,6 @@ unsafe extern "C" fn read_zero_u16(cq: *mut ibv_cq_ex) -> u16 {
 }
 
 unsafe extern "C" fn read_zero_u8(cq: *mut ibv_cq_ex) -> u8 {
-    let _ = cq;
-    0
-}
-
-unsafe extern "C" fn read_zero_u64(cq: *mut ibv_cq_ex) -> u64 {
     let _ = cq;
     0
 }

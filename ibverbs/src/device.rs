@@ -221,7 +221,8 @@ pub extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_context {
     let p = CtxBox::into_raw(
         verbs_context {
             query_port: Some(vctx_query_port),
-            _unused_a: [None; 24],
+            _unused_a: [None; 23],
+            query_rt_values: Some(vctx_query_rt_values),
             create_cq_ex: Some(crate::cq_ex::vctx_create_cq_ex),
             priv_: core::ptr::null_mut(),
             query_device_ex: Some(vctx_query_device_ex),
@@ -376,6 +377,18 @@ unsafe extern "C" fn vctx_query_device_ex(
             attr.cast::<ibv_device_attr>()
                 .write(device_attr(ctx_of(context)));
         }
+        if attr_size >= DEVICE_ATTR_EX_HCA_CORE_CLOCK + 8 {
+            // SAFETY: both u64 fields lie inside the caller's attr_size bytes (unaligned writes: any byte buffer).
+            unsafe {
+                // Completion timestamps count ns on CLOCK_MONOTONIC: all 64 bits, a 1 GHz clock (kHz).
+                attr.byte_add(DEVICE_ATTR_EX_COMPLETION_TIMESTAMP_MASK)
+                    .cast::<u64>()
+                    .write_unaligned(u64::MAX);
+                attr.byte_add(DEVICE_ATTR_EX_HCA_CORE_CLOCK)
+                    .cast::<u64>()
+                    .write_unaligned(1_000_000);
+            }
+        }
         if attr_size >= DEVICE_ATTR_EX_PHYS_PORT_CNT_EX + 4 {
             // SAFETY: the buffer holds attr_size bytes, so the u32 at this offset is inside it (unaligned write: the caller's buffer may be any byte array).
             unsafe {
@@ -386,6 +399,29 @@ unsafe extern "C" fn vctx_query_device_ex(
         }
         0
     })())
+}
+
+/// `verbs_context.query_rt_values` (behind verbs.h's `ibv_query_rt_values_ex`): the
+/// free-running clock completion timestamps count on (`CLOCK_MONOTONIC`).
+unsafe extern "C" fn vctx_query_rt_values(
+    context: *mut ibv_context,
+    values: *mut ibv_values_ex,
+) -> c_int {
+    if context.is_null() || values.is_null() {
+        return libc::EINVAL;
+    }
+    // SAFETY: verbs passes a valid values struct, readable and writable.
+    let v = unsafe { &mut *values };
+    let asked = v.comp_mask;
+    v.comp_mask = 0;
+    if asked & IBV_VALUES_MASK_RAW_CLOCK != 0 {
+        // SAFETY: `raw_clock` is a valid timespec to write.
+        if unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &raw mut v.raw_clock) } != 0 {
+            return libc::EINVAL;
+        }
+        v.comp_mask = IBV_VALUES_MASK_RAW_CLOCK;
+    }
+    0
 }
 
 fn port_attr(c: &Ctx) -> ibv_port_attr {

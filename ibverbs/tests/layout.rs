@@ -70,6 +70,17 @@ fn structures_match_verbs_h() {
         "ibv_device_attr_ex.phys_port_cnt_ex",
         ferroce_ibverbs::abi::DEVICE_ATTR_EX_PHYS_PORT_CNT_EX,
     );
+    check(
+        "ibv_device_attr_ex.completion_timestamp_mask",
+        ferroce_ibverbs::abi::DEVICE_ATTR_EX_COMPLETION_TIMESTAMP_MASK,
+    );
+    check(
+        "ibv_device_attr_ex.hca_core_clock",
+        ferroce_ibverbs::abi::DEVICE_ATTR_EX_HCA_CORE_CLOCK,
+    );
+    o!(verbs_context, query_rt_values);
+    s!(ibv_values_ex);
+    o!(ibv_values_ex, raw_clock);
     s!(ibv_device);
     o!(ibv_device, node_type);
     o!(ibv_device, name);

@@ -25,6 +25,8 @@ pub(crate) struct CqInner {
     queue: Mutex<VecDeque<WorkCompletion>>,
     /// Capacity; changed only under the `queue` lock (`resize`).
     cqe: std::sync::atomic::AtomicUsize,
+    /// Whether completions are stamped as they arrive ([`CompletionQueue::stamp_completions`]).
+    stamps: std::sync::atomic::AtomicBool,
     channel: Option<Arc<ChannelInner>>,
     armed: AtomicU8,
     /// Events `get_event` returned for this CQ (queued but unread ones do not count).
@@ -45,7 +47,11 @@ impl Drop for CqInner {
 
 impl CqInner {
     /// Adds a completion; false if the CQ is full (the completion is lost, as on overflow).
-    pub(crate) fn push(self: &Arc<Self>, wc: WorkCompletion) -> bool {
+    pub(crate) fn push(self: &Arc<Self>, mut wc: WorkCompletion) -> bool {
+        if self.stamps.load(Ordering::Relaxed) {
+            wc.completion_ts = crate::sys::clock_ns(libc::CLOCK_MONOTONIC);
+            wc.completion_wallclock_ns = crate::sys::clock_ns(libc::CLOCK_REALTIME);
+        }
         {
             let mut q = self.queue.lock();
             if q.len() >= self.cqe.load(Ordering::Relaxed) {
@@ -90,6 +96,7 @@ impl CompletionQueue {
                 handle,
                 queue: Mutex::new(VecDeque::with_capacity(cqe.min(4096))),
                 cqe: std::sync::atomic::AtomicUsize::new(cqe),
+                stamps: std::sync::atomic::AtomicBool::new(false),
                 channel: channel.map(|c| c.inner.clone()),
                 armed: AtomicU8::new(NOT_ARMED),
                 got_events: AtomicU32::new(0),
@@ -179,6 +186,14 @@ impl CompletionQueue {
     /// The number of completions the CQ holds (`cqe`).
     pub fn cqe(&self) -> usize {
         self.inner.cqe.load(Ordering::Relaxed)
+    }
+
+    /// Stamps every completion from now on with the moment it reaches this CQ
+    /// (`WorkCompletion::completion_ts` on `CLOCK_MONOTONIC`, `completion_wallclock_ns` on
+    /// the real-time clock): `ibv_create_cq_ex` with `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP`
+    /// or `_WALLCLOCK`.
+    pub fn stamp_completions(&self) {
+        self.inner.stamps.store(true, Ordering::Relaxed);
     }
 
     /// How many completions wait to be polled.

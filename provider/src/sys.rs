@@ -483,6 +483,21 @@ fn unsafe_zeroed_storage() -> libc::sockaddr_storage {
     unsafe { zeroed() }
 }
 
+/// `clock` now, in ns (0 if the clock cannot be read, which Linux's clocks never fail to).
+pub(crate) fn clock_ns(clock: libc::clockid_t) -> u64 {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `t` is a valid timespec to write for the call.
+    if unsafe { libc::clock_gettime(clock, &raw mut t) } != 0 {
+        return 0;
+    }
+    (t.tv_sec as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(t.tv_nsec as u64)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

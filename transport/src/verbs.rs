@@ -778,6 +778,12 @@ pub struct WorkCompletion {
     /// [`ROCE_PKT_TYPE_V2_IPV6`]), which UCX reads to find the address inside the GRH area;
     /// 0 otherwise (as rxe).
     pub sl: u8,
+    /// `ibv_wc_read_completion_ts`: when the completion reached its CQ, in ns of the
+    /// runtime's free-running clock (`CLOCK_MONOTONIC`), if the CQ stamps completions; the
+    /// engine (which reads no clock) leaves 0.
+    pub completion_ts: u64,
+    /// `ibv_wc_read_completion_wallclock_ns`: the same moment in ns since the Unix epoch.
+    pub completion_wallclock_ns: u64,
 }
 
 /// `wc.sl` of a UD receive of a RoCEv2 packet over IPv4: bit 3 (UDP-encapsulated) with L3
@@ -801,6 +807,8 @@ impl Default for WorkCompletion {
             src_qp: 0,
             wc_flags: WcFlags::EMPTY,
             sl: 0,
+            completion_ts: 0,
+            completion_wallclock_ns: 0,
         }
     }
 }

@@ -619,5 +619,7 @@ pub(crate) fn wc(
         src_qp: 0,
         wc_flags: WcFlags::EMPTY,
         sl: 0,
+        completion_ts: 0,
+        completion_wallclock_ns: 0,
     }
 }
