@@ -113,8 +113,10 @@ pub const VERBS_ABI_IS_EXTENDED: *mut c_void = usize::MAX as *mut c_void;
 pub struct verbs_context {
     pub query_port:
         Option<unsafe extern "C" fn(*mut ibv_context, u8, *mut ibv_port_attr, usize) -> c_int>,
-    /// advise_mr … modify_cq (23 slots).
-    pub _unused_a: [Slot; 23],
+    pub advise_mr:
+        Option<unsafe extern "C" fn(*mut ibv_pd, c_uint, u32, *mut ibv_sge, u32) -> c_int>,
+    /// alloc_null_mr … modify_cq (22 slots).
+    pub _unused_a: [Slot; 22],
     pub query_rt_values:
         Option<unsafe extern "C" fn(*mut ibv_context, *mut ibv_values_ex) -> c_int>,
     pub create_cq_ex:
@@ -653,3 +655,7 @@ pub struct ibv_values_ex {
 
 /// `IBV_VALUES_MASK_RAW_CLOCK`.
 pub const IBV_VALUES_MASK_RAW_CLOCK: u32 = 1 << 0;
+
+/// Offset of `odp_caps` (`general_caps` u64, then the RC, UC and UD capability words) in
+/// `struct ibv_device_attr_ex`.
+pub const DEVICE_ATTR_EX_ODP_CAPS: usize = 240;

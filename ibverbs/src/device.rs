@@ -221,7 +221,8 @@ pub extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_context {
     let p = CtxBox::into_raw(
         verbs_context {
             query_port: Some(vctx_query_port),
-            _unused_a: [None; 23],
+            advise_mr: Some(crate::mr::vctx_advise_mr),
+            _unused_a: [None; 22],
             query_rt_values: Some(vctx_query_rt_values),
             create_cq_ex: Some(crate::cq_ex::vctx_create_cq_ex),
             priv_: core::ptr::null_mut(),
@@ -376,6 +377,22 @@ unsafe extern "C" fn vctx_query_device_ex(
             core::ptr::write_bytes(attr.cast::<u8>(), 0, attr_size);
             attr.cast::<ibv_device_attr>()
                 .write(device_attr(ctx_of(context)));
+        }
+        if attr_size >= DEVICE_ATTR_EX_ODP_CAPS + 20 {
+            // IBV_ODP_SUPPORT (no implicit ODP); RC: SEND RECV WRITE READ ATOMIC SRQ_RECV, UC:
+            // SEND RECV WRITE, UD: SEND RECV SRQ_RECV — every ferroce region is on demand.
+            let caps: [u32; 3] = [0x3f, 0x07, 0x23];
+            // SAFETY: the fields lie inside the caller's attr_size bytes (unaligned writes: any byte buffer).
+            unsafe {
+                attr.byte_add(DEVICE_ATTR_EX_ODP_CAPS)
+                    .cast::<u64>()
+                    .write_unaligned(1);
+                for (i, c) in caps.iter().enumerate() {
+                    attr.byte_add(DEVICE_ATTR_EX_ODP_CAPS + 8 + 4 * i)
+                        .cast::<u32>()
+                        .write_unaligned(*c);
+                }
+            }
         }
         if attr_size >= DEVICE_ATTR_EX_HCA_CORE_CLOCK + 8 {
             // SAFETY: both u64 fields lie inside the caller's attr_size bytes (unaligned writes: any byte buffer).

@@ -8,9 +8,13 @@ use crate::abi::*;
 use crate::errno_of;
 use crate::objects::*;
 
-/// Access bits ferroce implements; MW_BIND is accepted (no memory windows exist to bind) and the
-/// optional range (relaxed ordering, ...) may be ignored by definition.
-const ACCESS_KNOWN: c_uint = 0x1f;
+/// Access bits ferroce implements; MW_BIND is accepted (no memory windows exist to bind),
+/// ON_DEMAND is what every ferroce region is anyway (never pinned, pages faulted in on access;
+/// it must stay mapped while registered), HUGETLB is a hint, and the optional range (relaxed
+/// ordering, ...) may be ignored by definition. ZERO_BASED is not offered.
+const ACCESS_KNOWN: c_uint = 0x1f | IBV_ACCESS_ON_DEMAND | IBV_ACCESS_HUGETLB;
+const IBV_ACCESS_ON_DEMAND: c_uint = 1 << 6;
+const IBV_ACCESS_HUGETLB: c_uint = 1 << 7;
 const ACCESS_OPTIONAL_RANGE: c_uint = 0x3ff << 20;
 
 unsafe fn reg(
@@ -29,7 +33,10 @@ unsafe fn reg(
     }
     let access = access & !ACCESS_OPTIONAL_RANGE;
     if access & !ACCESS_KNOWN != 0 {
-        // ZERO_BASED, ON_DEMAND, HUGETLB: not offered (query_device_ex reports no ODP).
+        log::debug!(
+            "ibv_reg_mr: access bits {:#x} not offered (ZERO_BASED; EOPNOTSUPP)",
+            access & !ACCESS_KNOWN
+        );
         return fail(libc::EOPNOTSUPP);
     }
     // SAFETY: `pd` is a PD of this library the program has not deallocated (verbs' rule).
@@ -196,5 +203,50 @@ pub unsafe extern "C" fn ibv_rereg_mr(
             0
         }
         Err(e) => refuse(errno_of(&e), &e.to_string()),
+    }
+}
+
+/// `verbs_context.advise_mr` (behind verbs.h's `ibv_advise_mr`): prefetch of on-demand pages.
+pub(crate) unsafe extern "C" fn vctx_advise_mr(
+    pd: *mut ibv_pd,
+    advice: c_uint,
+    flags: u32,
+    sg_list: *mut ibv_sge,
+    num_sge: u32,
+) -> c_int {
+    use ferroce::MrAdvice;
+    // IBV_ADVISE_MR_FLAG_FLUSH: wait until done, which a prefetch here always does.
+    const FLAG_FLUSH: u32 = 1;
+    let advice = match advice {
+        0 => MrAdvice::Prefetch,
+        1 => MrAdvice::PrefetchWrite,
+        2 => MrAdvice::PrefetchNoFault,
+        _ => {
+            log::debug!("ibv_advise_mr: advice {advice} (EOPNOTSUPP)");
+            return libc::EOPNOTSUPP;
+        }
+    };
+    if pd.is_null() || flags & !FLAG_FLUSH != 0 || num_sge == 0 || sg_list.is_null() {
+        log::debug!("ibv_advise_mr: no PD, SGEs, or flags {flags:#x} (EINVAL)");
+        return libc::EINVAL;
+    }
+    // SAFETY: verbs' contract: `pd` is a live PD of ours and `sg_list` holds `num_sge` SGEs.
+    let (p, sges) = unsafe {
+        (
+            pd_of(pd),
+            core::slice::from_raw_parts(sg_list, num_sge as usize),
+        )
+    };
+    let sges: Vec<ferroce::Sge> = sges
+        .iter()
+        .map(|s| ferroce::Sge {
+            addr: s.addr,
+            length: s.length,
+            lkey: s.lkey,
+        })
+        .collect();
+    match p.pd.advise_mr(advice, &sges) {
+        Ok(()) => 0,
+        Err(e) => errno_of(&e),
     }
 }

@@ -79,6 +79,11 @@ fn structures_match_verbs_h() {
         ferroce_ibverbs::abi::DEVICE_ATTR_EX_HCA_CORE_CLOCK,
     );
     o!(verbs_context, query_rt_values);
+    o!(verbs_context, advise_mr);
+    check(
+        "ibv_device_attr_ex.odp_caps",
+        ferroce_ibverbs::abi::DEVICE_ATTR_EX_ODP_CAPS,
+    );
     s!(ibv_values_ex);
     o!(ibv_values_ex, raw_clock);
     s!(ibv_device);

@@ -402,7 +402,7 @@ const PYVERBS_SKIPS: &[(&str, Option<usize>)] = &[
     // mlx5dv's conversion of its core clock to ns.
     ("Converting timestamp to nanoseconds is not supported", None),
     ("All gid indices populated, cannot check bad flow", None),
-    ("ODP is not supported - No ODP caps", Some(14)),
+    ("ODP implicit is not supported", Some(3)),
     ("Create XRCD is not supported", Some(7)),
     ("Create MW is not supported", Some(6)),
     ("Create memory window of type 3 is not supported", Some(1)),

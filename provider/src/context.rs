@@ -34,6 +34,18 @@ pub mod limits {
     pub const MAX_SRQ_WR: u32 = 1 << 14;
 }
 
+/// `enum ibv_advise_mr_advice`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u32)]
+pub enum MrAdvice {
+    /// `IBV_ADVICE_MR_ADVICE_PREFETCH`: fault the pages in for reading.
+    Prefetch = 0,
+    /// `IBV_ADVICE_MR_ADVICE_PREFETCH_WRITE`: fault them in for writing.
+    PrefetchWrite = 1,
+    /// `IBV_ADVICE_MR_ADVICE_PREFETCH_NO_FAULT`: only pages already present (nothing to do).
+    PrefetchNoFault = 2,
+}
+
 /// `enum ibv_atomic_cap`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u32)]
@@ -522,6 +534,42 @@ impl ProtectionDomain {
             inner,
             pd: self.clone(),
         })
+    }
+
+    /// `ibv_advise_mr`: populates the pages the SGEs name (regions need not be populated or
+    /// pinned when registered; this faults them in ahead of the network's accesses, which
+    /// would otherwise do it). `PrefetchNoFault` asks for nothing a page fault would bring, so
+    /// it only checks the SGEs.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for an SGE outside a live region of this PD or over
+    /// unmapped memory (EINVAL).
+    pub fn advise_mr(&self, advice: MrAdvice, sges: &[Sge]) -> Result<()> {
+        let mrs = &self.ctx.shared.mrs;
+        for sge in sges {
+            let r = match advice {
+                MrAdvice::PrefetchNoFault => {
+                    mrs.prefetch(self.handle(), sge.lkey, sge.addr, 0, false)
+                }
+                MrAdvice::Prefetch | MrAdvice::PrefetchWrite => mrs.prefetch(
+                    self.handle(),
+                    sge.lkey,
+                    sge.addr,
+                    u64::from(sge.length),
+                    advice == MrAdvice::PrefetchWrite,
+                ),
+            };
+            r.map_err(|e| {
+                log::debug!(
+                    "advise_mr: lkey {:#x} [{:#x}, +{}): {e:?}",
+                    sge.lkey,
+                    sge.addr,
+                    sge.length
+                );
+                Error::InvalidArgument("an SGE outside a region of the PD")
+            })?;
+        }
+        Ok(())
     }
 
     /// `ibv_create_ah`: an address handle for UD sends.

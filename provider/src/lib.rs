@@ -66,7 +66,8 @@ pub mod udp;
 
 pub use connect::{QpEndpoint, RemoteMemory};
 pub use context::{
-    AddressHandle, Context, DeviceAttr, MemoryRegion, OpenOptions, PortAttr, ProtectionDomain,
+    AddressHandle, Context, DeviceAttr, MemoryRegion, MrAdvice, OpenOptions, PortAttr,
+    ProtectionDomain,
 };
 pub use cq::{CompletionChannel, CompletionQueue};
 pub use device::{Device, ProcessCounters, UVERBS_NODE, create_uverbs_node, device_list, devices};

@@ -325,6 +325,45 @@ impl MrTable {
         self.keys.read().live.len()
     }
 
+    /// Asks the kernel to populate the pages under `[addr, addr+len)` of region `key` in `pd`
+    /// (`ibv_advise_mr`'s prefetch): for reading, or writing if `write`. The bytes do not change.
+    ///
+    /// # Errors
+    /// [`MemError::InvalidKey`] or [`MemError::OutOfBounds`] for an SGE outside a live region
+    /// of the PD; [`MemError::OutOfBounds`] too if the kernel finds part of it unmapped.
+    pub(crate) fn prefetch(
+        &self,
+        pd: u32,
+        key: u32,
+        addr: u64,
+        len: u64,
+        write: bool,
+    ) -> Result<(), MemError> {
+        let mr = self.lookup(pd, key, AccessFlags::EMPTY)?;
+        let off = mr.offset(addr, len)?;
+        if len == 0 {
+            return Ok(());
+        }
+        const PAGE: usize = 4096;
+        let start = (mr.ptr as usize + off) & !(PAGE - 1);
+        let end = (mr.ptr as usize + off + len as usize).next_multiple_of(PAGE);
+        let advice = if write {
+            libc::MADV_POPULATE_WRITE
+        } else {
+            libc::MADV_POPULATE_READ
+        };
+        // SAFETY: MADV_POPULATE_* faults the pages of the range in without changing a byte of them (a write fault on a private page copies it, keeping its contents); the kernel checks the range is mapped and refuses (ENOMEM, EFAULT) otherwise, so no address is dereferenced by this process.
+        let r = unsafe { libc::madvise(start as *mut libc::c_void, end - start, advice) };
+        if r != 0 {
+            log::debug!(
+                "advise_mr: populating {len} bytes at {addr:#x}: {}",
+                std::io::Error::last_os_error()
+            );
+            return Err(MemError::OutOfBounds);
+        }
+        Ok(())
+    }
+
     /// The region of `key` in `pd` granting `need`; the Arc keeps its descriptor alive while
     /// the caller (the engine, under the engine lock) copies.
     fn lookup(&self, pd: u32, key: u32, need: AccessFlags) -> Result<Arc<MrInner>, MemError> {

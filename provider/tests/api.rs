@@ -238,3 +238,33 @@ fn modify_with_sets_mask_and_fields_together() {
     b.3.read(0, &mut got).unwrap();
     assert_eq!(&got, b"through modify_with");
 }
+
+/// `advise_mr` prefetches the pages of SGEs inside a region of the PD, and refuses SGEs with a
+/// wrong key, outside the region, or of another PD.
+#[test]
+fn advise_mr_prefetches_and_checks_its_sges() {
+    use ferroce::MrAdvice;
+    let ctx = Device::find("127.89.4.1").unwrap().open().unwrap();
+    let (pd, other) = (ctx.alloc_pd(), ctx.alloc_pd());
+    let mr = pd.reg_mr(1 << 20, AccessFlags::LOCAL_WRITE).unwrap();
+    for advice in [
+        MrAdvice::Prefetch,
+        MrAdvice::PrefetchWrite,
+        MrAdvice::PrefetchNoFault,
+    ] {
+        pd.advise_mr(advice, &[mr.sge(0, 4096), mr.sge(512 << 10, 512 << 10)])
+            .unwrap();
+    }
+    let mut bad = mr.sge(0, 64);
+    bad.lkey ^= 1;
+    assert!(pd.advise_mr(MrAdvice::Prefetch, &[bad]).is_err());
+    let mut past = mr.sge(0, 64);
+    past.addr += 1 << 20;
+    assert!(pd.advise_mr(MrAdvice::Prefetch, &[past]).is_err());
+    assert!(
+        other
+            .advise_mr(MrAdvice::Prefetch, &[mr.sge(0, 64)])
+            .is_err()
+    );
+    assert_eq!(mr.to_vec(), vec![0u8; 1 << 20], "prefetch changes no byte");
+}

@@ -23,7 +23,8 @@ int main(void)
 	O(ibv_device_attr, atomic_cap); O(ibv_device_attr, max_pkeys); O(ibv_device_attr, phys_port_cnt);
 	O(ibv_device_attr_ex, phys_port_cnt_ex); O(ibv_device_attr_ex, completion_timestamp_mask);
 	O(ibv_device_attr_ex, hca_core_clock); O(verbs_context, query_rt_values);
-	S(ibv_values_ex); O(ibv_values_ex, raw_clock);
+	S(ibv_values_ex); O(ibv_values_ex, raw_clock); O(verbs_context, advise_mr);
+	O(ibv_device_attr_ex, odp_caps);
 	S(ibv_port_attr); O(ibv_port_attr, pkey_tbl_len); O(ibv_port_attr, link_layer);
 	O(ibv_port_attr, port_cap_flags2);
 	S(ibv_async_event); O(ibv_async_event, event_type);
