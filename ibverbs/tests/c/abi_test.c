@@ -581,10 +581,12 @@ int main(void)
 	CHECK(!ibv_reg_dmabuf_mr(a.pd, 0, 4096, 0, -1, ACCESS) && errno == EOPNOTSUPP, "dmabuf");
 	CHECK(!ibv_reg_mr(a.pd, NULL, 4096, ACCESS) && errno == EINVAL, "NULL memory");
 	/* The extended CQ: completions through ibv_start_poll / ibv_next_poll / ibv_wc_read_*. */
-	struct ibv_cq_init_attr_ex cqa = { .cqe = 8,
-					   .wc_flags = IBV_WC_EX_WITH_COMPLETION_TIMESTAMP };
-	CHECK(!ibv_create_cq_ex(a.ctx, &cqa) && errno == EOPNOTSUPP, "no completion timestamps");
-	cqa.wc_flags = IBV_WC_STANDARD_FLAGS;
+	struct ibv_cq_init_attr_ex cqa = { .cqe = 8, .wc_flags = IBV_WC_EX_WITH_FLOW_TAG };
+	CHECK(!ibv_create_cq_ex(a.ctx, &cqa) && errno == EOPNOTSUPP, "no flow tags");
+	/* Completion timestamps: the free-running clock is CLOCK_MONOTONIC in ns, the wall clock
+	 * ns since the epoch; both fall between the moments around the wait below. */
+	cqa.wc_flags = IBV_WC_STANDARD_FLAGS | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP |
+		       IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK;
 	cqa.cq_context = &a;
 	struct ibv_cq_ex *cqx = ibv_create_cq_ex(a.ctx, &cqa);
 	CHECK(cqx && cqx->cq_context == &a, "create_cq_ex errno %d", errno);
@@ -599,7 +601,8 @@ int main(void)
 	post(qa4, IBV_WR_RDMA_READ, 302, a.buf + 800000, 555, a.mr->lkey, (uintptr_t)b.buf,
 	     b.mr->rkey);
 	int got = 0, pr;
-	struct timespec xt0, xt1;
+	struct timespec xt0, xt1, wt0, wt1;
+	clock_gettime(CLOCK_REALTIME, &wt0);
 	clock_gettime(CLOCK_MONOTONIC, &xt0);
 	while ((pr = ibv_start_poll(cqx, &pattr)) == ENOENT) {
 		clock_gettime(CLOCK_MONOTONIC, &xt1);
@@ -611,6 +614,15 @@ int main(void)
 		got++;
 		CHECK(cqx->status == IBV_WC_SUCCESS && ibv_wc_read_qp_num(cqx) == qa4->qp_num,
 		      "extended completion status %d", cqx->status);
+		clock_gettime(CLOCK_MONOTONIC, &xt1);
+		clock_gettime(CLOCK_REALTIME, &wt1);
+		uint64_t ts = ibv_wc_read_completion_ts(cqx), wall = ibv_wc_read_completion_wallclock_ns(cqx);
+		CHECK(ts >= (uint64_t)xt0.tv_sec * 1000000000 + xt0.tv_nsec - 1000000000ull &&
+			      ts <= (uint64_t)xt1.tv_sec * 1000000000 + xt1.tv_nsec,
+		      "completion_ts %llu on CLOCK_MONOTONIC", (unsigned long long)ts);
+		CHECK(wall >= (uint64_t)wt0.tv_sec * 1000000000 + wt0.tv_nsec - 1000000000ull &&
+			      wall <= (uint64_t)wt1.tv_sec * 1000000000 + wt1.tv_nsec,
+		      "completion wallclock %llu", (unsigned long long)wall);
 		if (cqx->wr_id == 301)
 			CHECK(ibv_wc_read_opcode(cqx) == IBV_WC_RDMA_WRITE, "read_opcode write");
 		else
@@ -625,6 +637,16 @@ int main(void)
 	ibv_end_poll(cqx);
 	CHECK(ibv_destroy_qp(qa4) == 0 && ibv_destroy_qp(qb4) == 0, "destroy cq_ex QPs");
 	CHECK(ibv_destroy_cq(ibv_cq_ex_to_cq(cqx)) == 0, "destroy the extended CQ");
+	struct ibv_values_ex rt = { .comp_mask = IBV_VALUES_MASK_RAW_CLOCK };
+	CHECK(ibv_query_rt_values_ex(a.ctx, &rt) == 0 && rt.comp_mask == IBV_VALUES_MASK_RAW_CLOCK &&
+		      rt.raw_clock.tv_sec >= xt1.tv_sec,
+	      "query_rt_values_ex reads the free-running clock");
+	struct ibv_device_attr_ex dxc;
+	CHECK(ibv_query_device_ex(a.ctx, NULL, &dxc) == 0 && dxc.hca_core_clock == 1000000 &&
+		      dxc.completion_timestamp_mask == UINT64_MAX &&
+		      (dxc.odp_caps.general_caps & IBV_ODP_SUPPORT) &&
+		      (dxc.odp_caps.per_transport_caps.rc_odp_caps & IBV_ODP_SUPPORT_WRITE),
+	      "clock and ODP capabilities");
 
 	/* Concurrency: posting, polling and querying one QP from three threads. */
 	struct side s5 = a;
