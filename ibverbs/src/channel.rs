@@ -47,6 +47,7 @@ pub unsafe extern "C" fn ibv_destroy_comp_channel(channel: *mut ibv_comp_channel
         // SAFETY: `channel` is a channel of this library the program has not destroyed.
         let ch = unsafe { ch_of(channel) };
         if ch.ch.in_use() {
+            log::debug!("ibv_destroy_comp_channel: CQs still use the channel");
             return libc::EBUSY;
         }
         // SAFETY: no CQ uses the channel (checked above), so nothing of ferroce refers to it, and the program gives up `channel` with this call.

@@ -45,8 +45,18 @@ pub(crate) fn set_errno(e: c_int) {
 
 /// A verb's return value, with errno set to it when nonzero: rdma-core's control verbs fail
 /// with the errno of their system call, and programs print `%m` after them.
+#[track_caller]
 pub(crate) fn status(rc: c_int) -> c_int {
     if rc > 0 {
+        // Every refusal leaves a line at debug level: the verb (by its place here) and errno;
+        // the specific reason, where there is one, was logged just before.
+        let at = std::panic::Location::caller();
+        log::debug!(
+            "{}:{}: returns {} ({rc})",
+            at.file(),
+            at.line(),
+            errno_name(rc)
+        );
         set_errno(rc);
     }
     rc
@@ -81,7 +91,26 @@ pub(crate) fn init_logging() {
     });
 }
 
-/// Maps a ferroce error to the errno verbs would give.
+/// Maps a ferroce error to the errno verbs would give, saying why at debug level (where in
+/// this library the verb refused, and the provider's reason).
+#[track_caller]
 pub(crate) fn errno_of(e: &ferroce::Error) -> c_int {
+    let at = std::panic::Location::caller();
+    log::debug!("{}:{}: refused: {e}", at.file(), at.line());
     e.errno()
+}
+
+/// The errno constant's name, for log lines.
+pub(crate) fn errno_name(e: c_int) -> &'static str {
+    match e {
+        libc::EINVAL => "EINVAL",
+        libc::EOPNOTSUPP => "EOPNOTSUPP",
+        libc::EBUSY => "EBUSY",
+        libc::ENOMEM => "ENOMEM",
+        libc::EADDRINUSE => "EADDRINUSE",
+        libc::ENODEV => "ENODEV",
+        libc::EAGAIN => "EAGAIN",
+        libc::ENOENT => "ENOENT",
+        _ => "errno",
+    }
 }

@@ -29,6 +29,7 @@ unsafe fn reg(
     }
     if iova != addr as u64 {
         // ferroce regions are addressed by their virtual address (rxe's default too).
+        log::debug!("ibv_reg_mr: an IOVA other than the address is not offered");
         return fail(libc::EOPNOTSUPP);
     }
     let access = access & !ACCESS_OPTIONAL_RANGE;

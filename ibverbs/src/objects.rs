@@ -150,7 +150,18 @@ pub(crate) fn next_handle() -> u32 {
     NEXT.fetch_add(1, core::sync::atomic::Ordering::Relaxed)
 }
 
+/// A creation verb's refusal: NULL with errno `e`, and a debug line naming the verb (by its
+/// place in this library) and errno; the specific reason, where there is one, was logged
+/// just before.
+#[track_caller]
 pub(crate) fn fail<T>(e: c_int) -> *mut T {
+    let at = std::panic::Location::caller();
+    log::debug!(
+        "{}:{}: refused with {} ({e})",
+        at.file(),
+        at.line(),
+        crate::errno_name(e)
+    );
     set_errno(e);
     core::ptr::null_mut()
 }

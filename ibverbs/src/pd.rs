@@ -41,6 +41,7 @@ pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
         // SAFETY: `pd` is a PD of this library the program has not deallocated (verbs' rule).
         let p = unsafe { pd_of(pd) };
         if p.pd.in_use() {
+            log::debug!("ibv_dealloc_pd: memory regions, QPs or AHs of the PD still live");
             return libc::EBUSY;
         }
         // SAFETY: nothing of ferroce refers to the PD any more (no child: checked above), and the program gives up `pd` with this call.

@@ -43,7 +43,9 @@ unsafe fn create_qp(pd: *mut ibv_pd, a: &mut ibv_qp_init_attr, ex: bool) -> *mut
         return fail(libc::EINVAL);
     }
     let Some(qt) = qp_type_of(qp_type) else {
-        // XRC, raw packet, driver QPs.
+        log::debug!(
+            "ibv_create_qp: QP type {qp_type} (XRC, raw packet, driver QPs) is not offered"
+        );
         return fail(libc::EOPNOTSUPP);
     };
     // SAFETY: the program passes a PD and CQs of this library it has not destroyed (verbs' rule; checked non-NULL above).

@@ -77,6 +77,7 @@ pub unsafe extern "C" fn ibv_modify_srq(
             return libc::EINVAL;
         }
         if mask & 1 != 0 {
+            log::debug!("ibv_modify_srq: IBV_SRQ_MAX_WR (resizing an SRQ) is not offered");
             return libc::EOPNOTSUPP;
         }
         // SAFETY: `srq` is an SRQ of this library the program has not destroyed; `attr` is valid for reading (this function's contract).

@@ -632,6 +632,24 @@ fn libfabric_lists_ferroce0_and_runs_fi_pingpong() {
     }
 }
 
+/// A refusal says why at `FERROCE_LOG=debug`: `ibv_rc_pingpong -g 5` asks for a GID index
+/// the table lacks, and the log names the table's indexes.
+#[test]
+fn a_refusal_says_why_at_debug_level() {
+    if !have("ibv_rc_pingpong") {
+        return;
+    }
+    let mut c = command("ibv_rc_pingpong", "127.0.29.1");
+    c.env("FERROCE_LOG", "debug")
+        .args(["-d", "ferroce0", "-g", "5", "-p", "18670"]);
+    let (ok, out) = finish(c.spawn().unwrap(), LIMIT);
+    assert!(!ok, "GID index 5 must be refused:\n{out}");
+    assert!(
+        out.contains("the GID table has indexes 0 and 1"),
+        "no reason logged:\n{out}"
+    );
+}
+
 /// pyverbs (rdma-core's Python binding, which its test suite is written in) opens two contexts
 /// of `ferroce0` in one process and connects them: the suite's server/client pattern.
 #[test]
