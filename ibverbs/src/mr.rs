@@ -27,11 +27,6 @@ unsafe fn reg(
     if pd.is_null() || (addr.is_null() && length != 0) {
         return fail(libc::EINVAL);
     }
-    if iova != addr as u64 {
-        // ferroce regions are addressed by their virtual address (rxe's default too).
-        log::debug!("ibv_reg_mr: an IOVA other than the address is not offered");
-        return fail(libc::EOPNOTSUPP);
-    }
     let access = access & !ACCESS_OPTIONAL_RANGE;
     if access & !ACCESS_KNOWN != 0 {
         log::debug!(
@@ -44,7 +39,7 @@ unsafe fn reg(
     let p = unsafe { pd_of(pd) };
     let flags = AccessFlags(access & 0xf);
     // SAFETY: verbs' ibv_reg_mr contract makes addr..addr+length valid for reads and writes until ibv_dereg_mr returns (which is when the region's dereg returns), and a C program's memory is outside Rust's references; the aligned words around it lie in the same pages.
-    let r = unsafe { p.pd.reg_mr_raw(addr.cast(), length, flags) };
+    let r = unsafe { p.pd.reg_mr_iova_raw(addr.cast(), length, iova, flags) };
     match r {
         Ok(mr) => Mr::into_raw(
             ibv_mr {

@@ -483,9 +483,38 @@ impl ProtectionDomain {
         len: usize,
         access: AccessFlags,
     ) -> Result<MemoryRegion> {
+        // SAFETY: reg_mr_iova_raw's contract is this function's; the IOVA is the address.
+        unsafe { self.reg_mr_iova_raw(ptr, len, ptr as u64, access) }
+    }
+
+    /// `ibv_reg_mr_iova`: as [`ProtectionDomain::reg_mr_raw`], but work requests and peers
+    /// address the region by `iova` (its first byte), not by `ptr`. `iova` must have `ptr`'s
+    /// offset in its 4 KiB page (the kernel's rule for page-mapped IOVAs), which also keeps
+    /// remote atomics on 8-byte-aligned IOVAs aligned in memory.
+    ///
+    /// # Safety
+    /// As [`ProtectionDomain::reg_mr_raw`].
+    ///
+    /// # Errors
+    /// As [`ProtectionDomain::reg_mr`]; [`Error::InvalidArgument`] for an IOVA with another
+    /// page offset, or a range that wraps.
+    pub unsafe fn reg_mr_iova_raw(
+        &self,
+        ptr: *mut u8,
+        len: usize,
+        iova: u64,
+        access: AccessFlags,
+    ) -> Result<MemoryRegion> {
         check_access(access, len as u64)?;
+        if (iova ^ ptr as u64) & 4095 != 0 || iova.checked_add(len as u64).is_none() {
+            log::debug!("reg_mr: IOVA {iova:#x} for {ptr:p}: another page offset, or it wraps");
+            return Err(Error::InvalidArgument(
+                "an IOVA must have the address's offset in its page",
+            ));
+        }
         // SAFETY: this function's own contract is `foreign`'s: the widened range stays valid until deregistration and is reached by Rust only through region copies.
-        let mr = unsafe { MrInner::foreign(self.handle(), ptr, len, access) };
+        let mut mr = unsafe { MrInner::foreign(self.handle(), ptr, len, access) };
+        mr.addr = iova;
         let inner = self.ctx.shared.mrs.register(mr)?;
         Ok(MemoryRegion {
             inner,

@@ -764,6 +764,26 @@ int main(void)
 		errno = 0;
 		CHECK(!ibv_create_ah(a.pd, &aa) && errno == EINVAL, "sgid_index 2: errno %d", errno);
 		CHECK(ibv_destroy_ah(ah0) == 0, "destroy_ah");
+		/* An IOVA other than the address: peers address the region by it. */
+		uint64_t iova = 0x5a0000000000ull | ((uintptr_t)b.buf & 4095);
+		struct ibv_mr *bi = ibv_reg_mr_iova(b.pd, b.buf, 4096, iova, ACCESS);
+		CHECK(bi && bi->addr == b.buf, "reg_mr_iova, errno %d", errno);
+		memset(b.buf + 100, 0, 16);
+		memcpy(a.buf, "iova-addressed!", 16);
+		struct ibv_qp *qi = make_qp(&a), *qbi = make_qp(&b);
+		connect_qp(qi, qbi->qp_num, &b.gid);
+		connect_qp(qbi, qi->qp_num, &a.gid);
+		post(qi, IBV_WR_RDMA_WRITE, 900, a.buf, 16, a.mr->lkey, iova + 100, bi->rkey);
+		struct ibv_wc wci = wait_wc(a.cq);
+		CHECK(wci.status == IBV_WC_SUCCESS && wci.wr_id == 900, "WRITE to the IOVA: status %d",
+		      wci.status);
+		CHECK(memcmp(b.buf + 100, "iova-addressed!", 16) == 0,
+		      "a WRITE to the IOVA lands at the address");
+		CHECK(ibv_destroy_qp(qi) == 0 && ibv_destroy_qp(qbi) == 0, "IOVA QPs gone");
+		errno = 0;
+		CHECK(!ibv_reg_mr_iova(b.pd, b.buf, 4096, iova + 8, ACCESS) && errno == EINVAL,
+		      "an IOVA with another page offset: errno %d", errno);
+		CHECK(ibv_dereg_mr(bi) == 0, "dereg the IOVA region");
 		/* phys_port_cnt_ex, and a real cmd_fd. */
 		struct ibv_device_attr_ex dx0;
 		CHECK(ibv_query_device_ex(a.ctx, NULL, &dx0) == 0 && dx0.phys_port_cnt_ex == 1,
