@@ -486,8 +486,16 @@ impl Membership {
             }
         };
         // Joiners queue on the lock; the first one's rebalance covers every member live by
-        // then, so the others find nothing left to do.
-        if !self.changed() {
+        // then, so the others find nothing left to do. A joiner skips only a table built from
+        // its own answer (its slot answered the latest epoch): a slot it took over from a dead
+        // member that no survivor has noticed yet looks unchanged, but is steered to the dead
+        // member's old socket number.
+        let answered_latest = {
+            let at = Registry::slot_at(self.slot);
+            let mine = self.registry.word32(at + S_EPOCH).load(Ordering::Acquire);
+            mine != 0 && mine == self.registry.word32(H_EPOCH).load(Ordering::Acquire)
+        };
+        if !self.changed() && (!wait_for_lock || answered_latest) {
             return true;
         }
         let reg = &self.registry;
