@@ -7,7 +7,7 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 
-use crate::verbs::{AccessFlags, Sge};
+use crate::verbs::{AccessFlags, MwBind, Sge};
 
 /// Why a memory access was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -102,6 +102,35 @@ pub trait Memory {
     /// # Errors
     /// [`MemError`] if the rkey, bounds, alignment, PD or access flags do not fit.
     fn atomic(&self, pd: u32, rkey: u32, addr: u64, op: AtomicOp) -> Result<u64, MemError>;
+
+    /// Binds a memory window for QP `qpn` of `pd` (a `BIND_MW` work request): afterwards
+    /// `bind.new_rkey` grants `bind.access` on the bound range of region `bind.mr_lkey`, and a
+    /// type 2 window only to requests arriving on `qpn`. Memory without windows refuses.
+    ///
+    /// # Errors
+    /// [`MemError`]: no such window or region in `pd`, a region without `MW_BIND`, a range
+    /// outside it, a type 2 window already bound, or a new key of another index.
+    fn bind_mw(&self, pd: u32, qpn: u32, bind: &MwBind) -> Result<(), MemError> {
+        let _ = (pd, qpn, bind);
+        Err(MemError::InvalidKey)
+    }
+
+    /// Invalidates `rkey` for QP `qpn` of `pd` (`LOCAL_INV`, or the IETH of a received SEND
+    /// with invalidate): a type 2 window bound to `qpn` becomes unbound and its key dead.
+    ///
+    /// # Errors
+    /// [`MemError::InvalidKey`] if `rkey` is no such window.
+    fn invalidate(&self, pd: u32, qpn: u32, rkey: u32) -> Result<(), MemError> {
+        let _ = (pd, qpn, rkey);
+        Err(MemError::InvalidKey)
+    }
+
+    /// The QP a type 2 window with `rkey` is bound to: remote access through it is allowed
+    /// only on that QP. `None` for region keys and type 1 windows.
+    fn bound_qp(&self, rkey: u32) -> Option<u32> {
+        let _ = rkey;
+        None
+    }
 }
 
 /// Copies bytes `[offset, offset + out.len())` of the message an SGE list describes.
@@ -193,6 +222,27 @@ struct Region {
 pub struct VecMemory {
     regions: RefCell<HashMap<u32, Region>>,
     next_key: RefCell<u32>,
+    /// Memory windows by current rkey.
+    windows: RefCell<HashMap<u32, Window>>,
+}
+
+/// A memory window of [`VecMemory`].
+#[derive(Debug, Clone, Copy)]
+struct Window {
+    pd: u32,
+    /// 1 or 2 (`IBV_MW_TYPE_1`, `_2`).
+    kind: u8,
+    bound: Option<Binding>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Binding {
+    mr: u32,
+    addr: u64,
+    len: u64,
+    access: AccessFlags,
+    /// Type 2: the QP it is bound to.
+    qpn: Option<u32>,
 }
 
 /// What [`VecMemory::register`] returns: the keys and address of a new region.
@@ -250,6 +300,22 @@ impl VecMemory {
         }
     }
 
+    /// `ibv_alloc_mw`: an unbound window of `kind` (1 or 2) in `pd`; returns its rkey.
+    pub fn alloc_mw(&self, pd: u32, kind: u8) -> u32 {
+        let mut next = self.next_key.borrow_mut();
+        *next += 1;
+        let rkey = *next * 0x100 + 0x77;
+        self.windows.borrow_mut().insert(
+            rkey,
+            Window {
+                pd,
+                kind,
+                bound: None,
+            },
+        );
+        rkey
+    }
+
     /// Removes a region: its keys become invalid at once.
     pub fn deregister(&self, key: u32) -> bool {
         self.regions.borrow_mut().remove(&key).is_some()
@@ -268,6 +334,33 @@ impl VecMemory {
     }
 
     fn with_range<T>(
+        &self,
+        pd: u32,
+        key: u32,
+        addr: u64,
+        len: usize,
+        need: AccessFlags,
+        f: impl FnOnce(&mut [u8]) -> T,
+    ) -> Result<T, MemError> {
+        // A window's key reaches its region through the bound range and rights.
+        let key = match self.windows.borrow().get(&key) {
+            Some(w) => {
+                let b = w.bound.filter(|_| w.pd == pd).ok_or(MemError::InvalidKey)?;
+                if !b.access.contains(need) {
+                    return Err(MemError::AccessDenied);
+                }
+                let end = addr.checked_add(len as u64).ok_or(MemError::OutOfBounds)?;
+                if addr < b.addr || end > b.addr + b.len {
+                    return Err(MemError::OutOfBounds);
+                }
+                return self.with_region(pd, b.mr, addr, len, AccessFlags::EMPTY, f);
+            }
+            None => key,
+        };
+        self.with_region(pd, key, addr, len, need, f)
+    }
+
+    fn with_region<T>(
         &self,
         pd: u32,
         key: u32,
@@ -342,6 +435,76 @@ impl Memory for VecMemory {
             m.copy_from_slice(&op.apply(orig).to_ne_bytes());
             orig
         })
+    }
+
+    fn bind_mw(&self, pd: u32, qpn: u32, b: &MwBind) -> Result<(), MemError> {
+        let mut windows = self.windows.borrow_mut();
+        let w = *windows
+            .get(&b.mw_rkey)
+            .filter(|w| w.pd == pd)
+            .ok_or(MemError::InvalidKey)?;
+        if b.new_rkey >> 8 != b.mw_rkey >> 8 || (w.kind == 2 && w.bound.is_some()) {
+            return Err(MemError::InvalidKey);
+        }
+        let binding = if b.length == 0 && w.kind == 1 {
+            None
+        } else {
+            let regions = self.regions.borrow();
+            let r = regions
+                .get(&b.mr_lkey)
+                .filter(|r| r.pd == pd)
+                .ok_or(MemError::InvalidKey)?;
+            let remote_w = AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC;
+            if !r.access.contains(AccessFlags::MW_BIND)
+                || (!(b.access & remote_w).is_empty()
+                    && !r.access.contains(AccessFlags::LOCAL_WRITE))
+            {
+                return Err(MemError::AccessDenied);
+            }
+            let end = b.addr.checked_add(b.length).ok_or(MemError::OutOfBounds)?;
+            if b.addr < r.addr || end > r.addr + r.bytes.len() as u64 {
+                return Err(MemError::OutOfBounds);
+            }
+            Some(Binding {
+                mr: b.mr_lkey,
+                addr: b.addr,
+                len: b.length,
+                access: b.access,
+                qpn: (w.kind == 2).then_some(qpn),
+            })
+        };
+        windows.remove(&b.mw_rkey);
+        windows.insert(
+            b.new_rkey,
+            Window {
+                bound: binding,
+                ..w
+            },
+        );
+        Ok(())
+    }
+
+    fn invalidate(&self, pd: u32, qpn: u32, rkey: u32) -> Result<(), MemError> {
+        let mut windows = self.windows.borrow_mut();
+        let w = windows
+            .get_mut(&rkey)
+            .filter(|w| w.pd == pd && w.kind == 2)
+            .ok_or(MemError::InvalidKey)?;
+        match w.bound {
+            Some(b) if b.qpn == Some(qpn) => {
+                w.bound = None;
+                Ok(())
+            }
+            _ => Err(MemError::InvalidKey),
+        }
+    }
+
+    fn bound_qp(&self, rkey: u32) -> Option<u32> {
+        self.windows
+            .borrow()
+            .get(&rkey)
+            .and_then(|w| w.bound)
+            .and_then(|b| b.qpn)
     }
 }
 

@@ -114,6 +114,13 @@ c_enum! {
         AtomicCmpAndSwp = 5,
         /// `IBV_WR_ATOMIC_FETCH_AND_ADD`.
         AtomicFetchAndAdd = 6,
+        /// `IBV_WR_LOCAL_INV`: invalidate `invalidate_rkey` (a bound type 2 memory window).
+        LocalInv = 7,
+        /// `IBV_WR_BIND_MW`: bind a memory window ([`SendWr::bind_mw`]).
+        BindMw = 8,
+        /// `IBV_WR_SEND_WITH_INV`: a SEND whose last packet asks the responder to invalidate
+        /// `invalidate_rkey` (IETH).
+        SendWithInv = 9,
     }
 }
 
@@ -134,12 +141,18 @@ impl WrOpcode {
         )
     }
 
+    /// A local operation: it runs in the send queue's order and sends nothing (bind a memory
+    /// window, invalidate a key).
+    pub const fn is_local(self) -> bool {
+        matches!(self, WrOpcode::BindMw | WrOpcode::LocalInv)
+    }
+
     /// Whether a QP of type `t` can post this opcode (IBTA Table 120; UD: SEND only, UC: no
-    /// READ or atomics).
+    /// READ, atomics or SEND with invalidate).
     pub const fn allowed_on(self, t: QpType) -> bool {
         match t {
             QpType::Rc => true,
-            QpType::Uc => !self.is_read_or_atomic(),
+            QpType::Uc => !self.is_read_or_atomic() && !matches!(self, WrOpcode::SendWithInv),
             QpType::Ud => matches!(self, WrOpcode::Send | WrOpcode::SendWithImm),
         }
     }
@@ -244,6 +257,10 @@ c_enum! {
         CompSwap = 3,
         /// `IBV_WC_FETCH_ADD`.
         FetchAdd = 4,
+        /// `IBV_WC_BIND_MW`.
+        Bind = 5,
+        /// `IBV_WC_LOCAL_INV`.
+        LocalInv = 6,
         /// `IBV_WC_RECV`.
         Recv = 128,
         /// `IBV_WC_RECV_RDMA_WITH_IMM`.
@@ -255,10 +272,12 @@ impl From<WrOpcode> for WcOpcode {
     fn from(op: WrOpcode) -> WcOpcode {
         match op {
             WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm => WcOpcode::RdmaWrite,
-            WrOpcode::Send | WrOpcode::SendWithImm => WcOpcode::Send,
+            WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::SendWithInv => WcOpcode::Send,
             WrOpcode::RdmaRead => WcOpcode::RdmaRead,
             WrOpcode::AtomicCmpAndSwp => WcOpcode::CompSwap,
             WrOpcode::AtomicFetchAndAdd => WcOpcode::FetchAdd,
+            WrOpcode::BindMw => WcOpcode::Bind,
+            WrOpcode::LocalInv => WcOpcode::LocalInv,
         }
     }
 }
@@ -353,6 +372,8 @@ c_flags! {
         REMOTE_READ = 4,
         /// `IBV_ACCESS_REMOTE_ATOMIC`.
         REMOTE_ATOMIC = 8,
+        /// `IBV_ACCESS_MW_BIND`: memory windows may be bound to the region.
+        MW_BIND = 16,
     }
 }
 
@@ -593,6 +614,25 @@ pub struct UdDest {
     pub remote_qkey: u32,
 }
 
+/// `wr.bind_mw` of a `BIND_MW` work request (`struct ibv_mw_bind_info` with the window and
+/// its new key): after the bind, `new_rkey` grants `access` on `[addr, addr + length)` of the
+/// region `mr_lkey` names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct MwBind {
+    /// The window's current rkey (`mw->rkey`).
+    pub mw_rkey: u32,
+    /// Its rkey once bound: the same index (bits 31:8), a new key byte (`ibv_inc_rkey`).
+    pub new_rkey: u32,
+    /// The region the window opens onto (`bind_info.mr`'s lkey); it needs `MW_BIND`.
+    pub mr_lkey: u32,
+    /// `bind_info.addr`.
+    pub addr: u64,
+    /// `bind_info.length` (0 unbinds a type 1 window).
+    pub length: u64,
+    /// `bind_info.mw_access_flags`: remote READ, WRITE, ATOMIC.
+    pub access: AccessFlags,
+}
+
 /// `struct ibv_send_wr` (one work request; no linked list).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SendWr {
@@ -614,6 +654,10 @@ pub struct SendWr {
     pub swap: u64,
     /// `wr.ud` (UD QPs only).
     pub ud: Option<UdDest>,
+    /// `invalidate_rkey` (`LOCAL_INV`, `SEND_WITH_INV`).
+    pub invalidate_rkey: u32,
+    /// `bind_mw` (`BIND_MW`).
+    pub bind_mw: Option<MwBind>,
     /// The message bytes of an `IBV_SEND_INLINE` request, already gathered by the caller: verbs
     /// reads inline SGEs at post time and ignores their lkeys, so a C caller may point them at
     /// unregistered memory. When set (with INLINE), it is the payload and `sg_list` is unused;
@@ -634,6 +678,8 @@ impl SendWr {
             compare_add: 0,
             swap: 0,
             ud: None,
+            invalidate_rkey: 0,
+            bind_mw: None,
             inline_data: None,
         }
     }
@@ -648,6 +694,32 @@ impl SendWr {
         SendWr {
             imm_data,
             ..SendWr::signaled(wr_id, WrOpcode::SendWithImm, local)
+        }
+    }
+
+    /// `IBV_WR_SEND_WITH_INV`: a SEND that invalidates `rkey` at the responder, signaled.
+    pub fn send_with_inv(wr_id: u64, local: Sge, rkey: u32) -> SendWr {
+        SendWr {
+            invalidate_rkey: rkey,
+            ..SendWr::signaled(wr_id, WrOpcode::SendWithInv, local)
+        }
+    }
+
+    /// `IBV_WR_LOCAL_INV` of `rkey`, signaled.
+    pub fn local_inv(wr_id: u64, rkey: u32) -> SendWr {
+        SendWr {
+            invalidate_rkey: rkey,
+            send_flags: SendFlags::SIGNALED,
+            ..SendWr::new(wr_id, WrOpcode::LocalInv)
+        }
+    }
+
+    /// `IBV_WR_BIND_MW`, signaled.
+    pub fn bind_mw(wr_id: u64, bind: MwBind) -> SendWr {
+        SendWr {
+            bind_mw: Some(bind),
+            send_flags: SendFlags::SIGNALED,
+            ..SendWr::new(wr_id, WrOpcode::BindMw)
         }
     }
 
@@ -784,6 +856,8 @@ pub struct WorkCompletion {
     pub completion_ts: u64,
     /// `ibv_wc_read_completion_wallclock_ns`: the same moment in ns since the Unix epoch.
     pub completion_wallclock_ns: u64,
+    /// `invalidated_rkey`, valid with `WcFlags::WITH_INV` (a SEND with invalidate received).
+    pub invalidated_rkey: u32,
 }
 
 /// `wc.sl` of a UD receive of a RoCEv2 packet over IPv4: bit 3 (UDP-encapsulated) with L3
@@ -809,6 +883,7 @@ impl Default for WorkCompletion {
             sl: 0,
             completion_ts: 0,
             completion_wallclock_ns: 0,
+            invalidated_rkey: 0,
         }
     }
 }

@@ -428,6 +428,10 @@ impl Qp {
         if wr.opcode.is_atomic() && len != 8 {
             return Err(PostError::InvalidAtomicLength);
         }
+        if wr.opcode == crate::verbs::WrOpcode::BindMw && wr.bind_mw.is_none() {
+            // A BIND_MW names its window and range in `bind_mw`.
+            return Err(PostError::InvalidOpcode);
+        }
         let inline_req =
             wr.send_flags.contains(SendFlags::INLINE) && !wr.opcode.is_read_or_atomic();
         let inline = if inline_req {
@@ -621,5 +625,6 @@ pub(crate) fn wc(
         sl: 0,
         completion_ts: 0,
         completion_wallclock_ns: 0,
+        invalidated_rkey: 0,
     }
 }

@@ -5,7 +5,8 @@
 use std::net::IpAddr;
 
 use ferroce_wire::{
-    AtomicEthRepr, BthRepr, DethRepr, ExtHeaders, ImmDtRepr, Opcode, PacketRepr, Psn, RethRepr,
+    AtomicEthRepr, BthRepr, DethRepr, ExtHeaders, IethRepr, ImmDtRepr, Opcode, PacketRepr, Psn,
+    RethRepr,
 };
 
 use super::timers::Timer;
@@ -116,6 +117,9 @@ impl Qp {
         {
             return None;
         }
+        if !self.run_local_ops(ctx) {
+            return None;
+        }
         let idx = self.req.idx;
         let mtu = self.mtu();
         let w = self.sq.get(idx)?;
@@ -193,6 +197,61 @@ impl Qp {
         }
     }
 
+    /// Runs the local operations (bind a window, invalidate a key) the requester has reached,
+    /// in send-queue order: they send nothing and finish at once; each retires, in order,
+    /// behind the WQEs before it. One already run (the requester came back to it after a
+    /// rewind) is stepped over. Returns false if the requester must stop here (a fence, SQD,
+    /// or a failed operation, which moves the QP to ERR).
+    fn run_local_ops<M: Memory + ?Sized>(&mut self, ctx: &mut Ctx<'_, M>) -> bool {
+        while let Some(w) = self.sq.get(self.req.idx) {
+            if !w.wr.opcode.is_local() {
+                return true;
+            }
+            if w.started {
+                self.req.idx += 1;
+                self.req.off = 0;
+                continue;
+            }
+            if self.state == QpState::Sqd || self.req.draining {
+                return false;
+            }
+            let idx = self.req.idx;
+            if w.wr.send_flags.contains(SendFlags::FENCE)
+                && self
+                    .sq
+                    .iter()
+                    .take(idx)
+                    .any(|p| p.wr.opcode.is_read_or_atomic())
+            {
+                return false;
+            }
+            let r = match (w.wr.opcode, &w.wr.bind_mw) {
+                (WrOpcode::BindMw, Some(b)) => ctx.mem.bind_mw(self.pd, self.qpn, b),
+                (WrOpcode::LocalInv, _) => {
+                    ctx.mem.invalidate(self.pd, self.qpn, w.wr.invalidate_rkey)
+                }
+                _ => Err(crate::memory::MemError::InvalidKey),
+            };
+            if let Err(e) = r {
+                log::debug!(
+                    "qp {:#x}: {:?} (wr_id {}) failed: {e:?}: the QP goes to ERR",
+                    self.qpn,
+                    w.wr.opcode,
+                    w.wr.wr_id
+                );
+                self.fail(ctx, idx, WcStatus::MwBindErr);
+                return false;
+            }
+            let w = &mut self.sq[idx];
+            w.started = true;
+            w.status = Some(WcStatus::Success);
+            self.req.idx += 1;
+            self.req.off = 0;
+            self.retire_done(ctx);
+        }
+        true
+    }
+
     /// (Re)arms the local ACK timeout from `now`.
     pub(crate) fn arm_retrans(&mut self, now: crate::time::Instant) {
         match ferroce_wire::timer::local_ack_timeout(self.attr.timeout) {
@@ -241,12 +300,25 @@ impl Qp {
             w.wr.opcode,
             WrOpcode::SendWithImm | WrOpcode::RdmaWriteWithImm
         );
+        let inv = w.wr.opcode == WrOpcode::SendWithInv;
         let write = matches!(
             w.wr.opcode,
             WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm
         );
-        let opcode = request_opcode(self.qp_type, write, first, last, imm);
+        let mut opcode = request_opcode(self.qp_type, write, first, last, imm);
+        if inv && last {
+            opcode = if first {
+                Opcode::RC_SEND_ONLY_WITH_INVALIDATE
+            } else {
+                Opcode::RC_SEND_LAST_WITH_INVALIDATE
+            };
+        }
         let mut ext = ExtHeaders::default();
+        if inv && last {
+            ext.ieth = Some(IethRepr {
+                rkey: w.wr.invalidate_rkey,
+            });
+        }
         if write && first {
             ext.reth = Some(RethRepr {
                 va: w.wr.remote.remote_addr,

@@ -58,6 +58,17 @@ impl Qp {
         }
         cur.offset = total as u32;
         if matches!(pos, Position::Last | Position::Only) {
+            // SEND with invalidate: the key goes before the receive completes (IBTA 9.4.1.1.5).
+            if let Some(ieth) = pkt.ext.ieth {
+                if let Err(e) = ctx.mem.invalidate(self.pd, self.qpn, ieth.rkey) {
+                    log::debug!(
+                        "QP {:#x}: SEND with invalidate of rkey {:#x}: {e:?}: NAK invalid request",
+                        self.qpn,
+                        ieth.rkey
+                    );
+                    return Err(Fault::Recv(WcStatus::RemInvReqErr, NakCode::InvalidRequest));
+                }
+            }
             let Some(done) = self.resp.in_send.take() else {
                 return Ok(true);
             };
@@ -73,10 +84,29 @@ impl Qp {
                 c.imm_data = imm.imm;
                 c.wc_flags |= WcFlags::WITH_IMM;
             }
+            if let Some(ieth) = pkt.ext.ieth {
+                c.invalidated_rkey = ieth.rkey;
+                c.wc_flags |= WcFlags::WITH_INV;
+            }
             self.report(ctx, WcQueue::Recv, c);
             self.resp.bump_msn();
         }
         Ok(true)
+    }
+
+    /// A remote access through a type 2 memory window must arrive on the QP the window is
+    /// bound to; anything else is a remote access error.
+    fn window_allows<M: Memory + ?Sized>(&self, ctx: &Ctx<'_, M>, rkey: u32) -> Result<(), Fault> {
+        match ctx.mem.bound_qp(rkey) {
+            Some(q) if q != self.qpn => {
+                log::debug!(
+                    "QP {:#x}: rkey {rkey:#x} is a window bound to QP {q:#x}: NAK remote access",
+                    self.qpn
+                );
+                Err(Fault::Nak(NakCode::RemoteAccessError))
+            }
+            _ => Ok(()),
+        }
     }
 
     /// Places WRITE payload; `Ok(false)` when a WRITE with immediate finds no receive WQE.
@@ -100,6 +130,7 @@ impl Qp {
             }
             // A zero-length WRITE touches no memory and skips the R_Key check (C9-88).
             if reth.dma_len > 0 {
+                self.window_allows(ctx, reth.rkey)?;
                 ctx.mem
                     .check_remote(
                         self.pd,
@@ -187,6 +218,7 @@ impl Qp {
         }
         self.check_rd_atomic_room(ctx)?;
         if reth.dma_len > 0 {
+            self.window_allows(ctx, reth.rkey)?;
             ctx.mem
                 .check_remote(
                     self.pd,
@@ -221,6 +253,7 @@ impl Qp {
             return Err(Fault::Nak(NakCode::InvalidRequest));
         }
         self.check_rd_atomic_room(ctx)?;
+        self.window_allows(ctx, a.rkey)?;
         let op = if pkt.bth.opcode == Opcode::RC_COMPARE_SWAP {
             AtomicOp::CompareSwap {
                 compare: a.compare,
