@@ -158,9 +158,15 @@ unsafe extern "C" fn read_byte_len(cq: *mut ibv_cq_ex) -> u32 {
     unsafe { cur(cq) }.byte_len
 }
 
+/// `ibv_wc_read_imm_data` and `ibv_wc_read_invalidated_rkey` (verbs.h routes both here).
 unsafe extern "C" fn read_imm_data(cq: *mut ibv_cq_ex) -> u32 {
     // SAFETY: verbs calls the CQ's own ops with the live CQ they belong to.
-    unsafe { cur(cq) }.imm_data.to_be()
+    let wc = unsafe { cur(cq) };
+    if wc.wc_flags.contains(ferroce::transport::WcFlags::WITH_INV) {
+        wc.invalidated_rkey
+    } else {
+        wc.imm_data.to_be()
+    }
 }
 
 unsafe extern "C" fn read_qp_num(cq: *mut ibv_cq_ex) -> u32 {

@@ -23,9 +23,9 @@ pub fn context_ops() -> ibv_context_ops {
         _compat_reg_mr: None,
         _compat_rereg_mr: None,
         _compat_dereg_mr: None,
-        alloc_mw: None,
-        bind_mw: None,
-        dealloc_mw: None,
+        alloc_mw: Some(crate::mw::alloc_mw),
+        bind_mw: Some(crate::mw::bind_mw),
+        dealloc_mw: Some(crate::mw::dealloc_mw),
         _compat_create_cq: None,
         poll_cq: Some(poll_cq),
         req_notify_cq: Some(req_notify_cq),
@@ -85,6 +85,13 @@ unsafe fn send_wr(w: &ibv_send_wr, ud: bool) -> Result<SendWr, c_int> {
     // SAFETY: a valid ibv_send_wr's sg_list holds num_sge entries (this function's contract).
     s.sg_list = unsafe { sges(w.sg_list, w.num_sge) }?;
     s.imm_data = u32::from_be(w.imm_data);
+    // The same union member is `invalidate_rkey`, host order.
+    s.invalidate_rkey = w.imm_data;
+    if opcode == WrOpcode::BindMw {
+        let b = w.bind_mw;
+        // SAFETY: a BIND_MW request names a live window of ours and NULL or a live MR of ours (ibv_post_send's contract).
+        s.bind_mw = Some(unsafe { crate::mw::mw_bind_of(b.mw, b.rkey, &b.bind_info) }?);
+    }
     if s.send_flags.contains(SendFlags::INLINE) && !opcode.is_read_or_atomic() {
         // verbs: inline data is read at post time and the SGEs' lkeys are ignored, so the
         // program may point them at any memory of its own. Longer than any QP's
@@ -231,7 +238,12 @@ pub fn wc_to_c(wc: &WorkCompletion) -> ibv_wc {
         opcode: wc.opcode as c_int,
         vendor_err: wc.vendor_err,
         byte_len: wc.byte_len,
-        imm_data: wc.imm_data.to_be(),
+        // One union: `imm_data` (network order) or, with IBV_WC_WITH_INV, `invalidated_rkey`.
+        imm_data: if wc.wc_flags.contains(ferroce::transport::WcFlags::WITH_INV) {
+            wc.invalidated_rkey
+        } else {
+            wc.imm_data.to_be()
+        },
         qp_num: wc.qp_num,
         src_qp: wc.src_qp,
         wc_flags: wc.wc_flags.0,

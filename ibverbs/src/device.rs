@@ -321,7 +321,8 @@ fn device_attr(c: &Ctx) -> ibv_device_attr {
         max_qp,
         max_qp_wr: a.max_qp_wr as c_int,
         // IBV_DEVICE_SYS_IMAGE_GUID | IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_SRQ_RESIZE-less
-        device_cap_flags: (1 << 11) | (1 << 12),
+        // ... MEM_WINDOW, MEM_MGT_EXTENSIONS, MEM_WINDOW_TYPE_2B, as rxe.
+        device_cap_flags: (1 << 11) | (1 << 12) | (1 << 17) | (1 << 21) | (1 << 24),
         max_sge: a.max_sge as c_int,
         max_sge_rd: a.max_sge as c_int,
         max_cq: a.max_cq as c_int,
@@ -336,7 +337,7 @@ fn device_attr(c: &Ctx) -> ibv_device_attr {
         atomic_cap: a.atomic_cap as c_int,
         max_ee: 0,
         max_rdd: 0,
-        max_mw: 0,
+        max_mw: 1 << 16,
         max_raw_ipv6_qp: 0,
         max_raw_ethy_qp: 0,
         max_mcast_grp: 0,

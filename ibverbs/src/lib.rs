@@ -27,6 +27,7 @@ pub mod device;
 pub mod event;
 pub mod handle;
 pub mod mr;
+pub mod mw;
 pub mod objects;
 pub mod pd;
 pub mod qp;

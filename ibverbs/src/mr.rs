@@ -8,7 +8,7 @@ use crate::abi::*;
 use crate::errno_of;
 use crate::objects::*;
 
-/// Access bits ferroce implements; MW_BIND is accepted (no memory windows exist to bind),
+/// Access bits ferroce implements (MW_BIND lets memory windows open onto the region);
 /// ON_DEMAND is what every ferroce region is anyway (never pinned, pages faulted in on access;
 /// it must stay mapped while registered), HUGETLB is a hint, and the optional range (relaxed
 /// ordering, ...) may be ignored by definition. ZERO_BASED is not offered.
@@ -37,7 +37,7 @@ unsafe fn reg(
     }
     // SAFETY: `pd` is a PD of this library the program has not deallocated (verbs' rule).
     let p = unsafe { pd_of(pd) };
-    let flags = AccessFlags(access & 0xf);
+    let flags = AccessFlags(access & 0x1f);
     // SAFETY: verbs' ibv_reg_mr contract makes addr..addr+length valid for reads and writes until ibv_dereg_mr returns (which is when the region's dereg returns), and a C program's memory is outside Rust's references; the aligned words around it lie in the same pages.
     let r = unsafe { p.pd.reg_mr_iova_raw(addr.cast(), length, iova, flags) };
     match r {
@@ -120,6 +120,11 @@ pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
         }
         // SAFETY: `mr` is an MR of this library the program has not deregistered (verbs' rule).
         let m = unsafe { Mr::rust(mr) };
+        let windows = m.mr.lock().windows_bound();
+        if windows > 0 {
+            log::debug!("ibv_dereg_mr: {windows} memory windows are bound onto the region (EBUSY)");
+            return libc::EBUSY;
+        }
         // When dereg returns, no copy into or out of the program's memory runs or can start.
         m.mr.lock().clone().dereg();
         // SAFETY: nothing of ferroce refers to the Mr box (MRs are in no table of this crate), and the program gives up `mr` with this call.
@@ -179,7 +184,7 @@ pub unsafe extern "C" fn ibv_rereg_mr(
     let p = unsafe { pd_of(new_pd) };
     let mut cur = m.mr.lock();
     let acc = if flags & REREG_ACCESS != 0 {
-        AccessFlags(access & 0xf)
+        AccessFlags(access & 0x1f)
     } else {
         cur.access()
     };

@@ -30,6 +30,15 @@ pub struct MrInner {
     pub mr: parking_lot::Mutex<ferroce::MemoryRegion>,
 }
 
+/// A memory window: `ibv_mw`, then [`MwInner`].
+pub type Mw = Obj<ibv_mw, MwInner>;
+
+/// ferroce's state of a memory window.
+pub struct MwInner {
+    /// The ferroce window.
+    pub mw: ferroce::MemoryWindow,
+}
+
 /// A completion channel: `ibv_comp_channel`, then [`ChannelInner`].
 pub type Channel = Obj<ibv_comp_channel, ChannelInner>;
 

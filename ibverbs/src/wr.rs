@@ -18,8 +18,9 @@ use crate::errno_of;
 use crate::objects::{QpInner, ah_of, qp_of};
 
 /// `send_ops_flags` this library implements: RDMA_WRITE, RDMA_WRITE_WITH_IMM, SEND,
-/// SEND_WITH_IMM, RDMA_READ, ATOMIC_CMP_AND_SWP, ATOMIC_FETCH_AND_ADD.
-pub const SEND_OPS_SUPPORTED: u64 = (1 << 7) - 1;
+/// SEND_WITH_IMM, RDMA_READ, ATOMIC_CMP_AND_SWP, ATOMIC_FETCH_AND_ADD, LOCAL_INV, BIND_MW,
+/// SEND_WITH_INV.
+pub const SEND_OPS_SUPPORTED: u64 = (1 << 10) - 1;
 
 /// The work requests between `ibv_wr_start` and `ibv_wr_complete`/`ibv_wr_abort`.
 #[derive(Debug, Default)]
@@ -38,14 +39,14 @@ pub fn qp_ex(base: ibv_qp) -> ibv_qp_ex {
         wr_flags: 0,
         wr_atomic_cmp_swp: Some(wr_atomic_cmp_swp),
         wr_atomic_fetch_add: Some(wr_atomic_fetch_add),
-        wr_bind_mw: Some(wr_unsupported),
-        wr_local_inv: Some(wr_unsupported),
+        wr_bind_mw: Some(wr_bind_mw),
+        wr_local_inv: Some(wr_local_inv),
         wr_rdma_read: Some(wr_rdma_read),
         wr_rdma_write: Some(wr_rdma_write),
         wr_rdma_write_imm: Some(wr_rdma_write_imm),
         wr_send: Some(wr_send),
         wr_send_imm: Some(wr_send_imm),
-        wr_send_inv: Some(wr_unsupported),
+        wr_send_inv: Some(wr_send_inv),
         wr_send_tso: Some(wr_unsupported),
         wr_set_ud_addr: Some(wr_set_ud_addr),
         wr_set_xrc_srqn: Some(wr_unsupported),
@@ -179,6 +180,53 @@ unsafe extern "C" fn wr_rdma_read(qp: *mut ibv_qp_ex, rkey: u32, remote_addr: u6
 unsafe extern "C" fn wr_send(qp: *mut ibv_qp_ex) {
     // SAFETY: the ibv_wr_* slots are this library's and are called with the live ibv_qp_ex they belong to (verbs forbids calls after ibv_destroy_qp).
     unsafe { begin(qp, WrOpcode::Send, |_| {}) }
+}
+
+unsafe extern "C" fn wr_send_inv(qp: *mut ibv_qp_ex, invalidate_rkey: u32) {
+    // SAFETY: the ibv_wr_* slots are this library's and are called with the live ibv_qp_ex they belong to (verbs forbids calls after ibv_destroy_qp).
+    unsafe {
+        begin(qp, WrOpcode::SendWithInv, |w| {
+            w.invalidate_rkey = invalidate_rkey
+        })
+    }
+}
+
+unsafe extern "C" fn wr_local_inv(qp: *mut ibv_qp_ex, invalidate_rkey: u32) {
+    // SAFETY: the ibv_wr_* slots are this library's and are called with the live ibv_qp_ex they belong to (verbs forbids calls after ibv_destroy_qp).
+    unsafe {
+        begin(qp, WrOpcode::LocalInv, |w| {
+            w.invalidate_rkey = invalidate_rkey
+        })
+    }
+}
+
+unsafe extern "C" fn wr_bind_mw(
+    qp: *mut ibv_qp_ex,
+    mw: *mut ibv_mw,
+    rkey: u32,
+    info: *const ibv_mw_bind_info,
+) {
+    let bind = if info.is_null() {
+        Err(libc::EINVAL)
+    } else {
+        // SAFETY: verbs' ibv_wr_bind_mw contract: `mw` is a live window of ours, `info` a valid bind info whose `mr` is NULL or a live MR of ours.
+        unsafe { crate::mw::mw_bind_of(mw, rkey, &*info) }
+    };
+    // SAFETY: the ibv_wr_* slots are this library's and are called with the live ibv_qp_ex they belong to (verbs forbids calls after ibv_destroy_qp).
+    unsafe {
+        begin(qp, WrOpcode::BindMw, |w| w.bind_mw = bind.ok());
+    }
+    if bind.is_err() {
+        // SAFETY: as above.
+        unsafe {
+            with_batch(qp, |_, b| {
+                b.wrs.pop();
+                if b.err == 0 {
+                    b.err = libc::EINVAL;
+                }
+            })
+        }
+    }
 }
 
 unsafe extern "C" fn wr_send_imm(qp: *mut ibv_qp_ex, imm: u32) {

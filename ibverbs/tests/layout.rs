@@ -80,6 +80,17 @@ fn structures_match_verbs_h() {
     );
     o!(verbs_context, query_rt_values);
     o!(verbs_context, advise_mr);
+    s!(ibv_mw);
+    o!(ibv_mw, type_, "type");
+    s!(ibv_mw_bind);
+    o!(ibv_mw_bind, bind_info);
+    s!(ibv_mw_bind_info);
+    o!(ibv_mw_bind_info, mw_access_flags);
+    o!(ibv_send_wr, bind_mw);
+    check(
+        "ibv_send_wr.bind_mw.bind_info",
+        offset_of!(ibv_send_wr, bind_mw) + offset_of!(send_wr_bind_mw, bind_info),
+    );
     check(
         "ibv_device_attr_ex.odp_caps",
         ferroce_ibverbs::abi::DEVICE_ATTR_EX_ODP_CAPS,
@@ -182,7 +193,6 @@ fn structures_match_verbs_h() {
         offset_of!(ibv_send_wr, wr) + offset_of!(wr_ud, remote_qkey),
     );
     o!(ibv_send_wr, remote_srqn, "qp_type");
-    o!(ibv_send_wr, _bind_mw_tso, "bind_mw");
     s!(ibv_recv_wr);
     o!(ibv_recv_wr, num_sge);
     s!(ibv_srq);

@@ -748,12 +748,20 @@ impl MemoryRegion {
             .map_err(|_| Error::InvalidArgument("unaligned or outside the region"))
     }
 
+    /// How many memory windows are bound onto the region (`ibv_dereg_mr` refuses while any
+    /// is).
+    pub fn windows_bound(&self) -> usize {
+        self.pd.ctx.shared.mrs.windows_on(self.inner.lkey)
+    }
+
     /// `ibv_dereg_mr`: the keys die at once (work requests that use them afterwards fail with
     /// a protection error, a peer's requests get the remote-access NAK), and when this returns
     /// no copy into or out of the region is running or can start: its memory may be freed.
     /// (Memory ferroce owns is unmapped when the last handle goes.)
     pub fn dereg(self) {
         let shared = &self.pd.ctx.shared;
+        // Windows onto the region close with it (the C ABI refuses with EBUSY first, as rxe).
+        shared.mrs.unbind_on(self.inner.lkey);
         shared.mrs.remove(self.inner.lkey);
         // Every copy the engine makes into or out of a region happens while it holds the
         // engine lock, after a key lookup made under the same lock. The key is gone from the

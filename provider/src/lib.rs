@@ -59,6 +59,7 @@ mod events;
 pub mod faults;
 pub mod gsi;
 mod mr;
+pub mod mw;
 pub mod pcap;
 pub mod qp;
 mod sys;
@@ -81,4 +82,5 @@ pub use ferroce_transport::{
 };
 pub use ferroce_wire as wire;
 pub use gsi::GsiRoute;
+pub use mw::{MemoryWindow, MwType};
 pub use qp::{QpBuilder, QpInitAttr, QueuePair, SharedReceiveQueue};

@@ -130,7 +130,7 @@ impl MrInner {
     }
 
     /// The offset of `[addr, addr+len)` inside the region, if it lies inside.
-    fn offset(&self, addr: u64, len: u64) -> Result<usize, MemError> {
+    pub(crate) fn offset(&self, addr: u64, len: u64) -> Result<usize, MemError> {
         let off = addr.checked_sub(self.addr).ok_or(MemError::OutOfBounds)?;
         let end = off.checked_add(len).ok_or(MemError::OutOfBounds)?;
         if end > self.len {
@@ -181,7 +181,7 @@ pub(crate) const QUARANTINE: usize = 1 << 17;
 
 /// Hashes a key (already uniformly random) by a multiply that spreads it over all 64 bits.
 #[derive(Default)]
-struct KeyHasher(u64);
+pub(crate) struct KeyHasher(u64);
 
 impl Hasher for KeyHasher {
     fn finish(&self) -> u64 {
@@ -246,8 +246,10 @@ pub(crate) fn fill_random(buf: &mut [u8]) -> std::io::Result<()> {
 
 /// The table's state under its lock.
 #[derive(Default)]
-struct Keys {
-    live: KeyMap<Arc<MrInner>>,
+pub(crate) struct Keys {
+    pub(crate) live: KeyMap<Arc<MrInner>>,
+    /// Memory windows by index, their rkey's bits 31:8 (see `mw.rs`).
+    pub(crate) windows: KeyMap<crate::mw::Window>,
     /// Freed keys, oldest first, and the same as a set.
     freed: VecDeque<u32>,
     freed_set: KeySet,
@@ -255,10 +257,14 @@ struct Keys {
 }
 
 impl Keys {
-    fn fresh_key(&mut self) -> std::io::Result<u32> {
+    pub(crate) fn fresh_key(&mut self) -> std::io::Result<u32> {
         loop {
             let k = self.source.next()?;
-            if k != 0 && !self.live.contains_key(&k) && !self.freed_set.contains(&k) {
+            if k != 0
+                && !self.live.contains_key(&k)
+                && !self.freed_set.contains(&k)
+                && !self.windows.contains_key(&(k >> 8))
+            {
                 return Ok(k);
             }
         }
@@ -268,7 +274,7 @@ impl Keys {
 /// Every registered region of a device, by key (lkey and rkey are equal, as on rxe).
 #[derive(Default)]
 pub(crate) struct MrTable {
-    keys: RwLock<Keys>,
+    pub(crate) keys: RwLock<Keys>,
 }
 
 impl fmt::Debug for MrTable {
@@ -364,9 +370,31 @@ impl MrTable {
         Ok(())
     }
 
+    /// The region a remote key reaches for `[addr, addr+len)` with `need`: the region of that
+    /// rkey, or the one a bound window opens onto (checked against the window's range and
+    /// rights).
+    fn remote(
+        &self,
+        pd: u32,
+        rkey: u32,
+        addr: u64,
+        len: u64,
+        need: AccessFlags,
+    ) -> Result<Arc<MrInner>, MemError> {
+        if let Some(mr) = self.through_window(pd, rkey, addr, len, need)? {
+            return Ok(mr);
+        }
+        self.lookup(pd, rkey, need)
+    }
+
     /// The region of `key` in `pd` granting `need`; the Arc keeps its descriptor alive while
     /// the caller (the engine, under the engine lock) copies.
-    fn lookup(&self, pd: u32, key: u32, need: AccessFlags) -> Result<Arc<MrInner>, MemError> {
+    pub(crate) fn lookup(
+        &self,
+        pd: u32,
+        key: u32,
+        need: AccessFlags,
+    ) -> Result<Arc<MrInner>, MemError> {
         let mr = self
             .keys
             .read()
@@ -403,22 +431,36 @@ impl Memory for MrTable {
         len: u64,
         access: AccessFlags,
     ) -> Result<(), MemError> {
-        self.lookup(pd, rkey, access)?.offset(addr, len).map(|_| ())
+        self.remote(pd, rkey, addr, len, access)?
+            .offset(addr, len)
+            .map(|_| ())
     }
 
     fn read_remote(&self, pd: u32, rkey: u32, addr: u64, buf: &mut [u8]) -> Result<(), MemError> {
-        self.lookup(pd, rkey, AccessFlags::REMOTE_READ)?
+        self.remote(pd, rkey, addr, buf.len() as u64, AccessFlags::REMOTE_READ)?
             .copy_out(addr, buf)
     }
 
     fn write_remote(&self, pd: u32, rkey: u32, addr: u64, data: &[u8]) -> Result<(), MemError> {
-        self.lookup(pd, rkey, AccessFlags::REMOTE_WRITE)?
+        self.remote(pd, rkey, addr, data.len() as u64, AccessFlags::REMOTE_WRITE)?
             .copy_in(addr, data)
     }
 
     fn atomic(&self, pd: u32, rkey: u32, addr: u64, op: AtomicOp) -> Result<u64, MemError> {
-        self.lookup(pd, rkey, AccessFlags::REMOTE_ATOMIC)?
+        self.remote(pd, rkey, addr, 8, AccessFlags::REMOTE_ATOMIC)?
             .atomic(addr, op)
+    }
+
+    fn bind_mw(&self, pd: u32, qpn: u32, bind: &ferroce_transport::MwBind) -> Result<(), MemError> {
+        self.bind_window(pd, qpn, bind)
+    }
+
+    fn invalidate(&self, pd: u32, qpn: u32, rkey: u32) -> Result<(), MemError> {
+        self.invalidate_window(pd, qpn, rkey)
+    }
+
+    fn bound_qp(&self, rkey: u32) -> Option<u32> {
+        self.window_qp(rkey)
     }
 }
 

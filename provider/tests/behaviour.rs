@@ -453,3 +453,100 @@ fn reset_removes_the_qps_completions_from_its_cq() {
     assert_eq!(left.len(), 1, "{left:?}");
     assert_eq!((left[0].qp_num, left[0].wr_id), (other.qp_num(), 9));
 }
+
+/// Memory windows over the runtime: a type 2 window bound by a work request on B's QP takes
+/// A's WRITE in its range only, a SEND with invalidate from A closes it, and a type 1 window
+/// bound with `bind_mw` serves the PD; a region with a bound window tells so, and
+/// deregistering it closes the window.
+#[test]
+fn memory_windows_over_the_runtime() {
+    use ferroce::MwType;
+    use ferroce::transport::{AccessFlags, RemoteAddr, SendWr, WcFlags, WcOpcode};
+    let (x, y) = pair(
+        [127, 93, 8, 1],
+        [127, 93, 8, 2],
+        QpType::Rc,
+        Mtu::Mtu1024,
+        65536,
+    );
+    let win_mr =
+        y.pd.reg_mr(
+            16384,
+            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::MW_BIND,
+        )
+        .unwrap();
+    let mw = y.pd.alloc_mw(MwType::Type2).unwrap();
+    let before = mw.rkey();
+    y.qp.post_send(&mw.bind_wr(
+        1,
+        &win_mr,
+        win_mr.addr() + 4096,
+        4096,
+        AccessFlags::REMOTE_WRITE,
+    ))
+    .unwrap();
+    let wc = wait(&y.cq, 1, Duration::from_secs(5));
+    assert_eq!(
+        (wc[0].status, wc[0].opcode),
+        (WcStatus::Success, WcOpcode::Bind)
+    );
+    let key = mw.rkey();
+    assert_ne!(key, before);
+    assert_eq!(win_mr.windows_bound(), 1);
+    x.mr.write(0, b"through the window").unwrap();
+    let write = |id, addr, rkey| {
+        SendWr::write(
+            id,
+            x.mr.sge(0, 18),
+            RemoteAddr {
+                remote_addr: addr,
+                rkey,
+            },
+        )
+    };
+    x.qp.post_send(&write(2, win_mr.addr() + 5000, key))
+        .unwrap();
+    assert_eq!(
+        wait(&x.cq, 1, Duration::from_secs(5))[0].status,
+        WcStatus::Success
+    );
+    let mut got = [0u8; 18];
+    win_mr.read(5000, &mut got).unwrap();
+    assert_eq!(&got, b"through the window");
+    // SEND with invalidate closes the window; B's receive says which key.
+    y.qp.post_recv(&RecvWr::new(7, y.mr.sge(0, 64))).unwrap();
+    x.qp.post_send(&SendWr::send_with_inv(3, x.mr.sge(0, 8), key))
+        .unwrap();
+    assert_eq!(
+        wait(&x.cq, 1, Duration::from_secs(5))[0].status,
+        WcStatus::Success
+    );
+    let r = wait(&y.cq, 1, Duration::from_secs(5));
+    assert!(r[0].wc_flags.contains(WcFlags::WITH_INV));
+    assert_eq!(r[0].invalidated_rkey, key);
+    assert_eq!(win_mr.windows_bound(), 0);
+    // A type 1 window, bound with bind_mw, closes with its region's deregistration.
+    let mw1 = y.pd.alloc_mw(MwType::Type1).unwrap();
+    let k1 =
+        y.qp.bind_mw(
+            &mw1,
+            &win_mr,
+            win_mr.addr(),
+            16384,
+            AccessFlags::REMOTE_WRITE,
+            8,
+        )
+        .unwrap();
+    assert_eq!(
+        wait(&y.cq, 1, Duration::from_secs(5))[0].opcode,
+        WcOpcode::Bind
+    );
+    assert_eq!((mw1.rkey(), win_mr.windows_bound()), (k1, 1));
+    win_mr.dereg();
+    assert!(x.qp.post_send(&write(4, 0, k1)).is_ok());
+    assert_eq!(
+        wait(&x.cq, 1, Duration::from_secs(5))[0].status,
+        WcStatus::RemAccessErr,
+        "the window closed with its region"
+    );
+}
