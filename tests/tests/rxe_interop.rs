@@ -12,8 +12,8 @@ use std::net::{IpAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use ferroce::transport::{
-    BringUp, Mtu, QpCap, QpType, RecvWr, SendFlags, SendWr, Service, WcOpcode, WcStatus,
-    WorkCompletion, WrOpcode,
+    AccessFlags, BringUp, Mtu, QpCap, QpType, RecvWr, SendFlags, SendWr, Service, WcOpcode,
+    WcStatus, WorkCompletion, WrOpcode,
 };
 use ferroce::{CompletionQueue, Device, QpInitAttr, QueuePair};
 use ferroce_cli::tools::loopback::{ALL_ACCESS, connect};
@@ -529,6 +529,122 @@ fn rxe_peer_matrix() {
         format!("rxe->ferroce RNR rnr_retry 7 waits for the receive mtu {m}"),
         res,
     );
+    // Memory windows and invalidation, both ways (lossless runs: a lost access-error NAK would
+    // blur the outcomes). rxe's window: ferroce WRITEs into it, outside it is refused, and
+    // ferroce's SEND with invalidate closes it (rxe's receive carries the key).
+    if !lossy {
+        let q = fresh(&mut agent, 7, 7, (7, 18));
+        let res = (|| -> Result<(), String> {
+            let r = agent.ask("BINDMW 4096 4096");
+            if r[0] != "OK" {
+                return Err(format!("rxe bind {r:?}"));
+            }
+            let wkey: u32 = r[1].parse().map_err(|e| format!("{e}"))?;
+            let wc = agent.ask("WC");
+            if wc[0] != "WC" || wc[2] != "0" || wc[3] != "5" {
+                return Err(format!("rxe bind completion {wc:?}"));
+            }
+            post(&q, WrOpcode::RdmaWrite, 64, aaddr + 4096 + 100, wkey)?;
+            expect(wait(&cq), WcStatus::Success)?;
+            let mut bytes = vec![0u8; 64];
+            mr.read(0, &mut bytes).map_err(|e| e.to_string())?;
+            let h = agent.ask("HASH 4196 64");
+            if h[1] != format!("{:016x}", fnv(&bytes)) {
+                return Err("bytes through rxe's window differ".into());
+            }
+            agent.ask("RECV 0 64");
+            let w = SendWr::send_with_inv(10, mr.sge(0, 16), wkey);
+            q.post_send(&w).map_err(|e| e.to_string())?;
+            expect(wait(&cq), WcStatus::Success)?;
+            let wc = agent.ask("WC");
+            // A receive (opcode 128) with the invalidated key. rxe (6.1) puts the kernel's flag
+            // value in the user CQE: IB_WC_WITH_INVALIDATE is bit 2 there (IBV_WC_IP_CSUM_OK to
+            // libibverbs), where verbs' IBV_WC_WITH_INV is bit 3; either says it. The WRITE
+            // after it shows the key is really dead.
+            let flags: u32 = wc.get(6).and_then(|f| f.parse().ok()).unwrap_or(0);
+            if wc[0] != "WC"
+                || wc[2] != "0"
+                || wc[3] != "128"
+                || wc.get(7) != Some(&wkey.to_string())
+                || flags & (8 | 4) == 0
+            {
+                return Err(format!(
+                    "rxe receive {wc:?}, want the invalidated key {wkey}"
+                ));
+            }
+            post(&q, WrOpcode::RdmaWrite, 64, aaddr + 4096 + 100, wkey)?;
+            expect(wait(&cq), WcStatus::RemAccessErr)
+        })();
+        report(
+            format!("rxe type 2 window: ferroce WRITE through it, SEND_WITH_INV closes it mtu {m}"),
+            res,
+        );
+        // ferroce's window: rxe WRITEs into it, and rxe's SEND with invalidate closes it.
+        let q = fresh(&mut agent, 7, 7, (7, 18));
+        let res = (|| -> Result<(), String> {
+            let wmr = pd
+                .reg_mr(65536, ALL_ACCESS | AccessFlags::MW_BIND)
+                .map_err(|e| e.to_string())?;
+            let mw = pd
+                .alloc_mw(ferroce::MwType::Type2)
+                .map_err(|e| e.to_string())?;
+            q.post_send(&mw.bind_wr(11, &wmr, wmr.addr() + 8192, 8192, AccessFlags::REMOTE_WRITE))
+                .map_err(|e| e.to_string())?;
+            let b = wait(&cq);
+            if !b.is_some_and(|w| w.status == WcStatus::Success && w.opcode == WcOpcode::Bind) {
+                return Err(format!("ferroce bind {b:?}"));
+            }
+            let wkey = mw.rkey();
+            agent.ask("FILL 0 64 9");
+            let r = agent.ask(&format!(
+                "POST write 0 64 {} {wkey} 0 0 0",
+                wmr.addr() + 8192 + 50
+            ));
+            let wc = agent.ask("WC");
+            if r[0] != "OK" || wc[0] != "WC" || wc[2] != "0" {
+                return Err(format!("rxe WRITE through ferroce's window: {wc:?}"));
+            }
+            let mut got = vec![0u8; 64];
+            wmr.read(8192 + 50, &mut got).map_err(|e| e.to_string())?;
+            let want: Vec<u8> = (0..64u32).map(|i| ((i * 31 + 9) & 255) as u8).collect();
+            if got != want {
+                return Err("bytes through ferroce's window differ".into());
+            }
+            q.post_recv(&RecvWr::new(12, mr.sge(0, 64)))
+                .map_err(|e| e.to_string())?;
+            let r = agent.ask(&format!("POST send_inv 0 16 0 0 {wkey} 0 0"));
+            let wc = agent.ask("WC");
+            if r[0] != "OK" || wc[0] != "WC" || wc[2] != "0" {
+                return Err(format!("rxe SEND_WITH_INV: {wc:?}"));
+            }
+            match wait(&cq) {
+                Some(w)
+                    if w.status == WcStatus::Success
+                        && w.wc_flags.contains(ferroce::WcFlags::WITH_INV)
+                        && w.invalidated_rkey == wkey => {}
+                other => return Err(format!("ferroce receive {other:?}")),
+            }
+            if wmr.windows_bound() != 0 {
+                return Err("ferroce's window still bound".into());
+            }
+            let r = agent.ask(&format!(
+                "POST write 0 64 {} {wkey} 0 0 0",
+                wmr.addr() + 8192
+            ));
+            let wc = agent.ask("WC");
+            if r[0] == "OK" && wc[0] == "WC" && wc[2] == "10" {
+                Ok(())
+            } else {
+                Err(format!(
+                    "rxe WRITE after the invalidate: {wc:?}, want status 10"
+                ))
+            }
+        })();
+        report(
+            format!("ferroce type 2 window: rxe WRITE through it, SEND_WITH_INV closes it mtu {m}"),
+            res,
+        );
+    }
     // The ferroce QP vanishes under rxe (retry_cnt 2, timeout 14 = 67 ms): status 12
     // (IBV_WC_RETRY_EXC_ERR) for the WR in flight, 5 (IBV_WC_WR_FLUSH_ERR) for the next.
     let q = fresh(&mut agent, 7, 7, (2, 14));

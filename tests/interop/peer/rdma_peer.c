@@ -11,9 +11,14 @@
  *                                      7 and timeout 18 unless given) -> "QP qpn psn rkey addr"
  *   RECV OFF LEN                       post a receive                 -> "OK"
  *   POST OP OFF LEN RADDR RKEY IMM COMPARE_ADD SWAP   post a signaled send WR (OP: send,
- *                                      send_imm, write, write_imm, read, cas, faa) -> "OK"
+ *                                      send_imm, send_inv (IMM: the rkey to invalidate), write,
+ *                                      write_imm, read, cas, faa) -> "OK"
+ *   BINDMW OFF LEN                     bind a type 2 window (allocated once) over the region's
+ *                                      OFF..OFF+LEN for remote WRITE with a BIND_MW WR on the
+ *                                      QP (its completion comes through WC) -> "OK rkey"
  *   WC                                 wait (<= 120 s) for a completion
- *                                      -> "WC wr_id status opcode byte_len imm" or "NONE"
+ *                                      -> "WC wr_id status opcode byte_len imm flags inv" or
+ *                                      "NONE" (inv: the imm/invalidated_rkey union, host order)
  *   FILL OFF LEN SEED                  byte i = (i*31 + SEED) & 255   -> "OK"
  *   HASH OFF LEN                       FNV-1a 64 of the bytes         -> "HASH hex"
  *   LOAD OFF                           the host-order u64 there       -> "VAL n"
@@ -39,6 +44,7 @@ static struct ibv_qp *qp;
 static uint8_t *buf;
 static size_t len;
 static uint64_t next_id = 1;
+static struct ibv_mw *mw;
 
 static void die(const char *what) {
 	perror(what);
@@ -124,7 +130,10 @@ static int post(const char *op, size_t off, uint32_t n, uint64_t raddr, uint32_t
 	wr.wr.rdma.rkey = rkey;
 	if (!strcmp(op, "send"))
 		wr.opcode = IBV_WR_SEND;
-	else if (!strcmp(op, "send_imm"))
+	else if (!strcmp(op, "send_inv")) {
+		wr.opcode = IBV_WR_SEND_WITH_INV;
+		wr.invalidate_rkey = imm;
+	} else if (!strcmp(op, "send_imm"))
 		wr.opcode = IBV_WR_SEND_WITH_IMM;
 	else if (!strcmp(op, "write"))
 		wr.opcode = IBV_WR_RDMA_WRITE;
@@ -156,7 +165,7 @@ int main(int argc, char **argv) {
 	if (!pd || !buf)
 		die("pd/buf");
 	memset(buf, 0, len);
-	mr = ibv_reg_mr(pd, buf, len, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC);
+	mr = ibv_reg_mr(pd, buf, len, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND);
 	cq = ibv_create_cq(ctx, 256, NULL, NULL, 0);
 	if (!mr || !cq)
 		die("mr/cq");
@@ -191,6 +200,25 @@ int main(int argc, char **argv) {
 			fprintf(out, ibv_post_recv(qp, &wr, &bad) ? "ERR recv\n" : "OK\n");
 		} else if (sscanf(line, "POST %31s %zu %zu %llu %u %u %llu %llu", op, &off, &n, &raddr, &rkey, &imm, &ca, &swap) == 8) {
 			fprintf(out, post(op, off, (uint32_t)n, raddr, rkey, imm, ca, swap) ? "ERR post\n" : "OK\n");
+		} else if (sscanf(line, "BINDMW %zu %zu", &off, &n) == 2) {
+			if (!mw)
+				mw = ibv_alloc_mw(pd, IBV_MW_TYPE_2);
+			uint32_t nk = mw ? ibv_inc_rkey(mw->rkey) : 0;
+			struct ibv_send_wr wr = {.wr_id = next_id++, .opcode = IBV_WR_BIND_MW, .send_flags = IBV_SEND_SIGNALED}, *bad;
+			if (mw) {
+				wr.bind_mw.mw = mw;
+				wr.bind_mw.rkey = nk;
+				wr.bind_mw.bind_info.mr = mr;
+				wr.bind_mw.bind_info.addr = (uintptr_t)(buf + off);
+				wr.bind_mw.bind_info.length = n;
+				wr.bind_mw.bind_info.mw_access_flags = IBV_ACCESS_REMOTE_WRITE;
+			}
+			if (!mw || ibv_post_send(qp, &wr, &bad))
+				fprintf(out, "ERR bindmw\n");
+			else {
+				mw->rkey = nk;
+				fprintf(out, "OK %u\n", nk);
+			}
 		} else if (!strncmp(line, "WC", 2)) {
 			struct ibv_wc wc;
 			int got = 0;
@@ -200,8 +228,9 @@ int main(int argc, char **argv) {
 					usleep(100);
 			}
 			if (got == 1)
-				fprintf(out, "WC %llu %d %d %u %u\n", (unsigned long long)wc.wr_id, wc.status, wc.opcode, wc.byte_len,
-					(wc.wc_flags & IBV_WC_WITH_IMM) ? ntohl(wc.imm_data) : 0);
+				fprintf(out, "WC %llu %d %d %u %u %u %u\n", (unsigned long long)wc.wr_id, wc.status, wc.opcode, wc.byte_len,
+					(wc.wc_flags & IBV_WC_WITH_IMM) ? ntohl(wc.imm_data) : 0,
+					wc.wc_flags, wc.invalidated_rkey);
 			else
 				fprintf(out, "NONE\n");
 		} else if (sscanf(line, "FILL %zu %zu %llu", &off, &n, &seed) == 3) {
