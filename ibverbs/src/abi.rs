@@ -115,8 +115,11 @@ pub struct verbs_context {
         Option<unsafe extern "C" fn(*mut ibv_context, u8, *mut ibv_port_attr, usize) -> c_int>,
     pub advise_mr:
         Option<unsafe extern "C" fn(*mut ibv_pd, c_uint, u32, *mut ibv_sge, u32) -> c_int>,
-    /// alloc_null_mr … modify_cq (22 slots).
-    pub _unused_a: [Slot; 22],
+    /// alloc_null_mr … alloc_td (15 slots).
+    pub _unused_a: [Slot; 15],
+    pub modify_cq: Option<unsafe extern "C" fn(*mut ibv_cq, *mut ibv_modify_cq_attr) -> c_int>,
+    /// post_srq_ops … create_wq (6 slots).
+    pub _unused_a2: [Slot; 6],
     pub query_rt_values:
         Option<unsafe extern "C" fn(*mut ibv_context, *mut ibv_values_ex) -> c_int>,
     pub create_cq_ex:
@@ -697,3 +700,21 @@ pub const IBV_VALUES_MASK_RAW_CLOCK: u32 = 1 << 0;
 /// Offset of `odp_caps` (`general_caps` u64, then the RC, UC and UD capability words) in
 /// `struct ibv_device_attr_ex`.
 pub const DEVICE_ATTR_EX_ODP_CAPS: usize = 240;
+
+/// `struct ibv_modify_cq_attr` (`ibv_modify_cq`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct ibv_modify_cq_attr {
+    pub attr_mask: u32,
+    /// `moderate.cq_count`.
+    pub cq_count: u16,
+    /// `moderate.cq_period` (µs).
+    pub cq_period: u16,
+}
+
+/// `IBV_CQ_ATTR_MODERATE`.
+pub const IBV_CQ_ATTR_MODERATE: u32 = 1 << 0;
+
+/// Offset of `cq_mod_caps` (`max_cq_count`, `max_cq_period`, two u16) in
+/// `struct ibv_device_attr_ex`.
+pub const DEVICE_ATTR_EX_CQ_MOD_CAPS: usize = 368;

@@ -125,6 +125,32 @@ pub unsafe extern "C" fn ibv_resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int {
     })())
 }
 
+/// `verbs_context.modify_cq` (behind verbs.h's `ibv_modify_cq`): event moderation, the CQ's
+/// event once `cq_count` completions arrived or `cq_period` µs after the first of them.
+pub(crate) unsafe extern "C" fn vctx_modify_cq(
+    cq: *mut ibv_cq,
+    attr: *mut ibv_modify_cq_attr,
+) -> c_int {
+    crate::status((|| {
+        if cq.is_null() || attr.is_null() {
+            return libc::EINVAL;
+        }
+        // SAFETY: verbs passes a live CQ of ours and a readable attribute struct.
+        let (q, a) = unsafe { (cq_of(cq), &*attr) };
+        if a.attr_mask & !IBV_CQ_ATTR_MODERATE != 0 {
+            log::debug!(
+                "ibv_modify_cq: attr_mask {:#x} not known (EINVAL)",
+                a.attr_mask
+            );
+            return libc::EINVAL;
+        }
+        if a.attr_mask & IBV_CQ_ATTR_MODERATE != 0 {
+            q.cq.moderate(a.cq_count, a.cq_period);
+        }
+        0
+    })())
+}
+
 pub(crate) fn nonblocking(fd: c_int) -> bool {
     // SAFETY: F_GETFL on any fd is harmless; a bad fd gives -1.
     let fl = unsafe { libc::fcntl(fd, libc::F_GETFL) };

@@ -222,7 +222,9 @@ pub extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_context {
         verbs_context {
             query_port: Some(vctx_query_port),
             advise_mr: Some(crate::mr::vctx_advise_mr),
-            _unused_a: [None; 22],
+            _unused_a: [None; 15],
+            modify_cq: Some(crate::cq::vctx_modify_cq),
+            _unused_a2: [None; 6],
             query_rt_values: Some(vctx_query_rt_values),
             create_cq_ex: Some(crate::cq_ex::vctx_create_cq_ex),
             priv_: core::ptr::null_mut(),
@@ -393,6 +395,17 @@ unsafe extern "C" fn vctx_query_device_ex(
                         .cast::<u32>()
                         .write_unaligned(*c);
                 }
+            }
+        }
+        if attr_size >= DEVICE_ATTR_EX_CQ_MOD_CAPS + 4 {
+            // SAFETY: both u16 lie inside the caller's attr_size bytes (unaligned writes: any byte buffer).
+            unsafe {
+                attr.byte_add(DEVICE_ATTR_EX_CQ_MOD_CAPS)
+                    .cast::<u16>()
+                    .write_unaligned(u16::MAX);
+                attr.byte_add(DEVICE_ATTR_EX_CQ_MOD_CAPS + 2)
+                    .cast::<u16>()
+                    .write_unaligned(u16::MAX);
             }
         }
         if attr_size >= DEVICE_ATTR_EX_HCA_CORE_CLOCK + 8 {

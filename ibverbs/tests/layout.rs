@@ -80,6 +80,13 @@ fn structures_match_verbs_h() {
     );
     o!(verbs_context, query_rt_values);
     o!(verbs_context, advise_mr);
+    o!(verbs_context, modify_cq);
+    s!(ibv_modify_cq_attr);
+    o!(ibv_modify_cq_attr, cq_count, "moderate");
+    check(
+        "ibv_device_attr_ex.cq_mod_caps",
+        ferroce_ibverbs::abi::DEVICE_ATTR_EX_CQ_MOD_CAPS,
+    );
     s!(ibv_mw);
     o!(ibv_mw, type_, "type");
     s!(ibv_mw_bind);

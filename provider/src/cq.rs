@@ -27,6 +27,12 @@ pub(crate) struct CqInner {
     cqe: std::sync::atomic::AtomicUsize,
     /// Whether completions are stamped as they arrive ([`CompletionQueue::stamp_completions`]).
     stamps: std::sync::atomic::AtomicBool,
+    /// Event moderation (`ibv_modify_cq`): an armed CQ fires after this many completions...
+    mod_count: AtomicU32,
+    /// ... or this long (ns) after the first of them; 0 = no period.
+    mod_period_ns: std::sync::atomic::AtomicU64,
+    /// Completions since the CQ was armed that have not fired yet.
+    pending: AtomicU32,
     channel: Option<Arc<ChannelInner>>,
     armed: AtomicU8,
     /// Events `get_event` returned for this CQ (queued but unread ones do not count).
@@ -62,17 +68,46 @@ impl CqInner {
         // Solicited-only arming also fires on every completion: ferroce does not yet carry
         // the SE bit into completions, and an extra event is harmless where a missed one hangs.
         let armed = self.armed.load(Ordering::SeqCst);
+        if armed != ARMED_ANY && armed != ARMED_SOLICITED {
+            return true;
+        }
+        // Moderation: wait for `count` completions, or the period after the first of them.
+        let count = self.mod_count.load(Ordering::Relaxed);
+        let n = self.pending.fetch_add(1, Ordering::SeqCst) + 1;
+        if n < count {
+            let period = self.mod_period_ns.load(Ordering::Relaxed);
+            if n == 1 && period > 0 {
+                if let Some(shared) = self.device.upgrade() {
+                    shared.cq_timer(self, period);
+                }
+            }
+            return true;
+        }
+        self.fire();
+        true
+    }
+
+    /// Hands the channel an event, if the CQ is still armed (the arming is used up).
+    pub(crate) fn fire(self: &Arc<Self>) {
+        let armed = self.armed.load(Ordering::SeqCst);
         let fire = (armed == ARMED_ANY || armed == ARMED_SOLICITED)
             && self
                 .armed
                 .compare_exchange(armed, NOT_ARMED, Ordering::SeqCst, Ordering::SeqCst)
                 .is_ok();
         if fire {
+            self.pending.store(0, Ordering::SeqCst);
             if let Some(ch) = &self.channel {
                 ch.notify(self);
             }
         }
-        true
+    }
+
+    /// The moderation period ran out: fire if completions are waiting for an event.
+    pub(crate) fn period_elapsed(self: &Arc<Self>) {
+        if self.pending.load(Ordering::SeqCst) > 0 {
+            self.fire();
+        }
     }
 }
 
@@ -97,6 +132,9 @@ impl CompletionQueue {
                 queue: Mutex::new(VecDeque::with_capacity(cqe.min(4096))),
                 cqe: std::sync::atomic::AtomicUsize::new(cqe),
                 stamps: std::sync::atomic::AtomicBool::new(false),
+                mod_count: AtomicU32::new(1),
+                mod_period_ns: std::sync::atomic::AtomicU64::new(0),
+                pending: AtomicU32::new(0),
                 channel: channel.map(|c| c.inner.clone()),
                 armed: AtomicU8::new(NOT_ARMED),
                 got_events: AtomicU32::new(0),
@@ -162,6 +200,8 @@ impl CompletionQueue {
                 "CQ created without a completion channel",
             ));
         }
+        // Completions before the arming do not count towards moderation.
+        self.inner.pending.store(0, Ordering::SeqCst);
         self.inner.armed.store(
             if solicited_only {
                 ARMED_SOLICITED
@@ -194,6 +234,18 @@ impl CompletionQueue {
     /// or `_WALLCLOCK`.
     pub fn stamp_completions(&self) {
         self.inner.stamps.store(true, Ordering::Relaxed);
+    }
+
+    /// `ibv_modify_cq` with `IBV_CQ_ATTR_MODERATE`: once armed, the CQ raises its event after
+    /// `cq_count` completions, or `cq_period_us` µs after the first of them, whichever comes
+    /// first (`cq_count` 0 or 1 and period 0: every completion, the default).
+    pub fn moderate(&self, cq_count: u16, cq_period_us: u16) {
+        self.inner
+            .mod_count
+            .store(u32::from(cq_count.max(1)), Ordering::Relaxed);
+        self.inner
+            .mod_period_ns
+            .store(u64::from(cq_period_us) * 1000, Ordering::Relaxed);
     }
 
     /// How many completions wait to be polled.

@@ -93,6 +93,8 @@ pub(crate) struct Shared {
     stats: Arc<DatapathStats>,
     /// This process's place in the address's group of processes.
     membership: backend::group::Membership,
+    /// Moderated CQs waiting for their period to run out: (deadline in engine ns, CQ).
+    cq_timers: Mutex<Vec<(u64, Weak<CqInner>)>>,
 }
 
 /// A device's running runtime: the [`Shared`] state and its progress thread, stopped and
@@ -226,6 +228,7 @@ impl Shared {
             rx_fd,
             stats,
             membership,
+            cq_timers: Mutex::new(Vec::new()),
         });
         let s2 = shared.clone();
         let progress = std::thread::Builder::new()
@@ -368,6 +371,31 @@ impl Shared {
         (&self.membership.registry, self.membership.slot)
     }
 
+    /// Fires `cq`'s moderation period `period_ns` from now (the progress thread's timer).
+    pub(crate) fn cq_timer(&self, cq: &Arc<CqInner>, period_ns: u64) {
+        let at = self.now().as_nanos().saturating_add(period_ns);
+        self.cq_timers.lock().push((at, Arc::downgrade(cq)));
+        self.wake.signal();
+    }
+
+    /// Runs the moderation periods that have ended; returns the next deadline (engine ns).
+    fn run_cq_timers(&self) -> Option<u64> {
+        let now = self.now().as_nanos();
+        let due: Vec<Weak<CqInner>> = {
+            let mut t = self.cq_timers.lock();
+            if t.is_empty() {
+                return None;
+            }
+            let (due, rest): (Vec<_>, Vec<_>) = t.drain(..).partition(|(at, _)| *at <= now);
+            *t = rest;
+            due.into_iter().map(|(_, cq)| cq).collect()
+        };
+        for cq in due.iter().filter_map(Weak::upgrade) {
+            cq.period_elapsed();
+        }
+        self.cq_timers.lock().iter().map(|(at, _)| *at).min()
+    }
+
     /// A number for a new CQ, unique on this device.
     pub(crate) fn next_cq_number(&self) -> u32 {
         self.next_cq.fetch_add(1, Ordering::Relaxed)
@@ -430,10 +458,17 @@ impl Shared {
     fn progress(self: Arc<Self>) {
         let fd = self.rx_fd;
         while !self.shutdown.load(Ordering::SeqCst) {
+            let cq_deadline = self.run_cq_timers();
             if !self.busy_poll {
                 let deadline = self.engine.lock().ep.poll_timeout();
                 let now = self.now();
                 let timeout = deadline.map(|t| t.saturating_duration_since(now));
+                let cq_wait =
+                    cq_deadline.map(|at| Duration::from_nanos(at.saturating_sub(now.as_nanos())));
+                let timeout = match (timeout, cq_wait) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                };
                 self.sleep_until.store(
                     deadline.map_or(u64::MAX, Instant::as_nanos),
                     Ordering::SeqCst,

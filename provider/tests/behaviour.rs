@@ -550,3 +550,71 @@ fn memory_windows_over_the_runtime() {
         "the window closed with its region"
     );
 }
+
+/// CQ event moderation (`ibv_modify_cq`): an armed CQ moderated to 4 completions raises no
+/// event for 2, one once the 4th arrives; re-armed with a period, a lone completion's event
+/// comes when the period has run out.
+#[test]
+fn cq_moderation_waits_for_the_count_or_the_period() {
+    let x = side([127, 93, 9, 1], QpType::Rc, 65536);
+    let ch = x.ctx.create_comp_channel().unwrap();
+    let cq = x.ctx.create_cq(64, Some(&ch)).unwrap();
+    let y = side([127, 93, 9, 2], QpType::Rc, 65536);
+    let qp = x.pd.qp(QpType::Rc, &cq).build().unwrap();
+    connect(
+        &qp,
+        std::net::IpAddr::from([127, 93, 9, 2]),
+        y.qp.qp_num(),
+        Mtu::Mtu1024,
+        1,
+        2,
+    );
+    connect(
+        &y.qp,
+        std::net::IpAddr::from([127, 93, 9, 1]),
+        qp.qp_num(),
+        Mtu::Mtu1024,
+        2,
+        1,
+    );
+    let write = |id| {
+        let mut w = ferroce::SendWr::write(
+            id,
+            x.mr.sge(0, 64),
+            ferroce::RemoteAddr {
+                remote_addr: y.mr.addr(),
+                rkey: y.mr.rkey(),
+            },
+        );
+        w.send_flags = ferroce::SendFlags::SIGNALED;
+        qp.post_send(&w).unwrap();
+    };
+    cq.moderate(4, 0);
+    cq.req_notify(false).unwrap();
+    write(1);
+    write(2);
+    assert_eq!(wait(&cq, 2, Duration::from_secs(5)).len(), 2);
+    assert!(
+        ch.get_event_timeout(Duration::ZERO).is_none(),
+        "2 of 4: no event yet"
+    );
+    write(3);
+    write(4);
+    assert!(
+        ch.get_event_timeout(Duration::from_secs(5)).is_some(),
+        "the 4th fires"
+    );
+    cq.ack_events(1);
+    assert_eq!(wait(&cq, 2, Duration::from_secs(5)).len(), 2);
+    // With a period (the most: 65,535 µs), a lone completion of the 4 still gets its event,
+    // when the period has run out (without the period it never would).
+    cq.moderate(4, u16::MAX);
+    cq.req_notify(false).unwrap();
+    write(5);
+    assert_eq!(wait(&cq, 1, Duration::from_secs(5)).len(), 1);
+    assert!(
+        ch.get_event_timeout(Duration::from_secs(10)).is_some(),
+        "at the period's end"
+    );
+    cq.ack_events(1);
+}

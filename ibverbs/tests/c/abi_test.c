@@ -647,6 +647,17 @@ int main(void)
 		      (dxc.odp_caps.general_caps & IBV_ODP_SUPPORT) &&
 		      (dxc.odp_caps.per_transport_caps.rc_odp_caps & IBV_ODP_SUPPORT_WRITE),
 	      "clock and ODP capabilities");
+	CHECK(dxc.cq_mod_caps.max_cq_count == UINT16_MAX && dxc.cq_mod_caps.max_cq_period == UINT16_MAX,
+	      "CQ moderation capabilities");
+	struct ibv_modify_cq_attr mca = { .attr_mask = IBV_CQ_ATTR_MODERATE,
+					  .moderate = { .cq_count = 4, .cq_period = 100 } };
+	CHECK(ibv_modify_cq(a.cq, &mca) == 0, "modify_cq moderation, errno %d", errno);
+	mca.moderate.cq_count = 1;
+	mca.moderate.cq_period = 0;
+	CHECK(ibv_modify_cq(a.cq, &mca) == 0, "moderation off again");
+	mca.attr_mask = 1 << 5;
+	errno = 0;
+	CHECK(ibv_modify_cq(a.cq, &mca) == EINVAL && errno == EINVAL, "modify_cq unknown mask");
 
 	/* Concurrency: posting, polling and querying one QP from three threads. */
 	struct side s5 = a;

@@ -24,7 +24,8 @@ int main(void)
 	O(ibv_device_attr_ex, phys_port_cnt_ex); O(ibv_device_attr_ex, completion_timestamp_mask);
 	O(ibv_device_attr_ex, hca_core_clock); O(verbs_context, query_rt_values);
 	S(ibv_values_ex); O(ibv_values_ex, raw_clock); O(verbs_context, advise_mr);
-	O(ibv_device_attr_ex, odp_caps); S(ibv_mw); O(ibv_mw, type); S(ibv_mw_bind);
+	O(ibv_device_attr_ex, odp_caps); O(ibv_device_attr_ex, cq_mod_caps);
+	O(verbs_context, modify_cq); S(ibv_modify_cq_attr); O(ibv_modify_cq_attr, moderate); S(ibv_mw); O(ibv_mw, type); S(ibv_mw_bind);
 	O(ibv_mw_bind, bind_info); S(ibv_mw_bind_info); O(ibv_mw_bind_info, mw_access_flags);
 	O(ibv_send_wr, bind_mw.bind_info);
 	S(ibv_port_attr); O(ibv_port_attr, pkey_tbl_len); O(ibv_port_attr, link_layer);
