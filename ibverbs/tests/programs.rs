@@ -9,7 +9,7 @@
 
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
-use std::io::Read;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
@@ -520,11 +520,18 @@ fn have_uverbs_node() -> bool {
     if unsafe { libc::geteuid() } == 0 {
         return ferroce::create_uverbs_node().is_ok();
     }
-    common::installed(
-        ferroce::UVERBS_NODE,
-        false,
-        "nothing: run `ferroce devnode` as root once",
-    )
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "{} is missing and this is not root (CI runs as root)",
+        ferroce::UVERBS_NODE
+    );
+    // Straight to the process's stderr, past the harness's capture, so the skip shows.
+    let _ = writeln!(
+        std::io::stderr(),
+        "SKIPPED: {} is missing (run `sudo ferroce devnode` once: UCX looks for it)",
+        ferroce::UVERBS_NODE
+    );
+    false
 }
 
 /// A server and a client of `prog` on one address (`args` for both, `client_args` after the
