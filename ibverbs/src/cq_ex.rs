@@ -85,9 +85,9 @@ pub(crate) unsafe extern "C" fn vctx_create_cq_ex(
         crate::set_errno(libc::EOPNOTSUPP);
         return core::ptr::null_mut();
     }
-    // SAFETY: verbs passes a context of ours that is open, and `a.channel` is NULL or a live channel of it: create_cq's contract.
-    let cq =
-        unsafe { crate::cq::create_cq(context, a.cqe, a.cq_context, a.channel, a.comp_vector) };
+    let (cqe, ctx_of_cq, ch, vector) = (a.cqe, a.cq_context, a.channel, a.comp_vector);
+    // SAFETY: verbs passes an open context of ours, and `ch` is NULL or a live channel of it, which is create_cq's contract.
+    let cq = unsafe { crate::cq::create_cq(context, cqe, ctx_of_cq, ch, vector) };
     if !cq.is_null()
         && a.wc_flags & (WITH_COMPLETION_TIMESTAMP | WITH_COMPLETION_TIMESTAMP_WALLCLOCK) != 0
     {
@@ -160,7 +160,7 @@ unsafe extern "C" fn read_byte_len(cq: *mut ibv_cq_ex) -> u32 {
 
 /// `ibv_wc_read_imm_data` and `ibv_wc_read_invalidated_rkey` (verbs.h routes both here).
 unsafe extern "C" fn read_imm_data(cq: *mut ibv_cq_ex) -> u32 {
-    // SAFETY: verbs calls the CQ's own ops with the live CQ they belong to.
+    // SAFETY: verbs calls this slot of the CQ's ops only with the live CQ it belongs to.
     let wc = unsafe { cur(cq) };
     if wc.wc_flags.contains(ferroce::transport::WcFlags::WITH_INV) {
         wc.invalidated_rkey

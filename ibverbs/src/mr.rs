@@ -38,7 +38,7 @@ unsafe fn reg(
     // SAFETY: `pd` is a PD of this library the program has not deallocated (verbs' rule).
     let p = unsafe { pd_of(pd) };
     let flags = AccessFlags(access & 0x1f);
-    // SAFETY: verbs' ibv_reg_mr contract makes addr..addr+length valid for reads and writes until ibv_dereg_mr returns (which is when the region's dereg returns), and a C program's memory is outside Rust's references; the aligned words around it lie in the same pages.
+    // SAFETY: verbs' ibv_reg_mr contract keeps addr..addr+length readable and writable until ibv_dereg_mr returns (when the region's dereg returns), C memory is outside Rust's references, and the aligned words around it lie in the same pages.
     let r = unsafe { p.pd.reg_mr_iova_raw(addr.cast(), length, iova, flags) };
     match r {
         Ok(mr) => Mr::into_raw(

@@ -512,7 +512,7 @@ impl ProtectionDomain {
                 "an IOVA must have the address's offset in its page",
             ));
         }
-        // SAFETY: this function's own contract is `foreign`'s: the widened range stays valid until deregistration and is reached by Rust only through region copies.
+        // SAFETY: this function's contract is `foreign`'s: the widened range stays valid until deregistration, and Rust reaches it only through region copies.
         let mut mr = unsafe { MrInner::foreign(self.handle(), ptr, len, access) };
         mr.addr = iova;
         let inner = self.ctx.shared.mrs.register(mr)?;

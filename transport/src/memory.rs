@@ -343,21 +343,19 @@ impl VecMemory {
         f: impl FnOnce(&mut [u8]) -> T,
     ) -> Result<T, MemError> {
         // A window's key reaches its region through the bound range and rights.
-        let key = match self.windows.borrow().get(&key) {
-            Some(w) => {
-                let b = w.bound.filter(|_| w.pd == pd).ok_or(MemError::InvalidKey)?;
-                if !b.access.contains(need) {
-                    return Err(MemError::AccessDenied);
-                }
-                let end = addr.checked_add(len as u64).ok_or(MemError::OutOfBounds)?;
-                if addr < b.addr || end > b.addr + b.len {
-                    return Err(MemError::OutOfBounds);
-                }
-                return self.with_region(pd, b.mr, addr, len, AccessFlags::EMPTY, f);
-            }
-            None => key,
+        let window = self.windows.borrow().get(&key).copied();
+        let Some(w) = window else {
+            return self.with_region(pd, key, addr, len, need, f);
         };
-        self.with_region(pd, key, addr, len, need, f)
+        let b = w.bound.filter(|_| w.pd == pd).ok_or(MemError::InvalidKey)?;
+        if !b.access.contains(need) {
+            return Err(MemError::AccessDenied);
+        }
+        let end = addr.checked_add(len as u64).ok_or(MemError::OutOfBounds)?;
+        if addr < b.addr || end > b.addr + b.len {
+            return Err(MemError::OutOfBounds);
+        }
+        self.with_region(pd, b.mr, addr, len, AccessFlags::EMPTY, f)
     }
 
     fn with_region<T>(

@@ -128,13 +128,7 @@ impl Qp {
             if self.state == QpState::Sqd || self.req.draining {
                 return None;
             }
-            if w.wr.send_flags.contains(SendFlags::FENCE)
-                && self
-                    .sq
-                    .iter()
-                    .take(idx)
-                    .any(|p| p.wr.opcode.is_read_or_atomic())
-            {
+            if self.fenced(idx) {
                 return None;
             }
             if self.qp_type == QpType::Rc
@@ -216,13 +210,7 @@ impl Qp {
                 return false;
             }
             let idx = self.req.idx;
-            if w.wr.send_flags.contains(SendFlags::FENCE)
-                && self
-                    .sq
-                    .iter()
-                    .take(idx)
-                    .any(|p| p.wr.opcode.is_read_or_atomic())
-            {
+            if self.fenced(idx) {
                 return false;
             }
             let r = match (w.wr.opcode, &w.wr.bind_mw) {
@@ -250,6 +238,17 @@ impl Qp {
             self.retire_done(ctx);
         }
         true
+    }
+
+    /// Whether WQE `idx` carries `IBV_SEND_FENCE` with a READ or atomic before it still in the
+    /// send queue: it waits for them.
+    fn fenced(&self, idx: usize) -> bool {
+        self.sq[idx].wr.send_flags.contains(SendFlags::FENCE)
+            && self
+                .sq
+                .iter()
+                .take(idx)
+                .any(|p| p.wr.opcode.is_read_or_atomic())
     }
 
     /// (Re)arms the local ACK timeout from `now`.
