@@ -157,7 +157,7 @@ pub(crate) unsafe extern "C" fn vctx_create_qp_ex(
     }
     let ex = a.comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS != 0;
     if ex && a.send_ops_flags & !crate::wr::SEND_OPS_SUPPORTED != 0 {
-        // LOCAL_INV, BIND_MW, SEND_WITH_INV, TSO, ATOMIC_WRITE.
+        // TSO and XRC SEND.
         log::debug!(
             "ibv_create_qp_ex: send_ops_flags {:#x} are not offered (EOPNOTSUPP)",
             a.send_ops_flags & !crate::wr::SEND_OPS_SUPPORTED

@@ -19,8 +19,11 @@ use crate::objects::{QpInner, ah_of, qp_of};
 
 /// `send_ops_flags` this library implements: RDMA_WRITE, RDMA_WRITE_WITH_IMM, SEND,
 /// SEND_WITH_IMM, RDMA_READ, ATOMIC_CMP_AND_SWP, ATOMIC_FETCH_AND_ADD, LOCAL_INV, BIND_MW,
-/// SEND_WITH_INV.
-pub const SEND_OPS_SUPPORTED: u64 = (1 << 10) - 1;
+/// SEND_WITH_INV, and ATOMIC_WRITE (bit 12); not TSO (10) or XRC's SEND (11).
+pub const SEND_OPS_SUPPORTED: u64 = ((1 << 10) - 1) | IBV_QP_EX_WITH_ATOMIC_WRITE;
+
+/// `IBV_QP_EX_WITH_ATOMIC_WRITE`.
+const IBV_QP_EX_WITH_ATOMIC_WRITE: u64 = 1 << 12;
 
 /// The work requests between `ibv_wr_start` and `ibv_wr_complete`/`ibv_wr_abort`.
 #[derive(Debug, Default)]
@@ -57,7 +60,7 @@ pub fn qp_ex(base: ibv_qp) -> ibv_qp_ex {
         wr_start: Some(wr_start),
         wr_complete: Some(wr_complete),
         wr_abort: Some(wr_abort),
-        wr_atomic_write: Some(wr_unsupported),
+        wr_atomic_write: Some(wr_atomic_write),
     }
 }
 
@@ -137,7 +140,7 @@ unsafe extern "C" fn wr_complete(qp: *mut ibv_qp_ex) -> c_int {
     }
 }
 
-/// BIND_MW, LOCAL_INV, SEND_WITH_INV, TSO, XRC, ATOMIC_WRITE: the batch fails with EOPNOTSUPP.
+/// TSO, XRC: the batch fails with EOPNOTSUPP.
 unsafe extern "C" fn wr_unsupported(qp: *mut ibv_qp_ex) {
     // SAFETY: the ibv_wr_* slots are this library's and are called with the live ibv_qp_ex they belong to (verbs forbids calls after ibv_destroy_qp); other arguments are not read.
     unsafe {
@@ -266,6 +269,36 @@ unsafe extern "C" fn wr_atomic_fetch_add(
         begin(qp, WrOpcode::AtomicFetchAndAdd, |w| {
             w.remote = RemoteAddr { remote_addr, rkey };
             w.compare_add = add;
+        })
+    }
+}
+
+/// `ibv_wr_atomic_write`: the 8 bytes at `atomic_wr` are copied now (verbs: the buffer is
+/// free once the call returns); the request needs no SGE.
+unsafe extern "C" fn wr_atomic_write(
+    qp: *mut ibv_qp_ex,
+    rkey: u32,
+    remote_addr: u64,
+    atomic_wr: *const c_void,
+) {
+    if atomic_wr.is_null() {
+        log::debug!("ibv_wr_atomic_write: NULL value pointer (EINVAL)");
+        // SAFETY: the ibv_wr_* slots are this library's and are called with the live ibv_qp_ex they belong to (verbs forbids calls after ibv_destroy_qp).
+        unsafe {
+            with_batch(qp, |_, b| {
+                b.err = if b.err == 0 { libc::EINVAL } else { b.err }
+            })
+        };
+        return;
+    }
+    let mut value = [0u8; 8];
+    // SAFETY: ibv_wr_atomic_write's contract: a non-NULL atomic_wr points to 8 readable bytes (no alignment promised, so an unaligned copy).
+    unsafe { core::ptr::copy_nonoverlapping(atomic_wr.cast::<u8>(), value.as_mut_ptr(), 8) };
+    // SAFETY: the ibv_wr_* slots are this library's and are called with the live ibv_qp_ex they belong to (verbs forbids calls after ibv_destroy_qp).
+    unsafe {
+        begin(qp, WrOpcode::AtomicWrite, |w| {
+            w.remote = RemoteAddr { remote_addr, rkey };
+            w.inline_data = Some(InlineData::from_slice(&value));
         })
     }
 }

@@ -404,8 +404,6 @@ const PYVERBS_SKIPS: &[(&str, Option<usize>)] = &[
     ("All gid indices populated, cannot check bad flow", None),
     ("ODP implicit is not supported", Some(3)),
     ("Create XRCD is not supported", Some(7)),
-    // ibv_wr_atomic_write (IBTA 1.5 ATOMIC WRITE, which rxe of Debian 12's kernel lacks too).
-    ("Extended QP is not supported on this device", Some(1)),
     // The RDMA connection manager: the suite finds none for ferroce0 (librdmacm, a later issue).
     ("Device ferroce0 doesn't have net interface", Some(11)),
 ];

@@ -153,6 +153,17 @@ pub(crate) unsafe fn atomic(w: *mut u64, op: AtomicOp) -> u64 {
     }
 }
 
+/// Stores the aligned word at `w` at once (an ATOMIC WRITE): `SeqCst`, so it is ordered
+/// after every earlier copy and atomic of this thread, as IBTA 1.5 orders it after every
+/// earlier request.
+///
+/// # Safety
+/// As [`atomic`].
+pub(crate) unsafe fn store_word(w: *mut u64, value: u64) {
+    // SAFETY: the caller's contract is `cell`'s.
+    unsafe { cell(w) }.store(value, Ordering::SeqCst)
+}
+
 /// Reads the aligned word at `w` (`SeqCst`, to see remote atomics in order).
 ///
 /// # Safety

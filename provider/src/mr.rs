@@ -165,6 +165,17 @@ impl MrInner {
         Ok(unsafe { dma::atomic(self.ptr.wrapping_add(off).cast(), op) })
     }
 
+    /// Stores the aligned 8-byte word at `addr` at once (an ATOMIC WRITE).
+    pub(crate) fn store_word(&self, addr: u64, value: [u8; 8]) -> Result<(), MemError> {
+        if addr % 8 != 0 {
+            return Err(MemError::Misaligned);
+        }
+        let off = self.offset(addr, 8)?;
+        // SAFETY: the 8 bytes are inside the region and 8-aligned (checked above), in memory valid while `self` lives and reached by Rust only through `dma`.
+        unsafe { dma::store_word(self.ptr.wrapping_add(off).cast(), u64::from_ne_bytes(value)) };
+        Ok(())
+    }
+
     /// Reads the aligned 8-byte word at `addr` (`SeqCst`, as remote atomics write it).
     pub(crate) fn load_word(&self, addr: u64) -> Result<u64, MemError> {
         if addr % 8 != 0 {
@@ -449,6 +460,11 @@ impl Memory for MrTable {
     fn atomic(&self, pd: u32, rkey: u32, addr: u64, op: AtomicOp) -> Result<u64, MemError> {
         self.remote(pd, rkey, addr, 8, AccessFlags::REMOTE_ATOMIC)?
             .atomic(addr, op)
+    }
+
+    fn atomic_write(&self, pd: u32, rkey: u32, addr: u64, value: [u8; 8]) -> Result<(), MemError> {
+        self.remote(pd, rkey, addr, 8, AccessFlags::REMOTE_WRITE)?
+            .store_word(addr, value)
     }
 
     fn bind_mw(&self, pd: u32, qpn: u32, bind: &ferroce_transport::MwBind) -> Result<(), MemError> {

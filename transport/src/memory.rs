@@ -103,6 +103,19 @@ pub trait Memory {
     /// [`MemError`] if the rkey, bounds, alignment, PD or access flags do not fit.
     fn atomic(&self, pd: u32, rkey: u32, addr: u64, op: AtomicOp) -> Result<u64, MemError>;
 
+    /// Stores `value` (the bytes as they came) in the aligned 8 bytes at `addr` at once, for
+    /// an incoming ATOMIC WRITE (needs `REMOTE_WRITE`); a concurrent reader sees the old or
+    /// the new word, never a mix. The default checks the access and writes the 8 bytes.
+    ///
+    /// # Errors
+    /// [`MemError`] if the rkey, bounds, alignment, PD or access flags do not fit.
+    fn atomic_write(&self, pd: u32, rkey: u32, addr: u64, value: [u8; 8]) -> Result<(), MemError> {
+        if addr % 8 != 0 {
+            return Err(MemError::Misaligned);
+        }
+        self.write_remote(pd, rkey, addr, &value)
+    }
+
     /// Binds a memory window for QP `qpn` of `pd` (a `BIND_MW` work request): afterwards
     /// `bind.new_rkey` grants `bind.access` on the bound range of region `bind.mr_lkey`, and a
     /// type 2 window only to requests arriving on `qpn`. Memory without windows refuses.

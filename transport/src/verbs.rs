@@ -121,15 +121,23 @@ c_enum! {
         /// `IBV_WR_SEND_WITH_INV`: a SEND whose last packet asks the responder to invalidate
         /// `invalidate_rkey` (IETH).
         SendWithInv = 9,
+        /// `IBV_WR_ATOMIC_WRITE` (IBTA 1.5): the 8 bytes of the message stored at once at the
+        /// aligned remote address, after every earlier request's effects (needs the target's
+        /// `REMOTE_WRITE`); answered by a zero-length READ response.
+        AtomicWrite = 15,
     }
 }
 
 impl WrOpcode {
-    /// READ or an atomic: uses a responder resource and counts against `max_rd_atomic`.
+    /// READ, an atomic or an ATOMIC WRITE: answered by a response (not an ACK), it uses a
+    /// responder resource and counts against `max_rd_atomic`.
     pub const fn is_read_or_atomic(self) -> bool {
         matches!(
             self,
-            WrOpcode::RdmaRead | WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd
+            WrOpcode::RdmaRead
+                | WrOpcode::AtomicCmpAndSwp
+                | WrOpcode::AtomicFetchAndAdd
+                | WrOpcode::AtomicWrite
         )
     }
 
@@ -261,6 +269,8 @@ c_enum! {
         Bind = 5,
         /// `IBV_WC_LOCAL_INV`.
         LocalInv = 6,
+        /// `IBV_WC_ATOMIC_WRITE`.
+        AtomicWrite = 9,
         /// `IBV_WC_RECV`.
         Recv = 128,
         /// `IBV_WC_RECV_RDMA_WITH_IMM`.
@@ -278,6 +288,7 @@ impl From<WrOpcode> for WcOpcode {
             WrOpcode::AtomicFetchAndAdd => WcOpcode::FetchAdd,
             WrOpcode::BindMw => WcOpcode::Bind,
             WrOpcode::LocalInv => WcOpcode::LocalInv,
+            WrOpcode::AtomicWrite => WcOpcode::AtomicWrite,
         }
     }
 }
@@ -662,6 +673,8 @@ pub struct SendWr {
     /// reads inline SGEs at post time and ignores their lkeys, so a C caller may point them at
     /// unregistered memory. When set (with INLINE), it is the payload and `sg_list` is unused;
     /// when `None`, an inline request is gathered from `sg_list` through registered memory.
+    /// An ATOMIC WRITE's 8 bytes may come here too, with or without INLINE
+    /// (`ibv_wr_atomic_write`).
     pub inline_data: Option<InlineData>,
 }
 
@@ -775,6 +788,17 @@ impl SendWr {
         }
     }
 
+    /// `IBV_WR_ATOMIC_WRITE` (`ibv_wr_atomic_write`): `value` stored at once in the aligned
+    /// 8 bytes at `remote` after every earlier request's effects. Signaled.
+    pub fn atomic_write(wr_id: u64, remote: RemoteAddr, value: [u8; 8]) -> SendWr {
+        SendWr {
+            remote,
+            send_flags: SendFlags::SIGNALED,
+            inline_data: Some(InlineData::from_slice(&value)),
+            ..SendWr::new(wr_id, WrOpcode::AtomicWrite)
+        }
+    }
+
     /// The same request without `IBV_SEND_SIGNALED`: verbs then reports it only if it fails
     /// (or every request, on a QP created with `sq_sig_all`).
     pub fn unsignaled(mut self) -> SendWr {
@@ -796,10 +820,16 @@ impl SendWr {
         }
     }
 
-    /// The message length: the inline bytes given, or the sum of the SGE lengths.
+    /// The message length: the inline bytes given (INLINE, or an ATOMIC WRITE's value), or
+    /// the sum of the SGE lengths.
     pub fn length(&self) -> u64 {
         match &self.inline_data {
-            Some(d) if self.send_flags.contains(SendFlags::INLINE) => d.len() as u64,
+            Some(d)
+                if self.send_flags.contains(SendFlags::INLINE)
+                    || self.opcode == WrOpcode::AtomicWrite =>
+            {
+                d.len() as u64
+            }
             _ => self.sg_list.iter().map(|s| u64::from(s.length)).sum(),
         }
     }

@@ -479,7 +479,7 @@ int main(void)
 	};
 	CHECK(!ibv_create_qp_ex(a.ctx, &xa) && errno == EOPNOTSUPP, "TSO send op refused");
 	xa.send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_SEND_WITH_IMM |
-			    IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD;
+			    IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_ATOMIC_WRITE;
 	struct ibv_qp *qx = ibv_create_qp_ex(a.ctx, &xa);
 	CHECK(qx, "create_qp_ex errno %d", errno);
 	struct ibv_qp_ex *qpx = ibv_qp_to_qp_ex(qx);
@@ -518,6 +518,35 @@ int main(void)
 	CHECK(wc.wr_id == 90 && wc.byte_len == 20 && ntohl(wc.imm_data) == 0xabcdef01 &&
 		      strcmp((char *)b.buf + 620000, "wr api inline bytes") == 0, "wr api receive");
 	CHECK(memcmp(a.buf, b.buf + 600000, 4000) == 0, "wr api write bytes");
+	/* ATOMIC WRITE (IBTA 1.5): 8 bytes stored at once; the value is copied by the call. */
+	uint64_t aw = 0x0123456789abcdefULL, *awt = (uint64_t *)(b.buf + 630000);
+	*awt = 1;
+	ibv_wr_start(qpx);
+	qpx->wr_id = 65;
+	qpx->wr_flags = IBV_SEND_SIGNALED;
+	ibv_wr_atomic_write(qpx, b.mr->rkey, (uintptr_t)awt, &aw);
+	aw = 0;
+	CHECK(ibv_wr_complete(qpx) == 0, "wr_complete of an atomic write");
+	wc = wait_wc(a.cq);
+	CHECK(wc.wr_id == 65 && wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_ATOMIC_WRITE &&
+		      *awt == 0x0123456789abcdefULL,
+	      "wr api atomic write: %s opcode %d target %llx", ibv_wc_status_str(wc.status),
+	      wc.opcode, (unsigned long long)*awt);
+	/* Through ibv_post_send the value is the 8 bytes of the SGE (read at post). */
+	*(uint64_t *)(a.buf + 631000) = 0xfeedfacecafebeefULL;
+	struct ibv_sge awsge = { (uintptr_t)a.buf + 631000, 8, a.mr->lkey };
+	struct ibv_send_wr awr = { .wr_id = 66, .sg_list = &awsge, .num_sge = 1,
+				   .opcode = IBV_WR_ATOMIC_WRITE, .send_flags = IBV_SEND_SIGNALED },
+			   *awbad;
+	awr.wr.rdma.remote_addr = (uintptr_t)awt;
+	awr.wr.rdma.rkey = b.mr->rkey;
+	CHECK(ibv_post_send(qx, &awr, &awbad) == 0, "post atomic write");
+	wc = wait_wc(a.cq);
+	CHECK(wc.wr_id == 66 && wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_ATOMIC_WRITE &&
+		      *awt == 0xfeedfacecafebeefULL, "post_send atomic write");
+	awsge.length = 4;
+	CHECK(ibv_post_send(qx, &awr, &awbad) == EINVAL && awbad == &awr,
+	      "an atomic write of 4 bytes is refused at post");
 	/* wr_abort posts nothing; an operation ferroce lacks fails the whole batch. */
 	ibv_wr_start(qpx);
 	qpx->wr_id = 63;

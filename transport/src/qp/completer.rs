@@ -298,6 +298,23 @@ impl Qp {
         };
         let mtu = self.mtu();
         let w = &self.sq[idx];
+        if w.started && w.wr.opcode == WrOpcode::AtomicWrite && w.first_psn == psn {
+            // An ATOMIC WRITE is answered by one zero-length READ response (IBTA 1.5 §9.4.6).
+            if pkt.bth.opcode != Opcode::RC_RDMA_READ_RESPONSE_ONLY || !pkt.payload.is_empty() {
+                log::debug!(
+                    "QP {:#x}: ATOMIC WRITE at PSN {psn} answered by {:?} with {} bytes: \
+                     bad response",
+                    self.qpn,
+                    pkt.bth.opcode,
+                    pkt.payload.len()
+                );
+                return self.fail(ctx, idx, WcStatus::BadRespErr);
+            }
+            self.sq[idx].status = Some(WcStatus::Success);
+            self.comp.psn = psn + 1;
+            self.on_progress(ctx);
+            return;
+        }
         if !w.started
             || w.wr.opcode != WrOpcode::RdmaRead
             || !psn.is_within(w.first_psn, w.last_psn)

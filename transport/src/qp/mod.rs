@@ -82,7 +82,7 @@ pub enum PostError {
     InvalidOpcode,
     /// A UD send without a destination, or a UD destination on a connected QP.
     InvalidDestination,
-    /// An atomic whose SGEs do not describe exactly 8 bytes.
+    /// An atomic or ATOMIC WRITE whose SGEs (or inline data) are not exactly 8 bytes.
     InvalidAtomicLength,
     /// The QP receives from an SRQ; post receives there.
     UsesSrq,
@@ -103,7 +103,7 @@ impl core::fmt::Display for PostError {
             PostError::InvalidOpcode => "opcode not valid on this QP type",
             PostError::InvalidDestination => "missing or unexpected UD destination",
             PostError::InvalidAtomicLength => {
-                "atomic operations need exactly 8 bytes of local memory"
+                "atomic operations (and ATOMIC WRITE) need exactly 8 bytes of local memory"
             }
             PostError::UsesSrq => "this QP receives from an SRQ",
             PostError::InlineGatherFailed => "inline data could not be read",
@@ -425,17 +425,21 @@ impl Qp {
         if len > MAX_MSG_SZ || (self.qp_type == QpType::Ud && len > u64::from(self.mtu())) {
             return Err(PostError::MessageTooLong);
         }
-        if wr.opcode.is_atomic() && len != 8 {
+        let atomic_write = wr.opcode == crate::verbs::WrOpcode::AtomicWrite;
+        if (wr.opcode.is_atomic() || atomic_write) && len != 8 {
             return Err(PostError::InvalidAtomicLength);
         }
         if wr.opcode == crate::verbs::WrOpcode::BindMw && wr.bind_mw.is_none() {
             // A BIND_MW names its window and range in `bind_mw`.
             return Err(PostError::InvalidOpcode);
         }
-        let inline_req =
-            wr.send_flags.contains(SendFlags::INLINE) && !wr.opcode.is_read_or_atomic();
+        // An ATOMIC WRITE's 8 bytes are taken at post time, as rxe does (the extended API's
+        // `ibv_wr_atomic_write` passes them by pointer, valid only during the call).
+        let inline_req = (wr.send_flags.contains(SendFlags::INLINE)
+            && !wr.opcode.is_read_or_atomic())
+            || atomic_write;
         let inline = if inline_req {
-            if len > u64::from(self.cap.max_inline_data) {
+            if len > u64::from(self.cap.max_inline_data) && !atomic_write {
                 return Err(PostError::InlineTooLong);
             }
             match wr.inline_data.take() {

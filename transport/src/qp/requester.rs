@@ -300,11 +300,15 @@ impl Qp {
             WrOpcode::SendWithImm | WrOpcode::RdmaWriteWithImm
         );
         let inv = w.wr.opcode == WrOpcode::SendWithInv;
+        let atomic_write = w.wr.opcode == WrOpcode::AtomicWrite;
         let write = matches!(
             w.wr.opcode,
-            WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm
+            WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm | WrOpcode::AtomicWrite
         );
         let mut opcode = request_opcode(self.qp_type, write, first, last, imm);
+        if atomic_write {
+            opcode = Opcode::RC_ATOMIC_WRITE;
+        }
         if inv && last {
             opcode = if first {
                 Opcode::RC_SEND_ONLY_WITH_INVALIDATE
@@ -344,7 +348,7 @@ impl Qp {
         }
         self.req.noack_pkts += 1;
         let ack_req = match self.qp_type {
-            QpType::Rc => last || self.req.noack_pkts >= MAX_PKTS_PER_ACK,
+            QpType::Rc => last || self.req.noack_pkts >= MAX_PKTS_PER_ACK || atomic_write,
             QpType::Uc => false,
             QpType::Ud => true,
         };
@@ -468,7 +472,11 @@ impl Qp {
                         n += 1; // a zero-length READ is one request
                     }
                 }
-                WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd if whole => n += 1,
+                WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd | WrOpcode::AtomicWrite
+                    if whole =>
+                {
+                    n += 1
+                }
                 _ => {}
             }
         }

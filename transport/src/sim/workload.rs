@@ -13,7 +13,7 @@ use crate::{AtomicOp, Mtu, WcFlags, WcOpcode, WcStatus, WrOpcode};
 pub struct Op {
     /// The operation.
     pub opcode: WrOpcode,
-    /// Message length (8 for atomics).
+    /// Message length (8 for atomics and ATOMIC WRITE).
     pub len: u32,
     /// Offset in A's region: source of SEND/WRITE, destination of READ data and atomic results.
     pub a_off: u64,
@@ -119,7 +119,7 @@ pub fn random_link(rng: &mut Rng, shape: &Shape) -> LinkConfig {
 }
 
 /// Every operation the workloads use.
-pub const OPCODES: [WrOpcode; 7] = [
+pub const OPCODES: [WrOpcode; 8] = [
     WrOpcode::Send,
     WrOpcode::SendWithImm,
     WrOpcode::RdmaWrite,
@@ -127,6 +127,7 @@ pub const OPCODES: [WrOpcode; 7] = [
     WrOpcode::RdmaRead,
     WrOpcode::AtomicCmpAndSwp,
     WrOpcode::AtomicFetchAndAdd,
+    WrOpcode::AtomicWrite,
 ];
 
 /// Lays out WRs given as `(opcode, len, imm, compare_add, swap)` in disjoint regions.
@@ -136,7 +137,11 @@ pub fn lay_out(ops: impl IntoIterator<Item = (WrOpcode, u32, u32, u64, u64)>) ->
     let ops: Vec<Op> = ops
         .into_iter()
         .map(|(opcode, len, imm, compare_add, swap)| {
-            let len = if opcode.is_atomic() { 8 } else { len };
+            let len = if opcode.is_atomic() || opcode == WrOpcode::AtomicWrite {
+                8
+            } else {
+                len
+            };
             let op = Op {
                 opcode,
                 len,
@@ -163,7 +168,7 @@ pub fn generate(seed: u64, shape: Shape) -> Workload {
     let nops = 1 + rng.below(shape.max_ops);
     let raw: Vec<_> = (0..nops)
         .map(|_| {
-            let opcode = OPCODES[rng.below(7) as usize];
+            let opcode = OPCODES[rng.below(OPCODES.len() as u64) as usize];
             let len = if shape.large {
                 shape.max_len >> rng.below(4)
             } else {
@@ -313,7 +318,8 @@ fn check(
             WrOpcode::Send
             | WrOpcode::SendWithImm
             | WrOpcode::RdmaWrite
-            | WrOpcode::RdmaWriteWithImm => {
+            | WrOpcode::RdmaWriteWithImm
+            | WrOpcode::AtomicWrite => {
                 b_model[b..b + l].copy_from_slice(&a_init[a..a + l]);
             }
             WrOpcode::RdmaRead => a_model[a..a + l].copy_from_slice(&b_init[b..b + l]),

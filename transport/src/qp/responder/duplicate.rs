@@ -1,5 +1,5 @@
 //! Duplicate RC requests (IBTA §9.7.5.1.2): re-ACK, re-answer a READ, replay a saved atomic
-//! result; never execute twice.
+//! result or an ATOMIC WRITE's answer; never execute twice.
 
 use ferroce_wire::{NakCode, Operation, PacketRepr};
 
@@ -89,6 +89,20 @@ impl Qp {
                         dup: true,
                     }),
                     _ => ctx.counters.dropped += 1,
+                }
+            }
+            Some(Operation::AtomicWrite) => {
+                let done = self
+                    .resp
+                    .resources
+                    .iter()
+                    .any(|r| matches!(r, Resource::AtomicWrite { psn: p } if *p == psn));
+                let room = self.rd_atomic_outstanding(true)
+                    < usize::from(self.attr.max_dest_rd_atomic.max(1));
+                if done && room {
+                    self.resp.push(Response::atomic_write_done(psn, msn, true));
+                } else {
+                    ctx.counters.dropped += 1;
                 }
             }
             _ => {}

@@ -283,6 +283,60 @@ impl Qp {
         Ok(psn + 1)
     }
 
+    /// An ATOMIC WRITE (IBTA 1.5): 8 bytes stored at once at an aligned address the rkey
+    /// grants `REMOTE_WRITE` on, after every earlier request; answered by a zero-length READ
+    /// response, as rxe does, and holding a responder resource like an atomic.
+    pub(super) fn receive_atomic_write<M: Memory + ?Sized>(
+        &mut self,
+        ctx: &mut Ctx<'_, M>,
+        pkt: &PacketRepr<'_>,
+    ) -> Result<Psn, Fault> {
+        let reth = pkt.ext.reth.ok_or(Fault::Nak(NakCode::InvalidRequest))?;
+        let psn = pkt.bth.psn;
+        let value: [u8; 8] = match <[u8; 8]>::try_from(pkt.payload) {
+            Ok(v) if reth.dma_len == 8 => v,
+            _ => {
+                log::debug!(
+                    "QP {:#x}: ATOMIC WRITE at PSN {psn} of {} bytes (RETH length {}): NAK \
+                     invalid request",
+                    self.qpn,
+                    pkt.payload.len(),
+                    reth.dma_len
+                );
+                return Err(Fault::Nak(NakCode::InvalidRequest));
+            }
+        };
+        if reth.va % 8 != 0 {
+            log::debug!(
+                "QP {:#x}: ATOMIC WRITE at PSN {psn} to unaligned address {:#x}: NAK invalid \
+                 request",
+                self.qpn,
+                reth.va
+            );
+            return Err(Fault::Nak(NakCode::InvalidRequest));
+        }
+        self.check_rd_atomic_room(ctx)?;
+        self.window_allows(ctx, reth.rkey)?;
+        ctx.mem
+            .atomic_write(self.pd, reth.rkey, reth.va, value)
+            .map_err(|e| {
+                log::debug!(
+                    "QP {:#x}: ATOMIC WRITE at PSN {psn} through rkey {:#x} at {:#x}: {e:?}: \
+                     NAK remote access error",
+                    self.qpn,
+                    reth.rkey,
+                    reth.va
+                );
+                Fault::Nak(NakCode::RemoteAccessError)
+            })?;
+        self.resp
+            .add_resource(Resource::AtomicWrite { psn }, self.attr.max_dest_rd_atomic);
+        self.resp.bump_msn();
+        let msn = self.resp.msn;
+        self.resp.push(Response::atomic_write_done(psn, msn, false));
+        Ok(psn + 1)
+    }
+
     pub(super) fn complete_recv_error<M: Memory + ?Sized>(
         &mut self,
         ctx: &mut Ctx<'_, M>,

@@ -49,7 +49,14 @@ struct InWrite {
 #[derive(Debug, Clone, Copy)]
 enum Resource {
     Read,
-    Atomic { psn: Psn, orig: u64 },
+    Atomic {
+        psn: Psn,
+        orig: u64,
+    },
+    /// An ATOMIC WRITE done: a duplicate is answered again, never stored twice.
+    AtomicWrite {
+        psn: Psn,
+    },
 }
 
 /// A response waiting to be sent, in PSN order.
@@ -77,6 +84,21 @@ enum Response {
         /// As for `AtomicAck`.
         dup: bool,
     },
+}
+
+impl Response {
+    /// The answer to an ATOMIC WRITE: a READ response of no data (reading no memory).
+    fn atomic_write_done(psn: Psn, msn: u32, dup: bool) -> Response {
+        Response::Read {
+            psn,
+            va: 0,
+            rkey: 0,
+            remaining: 0,
+            first: true,
+            msn,
+            dup,
+        }
+    }
 }
 
 /// The responder's state.

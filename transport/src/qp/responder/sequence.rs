@@ -99,7 +99,7 @@ impl Qp {
         let access = &self.attr.qp_access_flags;
         let allowed = match info.operation {
             Operation::Send => true,
-            Operation::Write => access.contains(AccessFlags::REMOTE_WRITE),
+            Operation::Write | Operation::AtomicWrite => access.contains(AccessFlags::REMOTE_WRITE),
             Operation::ReadRequest => access.contains(AccessFlags::REMOTE_READ),
             Operation::CompareSwap | Operation::FetchAdd => {
                 access.contains(AccessFlags::REMOTE_ATOMIC)
@@ -131,6 +131,7 @@ impl Qp {
                 }
             }
             Operation::ReadRequest => return self.receive_read(ctx, pkt).map(Some),
+            Operation::AtomicWrite => return self.receive_atomic_write(ctx, pkt).map(Some),
             _ => return self.receive_atomic(ctx, pkt).map(Some),
         }
         if pkt.bth.ack_req {
