@@ -382,14 +382,15 @@ unsafe extern "C" fn vctx_query_device_ex(
                 .write(device_attr(ctx_of(context)));
         }
         if attr_size >= DEVICE_ATTR_EX_ODP_CAPS + 20 {
-            // IBV_ODP_SUPPORT (no implicit ODP); RC: SEND RECV WRITE READ ATOMIC SRQ_RECV, UC:
-            // SEND RECV WRITE, UD: SEND RECV SRQ_RECV — every ferroce region is on demand.
+            // IBV_ODP_SUPPORT | IBV_ODP_SUPPORT_IMPLICIT; RC: SEND RECV WRITE READ ATOMIC
+            // SRQ_RECV, UC: SEND RECV WRITE, UD: SEND RECV SRQ_RECV — every ferroce region is
+            // on demand, and one may cover the whole address space.
             let caps: [u32; 3] = [0x3f, 0x07, 0x23];
             // SAFETY: the fields lie inside the caller's attr_size bytes (unaligned writes: any byte buffer).
             unsafe {
                 attr.byte_add(DEVICE_ATTR_EX_ODP_CAPS)
                     .cast::<u64>()
-                    .write_unaligned(1);
+                    .write_unaligned(1 | 2);
                 for (i, c) in caps.iter().enumerate() {
                     attr.byte_add(DEVICE_ATTR_EX_ODP_CAPS + 8 + 4 * i)
                         .cast::<u32>()

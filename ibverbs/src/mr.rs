@@ -10,8 +10,10 @@ use crate::objects::*;
 
 /// Access bits ferroce implements (MW_BIND lets memory windows open onto the region);
 /// ON_DEMAND is what every ferroce region is anyway (never pinned, pages faulted in on access;
-/// it must stay mapped while registered), HUGETLB is a hint, and the optional range (relaxed
-/// ordering, ...) may be ignored by definition. ZERO_BASED is not offered.
+/// it must stay mapped while registered), and with a NULL address and SIZE_MAX length makes
+/// the implicit region over the whole address space; HUGETLB is a hint, and the optional
+/// range (relaxed ordering, ...) may be ignored by definition. ZERO_BASED is for memory
+/// windows (and device memory), not regions: refused, as rxe does.
 const ACCESS_KNOWN: c_uint = 0x1f | IBV_ACCESS_ON_DEMAND | IBV_ACCESS_HUGETLB;
 const IBV_ACCESS_ON_DEMAND: c_uint = 1 << 6;
 const IBV_ACCESS_HUGETLB: c_uint = 1 << 7;
@@ -24,22 +26,39 @@ unsafe fn reg(
     iova: u64,
     access: c_uint,
 ) -> *mut ibv_mr {
-    if pd.is_null() || (addr.is_null() && length != 0) {
+    if pd.is_null() {
         return fail(libc::EINVAL);
     }
     let access = access & !ACCESS_OPTIONAL_RANGE;
     if access & !ACCESS_KNOWN != 0 {
         log::debug!(
-            "ibv_reg_mr: access bits {:#x} not offered (ZERO_BASED; EOPNOTSUPP)",
+            "ibv_reg_mr: access bits {:#x} not offered (ZERO_BASED is for memory windows; \
+             EOPNOTSUPP)",
             access & !ACCESS_KNOWN
         );
         return fail(libc::EOPNOTSUPP);
     }
+    let implicit = addr.is_null() && length == usize::MAX;
+    if implicit && access & IBV_ACCESS_ON_DEMAND == 0 {
+        log::debug!(
+            "ibv_reg_mr: NULL, SIZE_MAX is implicit ODP and needs IBV_ACCESS_ON_DEMAND (EINVAL)"
+        );
+        return fail(libc::EINVAL);
+    }
+    if addr.is_null() && length != 0 && !implicit {
+        log::debug!("ibv_reg_mr: a NULL address with length {length} (EINVAL)");
+        return fail(libc::EINVAL);
+    }
     // SAFETY: `pd` is a PD of this library the program has not deallocated (verbs' rule).
     let p = unsafe { pd_of(pd) };
     let flags = AccessFlags(access & 0x1f);
-    // SAFETY: verbs' ibv_reg_mr contract keeps addr..addr+length readable and writable until ibv_dereg_mr returns (when the region's dereg returns), C memory is outside Rust's references, and the aligned words around it lie in the same pages.
-    let r = unsafe { p.pd.reg_mr_iova_raw(addr.cast(), length, iova, flags) };
+    let r = if implicit {
+        // SAFETY: a program registering the whole address space hands the network every address it names through the region, as a NIC's implicit ODP does; C memory is outside Rust's references, and an access to a range unmapped meanwhile is refused before it is touched.
+        unsafe { p.pd.reg_mr_implicit(flags) }
+    } else {
+        // SAFETY: verbs' ibv_reg_mr contract keeps addr..addr+length readable and writable until ibv_dereg_mr returns (when the region's dereg returns), C memory is outside Rust's references, and the aligned words around it lie in the same pages.
+        unsafe { p.pd.reg_mr_iova_raw(addr.cast(), length, iova, flags) }
+    };
     match r {
         Ok(mr) => Mr::into_raw(
             ibv_mr {

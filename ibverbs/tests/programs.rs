@@ -402,7 +402,6 @@ const PYVERBS_SKIPS: &[(&str, Option<usize>)] = &[
     // mlx5dv's conversion of its core clock to ns.
     ("Converting timestamp to nanoseconds is not supported", None),
     ("All gid indices populated, cannot check bad flow", None),
-    ("ODP implicit is not supported", Some(3)),
     ("Create XRCD is not supported", Some(7)),
     // The RDMA connection manager: the suite finds none for ferroce0 (librdmacm, a later issue).
     ("Device ferroce0 doesn't have net interface", Some(11)),

@@ -522,6 +522,33 @@ impl ProtectionDomain {
         })
     }
 
+    /// Implicit on-demand paging (`ibv_reg_mr(pd, NULL, SIZE_MAX, IBV_ACCESS_ON_DEMAND |
+    /// ...)`): one region over the whole address space. Work requests name any address of the
+    /// process with its lkey, and peers any address with its rkey; each access has the kernel
+    /// fault in the pages it names, with the right it needs, and a range that is unmapped (or
+    /// read-only, for a write) is refused as an access outside a region would be
+    /// (`LOC_PROT_ERR` locally, NAK remote access for a peer): never a crash.
+    ///
+    /// # Safety
+    /// While registered, every range reached through the region must be memory Rust code
+    /// does not hold references into while the network may touch it (as for
+    /// [`ProtectionDomain::reg_mr_raw`]: C allocations, mappings made for the purpose), and
+    /// it must not be unmapped by another thread during an access. Remote access rights hand
+    /// a peer the whole process: grant them only to a trusted peer.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for remote write or atomic access without `LOCAL_WRITE`.
+    pub unsafe fn reg_mr_implicit(&self, access: AccessFlags) -> Result<MemoryRegion> {
+        check_access(access, 0)?;
+        // SAFETY: this function's contract is `implicit`'s.
+        let mr = unsafe { MrInner::implicit(self.handle(), access) };
+        let inner = self.ctx.shared.mrs.register(mr)?;
+        Ok(MemoryRegion {
+            inner,
+            pd: self.clone(),
+        })
+    }
+
     /// `ibv_rereg_mr`: `old` (a region of this device) becomes a region of this PD with
     /// `access`, over new memory `ptr..ptr+len` when `translation` is given (otherwise its own),
     /// under the same lkey and rkey. From the return on, the network reaches the region only as
@@ -543,7 +570,9 @@ impl ProtectionDomain {
             return Err(Error::WrongParent("a memory region of another device"));
         }
         let len = translation.map_or(old.inner.len, |(_, l)| l as u64);
-        check_access(access, len)?;
+        // An implicit region keeps its whole-address-space extent (no size limit applies).
+        let implicit = old.inner.implicit && translation.is_none();
+        check_access(access, if implicit { 0 } else { len })?;
         let mr = match translation {
             // SAFETY: this function's contract for a new translation is `foreign`'s.
             Some((ptr, len)) => unsafe { MrInner::foreign(self.handle(), ptr, len, access) },
@@ -731,8 +760,18 @@ impl MemoryRegion {
             .map_err(|_| Error::InvalidArgument("range outside the region"))
     }
 
-    /// A copy of the whole region.
+    /// Whether this is an implicit on-demand region over the whole address space
+    /// ([`ProtectionDomain::reg_mr_implicit`]; `addr` 0, `len` `usize::MAX`).
+    pub fn is_implicit(&self) -> bool {
+        self.inner.implicit
+    }
+
+    /// A copy of the whole region (empty for an implicit region, which has no bytes of its
+    /// own).
     pub fn to_vec(&self) -> Vec<u8> {
+        if self.inner.implicit {
+            return Vec::new();
+        }
         let mut v = vec![0u8; self.len()];
         let _ = self.read(0, &mut v);
         v

@@ -32,6 +32,9 @@ enum Backing {
     /// The same bytes as a region re-registered with a new PD or access (`ibv_rereg_mr`),
     /// kept alive through it.
     Kept { _prev: Arc<MrInner> },
+    /// The whole address space (implicit on-demand paging): no bytes of its own; each access
+    /// first has the kernel fault in the pages it names, with the rights it needs.
+    Implicit,
 }
 
 /// The shared part of a memory region.
@@ -42,6 +45,9 @@ pub(crate) struct MrInner {
     pub(crate) len: u64,
     pub(crate) access: AccessFlags,
     ptr: *mut u8,
+    /// An implicit region: `addr` is 0, `len` the whole address space, `ptr` unused; byte
+    /// `a` of it is the process's address `a`.
+    pub(crate) implicit: bool,
     _backing: Backing,
 }
 
@@ -86,6 +92,7 @@ impl MrInner {
             len: len as u64,
             access,
             ptr,
+            implicit: false,
             _backing: Backing::Owned { _map: map },
         })
     }
@@ -109,7 +116,30 @@ impl MrInner {
             len: len as u64,
             access,
             ptr,
+            implicit: false,
             _backing: Backing::Foreign,
+        }
+    }
+
+    /// A region over the whole address space (`ibv_reg_mr(pd, NULL, SIZE_MAX,
+    /// IBV_ACCESS_ON_DEMAND | ...)`, implicit ODP): the network may reach any address of the
+    /// process, each access checked against the process's mappings when it runs.
+    ///
+    /// # Safety
+    /// Every range a work request or a peer (holding the rkey) names through it must, while
+    /// the access runs, be memory Rust code reaches only through [`crate::dma`] (or memory
+    /// outside Rust, such as C allocations), and must not be unmapped by another thread
+    /// meanwhile (a range unmapped before the access is refused, not touched).
+    pub(crate) unsafe fn implicit(pd: u32, access: AccessFlags) -> MrInner {
+        MrInner {
+            pd,
+            lkey: 0,
+            addr: 0,
+            len: u64::MAX,
+            access,
+            ptr: std::ptr::null_mut(),
+            implicit: true,
+            _backing: Backing::Implicit,
         }
     }
 
@@ -123,6 +153,7 @@ impl MrInner {
             len: prev.len,
             access,
             ptr: prev.ptr,
+            implicit: prev.implicit,
             _backing: Backing::Kept {
                 _prev: prev.clone(),
             },
@@ -139,19 +170,36 @@ impl MrInner {
         usize::try_from(off).map_err(|_| MemError::OutOfBounds)
     }
 
+    /// The address of byte `off` of the region for an access of `len` bytes. For an implicit
+    /// region the kernel first faults in the pages under it for reading, or writing if
+    /// `write`, and refuses a range that is unmapped or lacks the right (so no access ever
+    /// faults); other regions are valid memory throughout (their registration's contract).
+    fn at(&self, off: usize, len: usize, write: bool) -> Result<*mut u8, MemError> {
+        if !self.implicit {
+            return Ok(self.ptr.wrapping_add(off));
+        }
+        if len > 0 {
+            populate(off, len, write)?;
+        }
+        // An implicit region's byte `off` is the process's address `off` (its `addr` is 0).
+        Ok(std::ptr::with_exposed_provenance_mut(off))
+    }
+
     /// Copies bytes out of the region.
     pub(crate) fn copy_out(&self, addr: u64, buf: &mut [u8]) -> Result<(), MemError> {
         let off = self.offset(addr, buf.len() as u64)?;
-        // SAFETY: `off + buf.len()` is inside the region (checked above), whose memory (widened to whole words: `foreign`'s contract, or a page-aligned mapping) is valid while `self` lives and reached by Rust only through `dma`.
-        unsafe { dma::read(self.ptr.wrapping_add(off), buf) };
+        let p = self.at(off, buf.len(), false)?;
+        // SAFETY: `p..p+buf.len()` is inside the region (checked above), whose memory (widened to whole words: `foreign`'s contract, a page-aligned mapping, or pages `at` just found mapped and readable) is valid while `self` lives and reached by Rust only through `dma`.
+        unsafe { dma::read(p, buf) };
         Ok(())
     }
 
     /// Copies bytes into the region.
     pub(crate) fn copy_in(&self, addr: u64, data: &[u8]) -> Result<(), MemError> {
         let off = self.offset(addr, data.len() as u64)?;
-        // SAFETY: as in copy_out: the range is inside the region's valid, dma-only memory.
-        unsafe { dma::write(self.ptr.wrapping_add(off), data) };
+        let p = self.at(off, data.len(), true)?;
+        // SAFETY: as in copy_out: the range is inside the region's valid (for an implicit region: found writable by `at`), dma-only memory.
+        unsafe { dma::write(p, data) };
         Ok(())
     }
 
@@ -161,8 +209,9 @@ impl MrInner {
             return Err(MemError::Misaligned);
         }
         let off = self.offset(addr, 8)?;
-        // SAFETY: the 8 bytes are inside the region and 8-aligned (addr is; checked above), in memory valid while `self` lives and reached by Rust only through `dma`.
-        Ok(unsafe { dma::atomic(self.ptr.wrapping_add(off).cast(), op) })
+        let p = self.at(off, 8, true)?;
+        // SAFETY: the 8 bytes are inside the region and 8-aligned (addr is; checked above), in memory valid while `self` lives (writable, for an implicit region: `at`) and reached by Rust only through `dma`.
+        Ok(unsafe { dma::atomic(p.cast(), op) })
     }
 
     /// Stores the aligned 8-byte word at `addr` at once (an ATOMIC WRITE).
@@ -171,8 +220,9 @@ impl MrInner {
             return Err(MemError::Misaligned);
         }
         let off = self.offset(addr, 8)?;
-        // SAFETY: the 8 bytes are inside the region and 8-aligned (checked above), in memory valid while `self` lives and reached by Rust only through `dma`.
-        unsafe { dma::store_word(self.ptr.wrapping_add(off).cast(), u64::from_ne_bytes(value)) };
+        let p = self.at(off, 8, true)?;
+        // SAFETY: the 8 bytes are inside the region and 8-aligned (checked above), in memory valid while `self` lives (writable, for an implicit region: `at`) and reached by Rust only through `dma`.
+        unsafe { dma::store_word(p.cast(), u64::from_ne_bytes(value)) };
         Ok(())
     }
 
@@ -182,9 +232,47 @@ impl MrInner {
             return Err(MemError::Misaligned);
         }
         let off = self.offset(addr, 8)?;
-        // SAFETY: the 8 bytes are inside the region and 8-aligned (checked above), in memory valid while `self` lives and reached by Rust only through `dma`.
-        Ok(unsafe { dma::load_word(self.ptr.wrapping_add(off).cast()) })
+        let p = self.at(off, 8, false)?;
+        // SAFETY: the 8 bytes are inside the region and 8-aligned (checked above), in memory valid while `self` lives (readable, for an implicit region: `at`) and reached by Rust only through `dma`.
+        Ok(unsafe { dma::load_word(p.cast()) })
     }
+
+    /// The process address of byte `off` (for page-level advice).
+    fn address_of(&self, off: usize) -> usize {
+        if self.implicit {
+            off
+        } else {
+            self.ptr.addr() + off
+        }
+    }
+}
+
+/// Has the kernel fault in the pages under `[addr, addr+len)` for reading, or writing if
+/// `write` (`MADV_POPULATE_READ`/`_WRITE`, which change no byte); refuses a range that is
+/// not mapped with that right.
+fn populate(addr: usize, len: usize, write: bool) -> Result<(), MemError> {
+    const PAGE: usize = 4096;
+    let start = addr & !(PAGE - 1);
+    let end = addr
+        .checked_add(len)
+        .and_then(|e| e.checked_next_multiple_of(PAGE))
+        .ok_or(MemError::OutOfBounds)?;
+    let advice = if write {
+        libc::MADV_POPULATE_WRITE
+    } else {
+        libc::MADV_POPULATE_READ
+    };
+    // SAFETY: MADV_POPULATE_* faults the pages of the range in without changing a byte of them (a write fault on a private page copies it, keeping its contents); the kernel checks the range is mapped with the right and refuses (ENOMEM, EFAULT, EINVAL) otherwise, so no address is dereferenced by this process.
+    let r = unsafe { libc::madvise(start as *mut libc::c_void, end - start, advice) };
+    if r != 0 {
+        log::debug!(
+            "populating {len} bytes at {addr:#x} for {}: {}",
+            if write { "writing" } else { "reading" },
+            std::io::Error::last_os_error()
+        );
+        return Err(MemError::OutOfBounds);
+    }
+    Ok(())
 }
 
 /// Freed keys that are never handed out again until this many later keys were freed.
@@ -361,24 +449,7 @@ impl MrTable {
         if len == 0 {
             return Ok(());
         }
-        const PAGE: usize = 4096;
-        let start = (mr.ptr as usize + off) & !(PAGE - 1);
-        let end = (mr.ptr as usize + off + len as usize).next_multiple_of(PAGE);
-        let advice = if write {
-            libc::MADV_POPULATE_WRITE
-        } else {
-            libc::MADV_POPULATE_READ
-        };
-        // SAFETY: MADV_POPULATE_* faults the pages of the range in without changing a byte of them (a write fault on a private page copies it, keeping its contents); the kernel checks the range is mapped and refuses (ENOMEM, EFAULT) otherwise, so no address is dereferenced by this process.
-        let r = unsafe { libc::madvise(start as *mut libc::c_void, end - start, advice) };
-        if r != 0 {
-            log::debug!(
-                "advise_mr: populating {len} bytes at {addr:#x}: {}",
-                std::io::Error::last_os_error()
-            );
-            return Err(MemError::OutOfBounds);
-        }
-        Ok(())
+        populate(mr.address_of(off), len as usize, write)
     }
 
     /// The region a remote key reaches for `[addr, addr+len)` with `need`: the region of that

@@ -388,6 +388,34 @@ int main(void)
 	wc = wait_wc(a.cq);
 	CHECK(wc.opcode == IBV_WC_FETCH_ADD && *orig == 40 && *target == 42, "fetch_add");
 
+	/* Implicit ODP: one region over the whole address space (NULL, SIZE_MAX, ON_DEMAND);
+	   a peer WRITE lands in memory no other region covers. */
+	struct ibv_device_attr_ex odx;
+	CHECK(ibv_query_device_ex(b.ctx, NULL, &odx) == 0 &&
+		      (odx.odp_caps.general_caps & IBV_ODP_SUPPORT_IMPLICIT),
+	      "implicit ODP advertised");
+	CHECK(!ibv_reg_mr(b.pd, NULL, SIZE_MAX, IBV_ACCESS_LOCAL_WRITE) && errno == EINVAL,
+	      "the whole address space without ON_DEMAND");
+	struct ibv_mr *imr = ibv_reg_mr(b.pd, NULL, SIZE_MAX,
+					IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+						IBV_ACCESS_ON_DEMAND);
+	CHECK(imr && imr->addr == NULL && imr->length == SIZE_MAX, "implicit MR errno %d", errno);
+	char *elsewhere = calloc(1, 4096);
+	CHECK(elsewhere, "calloc");
+	memcpy(a.buf + 450000, "implicit odp", 13);
+	struct ibv_sge osge = { (uintptr_t)a.buf + 450000, 13, a.mr->lkey };
+	struct ibv_send_wr owr = { .wr_id = 7, .sg_list = &osge, .num_sge = 1,
+				   .opcode = IBV_WR_RDMA_WRITE, .send_flags = IBV_SEND_SIGNALED },
+			   *obad;
+	owr.wr.rdma.remote_addr = (uintptr_t)elsewhere + 100;
+	owr.wr.rdma.rkey = imr->rkey;
+	CHECK(ibv_post_send(a.qp, &owr, &obad) == 0, "post write through the implicit MR");
+	wc = wait_wc(a.cq);
+	CHECK(wc.wr_id == 7 && wc.status == IBV_WC_SUCCESS && strcmp(elsewhere + 100, "implicit odp") == 0,
+	      "write through the implicit MR: %s", ibv_wc_status_str(wc.status));
+	CHECK(ibv_dereg_mr(imr) == 0, "dereg implicit MR");
+	free(elsewhere);
+
 	/* A linked list of three WRITEs, only the last signaled, two SGEs each. */
 	struct ibv_sge sg2[3][2];
 	struct ibv_send_wr wl[3];
