@@ -11,10 +11,13 @@ use crate::abi::*;
 use crate::errno_of;
 use crate::objects::*;
 
-/// Window rights a bind grants: remote READ, WRITE, ATOMIC; LOCAL_WRITE and MW_BIND may be
-/// passed along (as rxe takes them) and mean nothing for a window; ZERO_BASED is not offered.
-const MW_ACCESS: u32 = 2 | 4 | 8;
-const MW_ACCESS_TAKEN: u32 = 0x1f;
+/// Window rights a bind grants: remote READ, WRITE, ATOMIC, and ZERO_BASED (a type 2 window
+/// addressed by offset); LOCAL_WRITE and MW_BIND may be passed along (as rxe takes them) and
+/// mean nothing for a window.
+const MW_ACCESS: u32 = 2 | 4 | 8 | IBV_ACCESS_ZERO_BASED;
+const MW_ACCESS_TAKEN: u32 = 0x1f | IBV_ACCESS_ZERO_BASED;
+/// `IBV_ACCESS_ZERO_BASED`.
+const IBV_ACCESS_ZERO_BASED: u32 = 1 << 5;
 
 /// `ops.alloc_mw` (behind `ibv_alloc_mw`).
 pub(crate) unsafe extern "C" fn alloc_mw(pd: *mut ibv_pd, kind: c_int) -> *mut ibv_mw {
@@ -111,6 +114,10 @@ pub(crate) unsafe extern "C" fn bind_mw(
         let (q, m, b) = unsafe { (qp_of(qp), Mw::rust(mw), &*bind) };
         if m.mw.mw_type() != MwType::Type1 {
             log::debug!("ibv_bind_mw: a type 2 window is bound by an IBV_WR_BIND_MW work request");
+            return libc::EINVAL;
+        }
+        if b.bind_info.mw_access_flags & IBV_ACCESS_ZERO_BASED != 0 {
+            log::debug!("ibv_bind_mw: a type 1 window cannot be zero based (IBTA o10-36.2.2)");
             return libc::EINVAL;
         }
         // SAFETY: `mw` is live and ours; `bind_info.mr` is NULL or a live MR of ours (verbs' contract).

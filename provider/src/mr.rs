@@ -452,9 +452,10 @@ impl MrTable {
         populate(mr.address_of(off), len as usize, write)
     }
 
-    /// The region a remote key reaches for `[addr, addr+len)` with `need`: the region of that
-    /// rkey, or the one a bound window opens onto (checked against the window's range and
-    /// rights).
+    /// The region a remote key reaches for `[addr, addr+len)` with `need`, and the region
+    /// address `addr` names: the region of that rkey (the same address), or the one a bound
+    /// window opens onto (checked against the window's range and rights; a zero-based
+    /// window's offset becomes the region address it stands for).
     fn remote(
         &self,
         pd: u32,
@@ -462,11 +463,11 @@ impl MrTable {
         addr: u64,
         len: u64,
         need: AccessFlags,
-    ) -> Result<Arc<MrInner>, MemError> {
-        if let Some(mr) = self.through_window(pd, rkey, addr, len, need)? {
-            return Ok(mr);
+    ) -> Result<(Arc<MrInner>, u64), MemError> {
+        if let Some(found) = self.through_window(pd, rkey, addr, len, need)? {
+            return Ok(found);
         }
-        self.lookup(pd, rkey, need)
+        Ok((self.lookup(pd, rkey, need)?, addr))
     }
 
     /// The region of `key` in `pd` granting `need`; the Arc keeps its descriptor alive while
@@ -513,29 +514,28 @@ impl Memory for MrTable {
         len: u64,
         access: AccessFlags,
     ) -> Result<(), MemError> {
-        self.remote(pd, rkey, addr, len, access)?
-            .offset(addr, len)
-            .map(|_| ())
+        let (mr, at) = self.remote(pd, rkey, addr, len, access)?;
+        mr.offset(at, len).map(|_| ())
     }
 
     fn read_remote(&self, pd: u32, rkey: u32, addr: u64, buf: &mut [u8]) -> Result<(), MemError> {
-        self.remote(pd, rkey, addr, buf.len() as u64, AccessFlags::REMOTE_READ)?
-            .copy_out(addr, buf)
+        let (mr, at) = self.remote(pd, rkey, addr, buf.len() as u64, AccessFlags::REMOTE_READ)?;
+        mr.copy_out(at, buf)
     }
 
     fn write_remote(&self, pd: u32, rkey: u32, addr: u64, data: &[u8]) -> Result<(), MemError> {
-        self.remote(pd, rkey, addr, data.len() as u64, AccessFlags::REMOTE_WRITE)?
-            .copy_in(addr, data)
+        let (mr, at) = self.remote(pd, rkey, addr, data.len() as u64, AccessFlags::REMOTE_WRITE)?;
+        mr.copy_in(at, data)
     }
 
     fn atomic(&self, pd: u32, rkey: u32, addr: u64, op: AtomicOp) -> Result<u64, MemError> {
-        self.remote(pd, rkey, addr, 8, AccessFlags::REMOTE_ATOMIC)?
-            .atomic(addr, op)
+        let (mr, at) = self.remote(pd, rkey, addr, 8, AccessFlags::REMOTE_ATOMIC)?;
+        mr.atomic(at, op)
     }
 
     fn atomic_write(&self, pd: u32, rkey: u32, addr: u64, value: [u8; 8]) -> Result<(), MemError> {
-        self.remote(pd, rkey, addr, 8, AccessFlags::REMOTE_WRITE)?
-            .store_word(addr, value)
+        let (mr, at) = self.remote(pd, rkey, addr, 8, AccessFlags::REMOTE_WRITE)?;
+        mr.store_word(at, value)
     }
 
     fn bind_mw(&self, pd: u32, qpn: u32, bind: &ferroce_transport::MwBind) -> Result<(), MemError> {

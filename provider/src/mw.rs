@@ -112,6 +112,11 @@ impl MrTable {
         {
             return Err(MemError::InvalidKey);
         }
+        if w.kind == MwType::Type1 && b.access.contains(AccessFlags::ZERO_BASED) {
+            // IBTA o10-36.2.2 (rxe too): only a type 2 window may be zero based.
+            log::debug!("bind_mw: a type 1 window cannot be zero based");
+            return Err(MemError::AccessDenied);
+        }
         let bound = if b.length == 0 && w.kind == MwType::Type1 {
             None
         } else {
@@ -188,7 +193,7 @@ impl MrTable {
         addr: u64,
         len: u64,
         need: AccessFlags,
-    ) -> std::result::Result<Option<Arc<MrInner>>, MemError> {
+    ) -> std::result::Result<Option<(Arc<MrInner>, u64)>, MemError> {
         let k = self.keys.read();
         let Some(w) = k.windows.get(&(rkey >> 8)).filter(|w| w.rkey == rkey) else {
             return Ok(None);
@@ -202,10 +207,18 @@ impl MrTable {
             return Err(MemError::AccessDenied);
         }
         let end = addr.checked_add(len).ok_or(MemError::OutOfBounds)?;
+        if b.access.contains(AccessFlags::ZERO_BASED) {
+            // Offsets 0..len of the window are the region's addresses b.addr.. (inside the
+            // region: checked at bind).
+            if end > b.len {
+                return Err(MemError::OutOfBounds);
+            }
+            return Ok(Some((b.mr.clone(), b.addr + addr)));
+        }
         if addr < b.addr || end > b.addr + b.len {
             return Err(MemError::OutOfBounds);
         }
-        Ok(Some(b.mr.clone()))
+        Ok(Some((b.mr.clone(), addr)))
     }
 }
 

@@ -525,6 +525,31 @@ fn memory_windows_over_the_runtime() {
     assert!(r[0].wc_flags.contains(WcFlags::WITH_INV));
     assert_eq!(r[0].invalidated_rkey, key);
     assert_eq!(win_mr.windows_bound(), 0);
+    // Bound again, zero based: A addresses it by offset (offset 10 is region byte 8202).
+    y.qp.post_send(&mw.bind_wr(
+        8,
+        &win_mr,
+        win_mr.addr() + 8192,
+        1024,
+        AccessFlags::REMOTE_WRITE | AccessFlags::ZERO_BASED,
+    ))
+    .unwrap();
+    assert_eq!(
+        wait(&y.cq, 1, Duration::from_secs(5))[0].status,
+        WcStatus::Success
+    );
+    x.qp.post_send(&write(9, 10, mw.rkey())).unwrap();
+    assert_eq!(
+        wait(&x.cq, 1, Duration::from_secs(5))[0].status,
+        WcStatus::Success
+    );
+    win_mr.read(8202, &mut got).unwrap();
+    assert_eq!(&got, b"through the window");
+    y.qp.post_send(&SendWr::local_inv(10, mw.rkey())).unwrap();
+    assert_eq!(
+        wait(&y.cq, 1, Duration::from_secs(5))[0].opcode,
+        WcOpcode::LocalInv
+    );
     // A type 1 window, bound with bind_mw, closes with its region's deregistration.
     let mw1 = y.pd.alloc_mw(MwType::Type1).unwrap();
     let k1 =

@@ -365,6 +365,13 @@ impl VecMemory {
             return Err(MemError::AccessDenied);
         }
         let end = addr.checked_add(len as u64).ok_or(MemError::OutOfBounds)?;
+        if b.access.contains(AccessFlags::ZERO_BASED) {
+            // A zero-based window is addressed by offset from its first byte.
+            if end > b.len {
+                return Err(MemError::OutOfBounds);
+            }
+            return self.with_region(pd, b.mr, b.addr + addr, len, AccessFlags::EMPTY, f);
+        }
         if addr < b.addr || end > b.addr + b.len {
             return Err(MemError::OutOfBounds);
         }
@@ -456,6 +463,9 @@ impl Memory for VecMemory {
             .ok_or(MemError::InvalidKey)?;
         if b.new_rkey >> 8 != b.mw_rkey >> 8 || (w.kind == 2 && w.bound.is_some()) {
             return Err(MemError::InvalidKey);
+        }
+        if w.kind == 1 && b.access.contains(AccessFlags::ZERO_BASED) {
+            return Err(MemError::AccessDenied); // only type 2 windows are zero based
         }
         let binding = if b.length == 0 && w.kind == 1 {
             None

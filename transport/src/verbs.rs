@@ -385,6 +385,9 @@ c_flags! {
         REMOTE_ATOMIC = 8,
         /// `IBV_ACCESS_MW_BIND`: memory windows may be bound to the region.
         MW_BIND = 16,
+        /// `IBV_ACCESS_ZERO_BASED` (a type 2 memory window's bind): peers address the window
+        /// by the offset from its first byte, not by the region's addresses.
+        ZERO_BASED = 32,
     }
 }
 

@@ -260,3 +260,31 @@ fn send_with_invalidate_under_loss_invalidates_once() {
         );
     }
 }
+
+/// A zero-based type 2 window (`IBV_ACCESS_ZERO_BASED`): peers address it by offset from its
+/// first byte; offsets past its length are refused; a type 1 window cannot be zero based.
+#[test]
+fn a_zero_based_window_is_addressed_by_offset() {
+    let mut p = pair(31, lossless(), Opts::default());
+    let (mr, mw) = window_setup(&mut p, WINDOW_MR);
+    let zb = AccessFlags::REMOTE_WRITE | AccessFlags::ZERO_BASED;
+    let b = bind(mw, &mr, 1024, 2048, zb);
+    p.post_send(1, SendWr::bind_mw(1, b));
+    run_until_b_send_wcs(&mut p, 1);
+    assert_eq!(b_send_wcs(&p)[0].status, WcStatus::Success);
+    // Offset 100 of the window is byte 1124 of the region.
+    p.post_send(0, write_to(&p, 2, 256, 100, b.new_rkey));
+    assert!(p.run_until_send_wcs(1, STEPS));
+    assert_eq!(p.send_wcs(0)[0].status, WcStatus::Success);
+    let bytes = p.net.nodes[1].mem.bytes(mr.lkey).unwrap();
+    assert_eq!(bytes[1124..1380], p.bytes(0)[..256]);
+    assert!(bytes[..1124].iter().all(|&x| x == 0));
+    // The region's own address through the window is past its length now: refused.
+    p.post_send(0, write_to(&p, 3, 16, mr.addr + 1100, b.new_rkey));
+    assert!(p.run_until_send_wcs(2, STEPS));
+    assert_eq!(p.send_wcs(0)[1].status, WcStatus::RemAccessErr);
+    // Type 1 windows are never zero based.
+    let mem = &p.net.nodes[1].mem;
+    let mw1 = mem.alloc_mw(PD, 1);
+    assert!(mem.bind_mw(PD, 0, &bind(mw1, &mr, 0, 64, zb)).is_err());
+}

@@ -917,6 +917,10 @@ int main(void)
 			.bind_info = { .mr = wm, .addr = (uintptr_t)b.buf, .length = 4096,
 				       .mw_access_flags = IBV_ACCESS_REMOTE_WRITE },
 		};
+		mb.bind_info.mw_access_flags |= IBV_ACCESS_ZERO_BASED;
+		CHECK(ibv_bind_mw(qw, mw, &mb) == EINVAL && mw->rkey == before,
+		      "a zero-based type 1 window is refused");
+		mb.bind_info.mw_access_flags = IBV_ACCESS_REMOTE_WRITE;
 		CHECK(ibv_bind_mw(qw, mw, &mb) == 0 && mw->rkey != before, "bind_mw errno %d", errno);
 		struct ibv_wc bw = wait_wc(sw.cq);
 		CHECK(bw.status == IBV_WC_SUCCESS && bw.opcode == IBV_WC_BIND_MW && bw.wr_id == 950,
