@@ -644,6 +644,85 @@ fn rxe_peer_matrix() {
             format!("ferroce type 2 window: rxe WRITE through it, SEND_WITH_INV closes it mtu {m}"),
             res,
         );
+        // Zero-based windows (IBV_ACCESS_ZERO_BASED): addressed by offset from the window's
+        // first byte. rxe's: ferroce WRITEs at offset 100 (the region's byte 4196), then
+        // closes it with a SEND with invalidate.
+        let q = fresh(&mut agent, 7, 7, (7, 18));
+        let res = (|| -> Result<(), String> {
+            let r = agent.ask("BINDMW 4096 4096 1");
+            if r[0] != "OK" {
+                return Err(format!("rxe zero-based bind {r:?}"));
+            }
+            let wkey: u32 = r[1].parse().map_err(|e| format!("{e}"))?;
+            let wc = agent.ask("WC");
+            if wc[0] != "WC" || wc[2] != "0" || wc[3] != "5" {
+                return Err(format!("rxe zero-based bind completion {wc:?}"));
+            }
+            mr.write(0, &pattern(64, 77)).map_err(|e| e.to_string())?;
+            post(&q, WrOpcode::RdmaWrite, 64, 100, wkey)?;
+            expect(wait(&cq), WcStatus::Success)?;
+            let h = agent.ask("HASH 4196 64");
+            if h[1] != format!("{:016x}", fnv(&pattern(64, 77))) {
+                return Err("bytes at offset 100 of rxe's zero-based window differ".into());
+            }
+            agent.ask("RECV 0 64");
+            q.post_send(&SendWr::send_with_inv(10, mr.sge(0, 16), wkey))
+                .map_err(|e| e.to_string())?;
+            expect(wait(&cq), WcStatus::Success)?;
+            let wc = agent.ask("WC");
+            if wc[0] != "WC" || wc[2] != "0" || wc.get(7) != Some(&wkey.to_string()) {
+                return Err(format!("rxe receive {wc:?}, want the invalidated key"));
+            }
+            Ok(())
+        })();
+        report(
+            format!("rxe zero-based window: ferroce WRITE at an offset lands there mtu {m}"),
+            res,
+        );
+        // ferroce's: rxe WRITEs at offset 50 (the region's byte 8242); after a LOCAL_INV on
+        // ferroce the same WRITE is refused.
+        let q = fresh(&mut agent, 7, 7, (7, 18));
+        let res = (|| -> Result<(), String> {
+            let wmr = pd
+                .reg_mr(65536, ALL_ACCESS | AccessFlags::MW_BIND)
+                .map_err(|e| e.to_string())?;
+            let mw = pd
+                .alloc_mw(ferroce::MwType::Type2)
+                .map_err(|e| e.to_string())?;
+            let zb = AccessFlags::REMOTE_WRITE | AccessFlags::ZERO_BASED;
+            q.post_send(&mw.bind_wr(11, &wmr, wmr.addr() + 8192, 8192, zb))
+                .map_err(|e| e.to_string())?;
+            let b = wait(&cq);
+            if !b.is_some_and(|w| w.status == WcStatus::Success && w.opcode == WcOpcode::Bind) {
+                return Err(format!("ferroce zero-based bind {b:?}"));
+            }
+            let wkey = mw.rkey();
+            agent.ask("FILL 0 64 5");
+            let r = agent.ask(&format!("POST write 0 64 50 {wkey} 0 0 0"));
+            let wc = agent.ask("WC");
+            if r[0] != "OK" || wc[0] != "WC" || wc[2] != "0" {
+                return Err(format!("rxe WRITE at offset 50 of ferroce's window: {wc:?}"));
+            }
+            let mut got = vec![0u8; 64];
+            wmr.read(8192 + 50, &mut got).map_err(|e| e.to_string())?;
+            if got != pattern(64, 5) {
+                return Err("bytes at offset 50 of ferroce's zero-based window differ".into());
+            }
+            q.post_send(&SendWr::local_inv(12, wkey))
+                .map_err(|e| e.to_string())?;
+            expect(wait(&cq), WcStatus::Success)?;
+            let r = agent.ask(&format!("POST write 0 64 50 {wkey} 0 0 0"));
+            let wc = agent.ask("WC");
+            if r[0] == "OK" && wc[0] == "WC" && wc[2] == "10" {
+                Ok(())
+            } else {
+                Err(format!("rxe WRITE after LOCAL_INV: {wc:?}, want status 10"))
+            }
+        })();
+        report(
+            format!("ferroce zero-based window: rxe WRITE at an offset lands there mtu {m}"),
+            res,
+        );
     }
     // The ferroce QP vanishes under rxe (retry_cnt 2, timeout 14 = 67 ms): status 12
     // (IBV_WC_RETRY_EXC_ERR) for the WR in flight, 5 (IBV_WC_WR_FLUSH_ERR) for the next.

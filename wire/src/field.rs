@@ -53,16 +53,65 @@ impl Field for U24 {
     }
 }
 
+/// Bits `HI..=LO` of one byte (b7 is the most significant), read into the low bits of a `u8`;
+/// setting it keeps the byte's other bits.
+pub(crate) enum Bits8<const HI: u8, const LO: u8> {}
+impl<const HI: u8, const LO: u8> Field for Bits8<HI, LO> {
+    type Value = u8;
+    #[inline]
+    fn get(b: &[u8]) -> u8 {
+        (b[0] >> LO) & (0xFF >> (7 - (HI - LO)))
+    }
+    #[inline]
+    fn set(b: &mut [u8], v: u8) {
+        let mask = (0xFFu8 >> (7 - (HI - LO))) << LO;
+        b[0] = (b[0] & !mask) | ((v << LO) & mask);
+    }
+}
+
+/// Bits `HI..=LO` of a big-endian 32-bit word (b31 most significant), read into the low bits
+/// of a `u32`; setting it keeps the word's other bits.
+pub(crate) enum Bits32<const HI: u8, const LO: u8> {}
+impl<const HI: u8, const LO: u8> Field for Bits32<HI, LO> {
+    type Value = u32;
+    #[inline]
+    fn get(b: &[u8]) -> u32 {
+        (U32::get(b) >> LO) & (u32::MAX >> (31 - (HI - LO)))
+    }
+    #[inline]
+    fn set(b: &mut [u8], v: u32) {
+        let mask = (u32::MAX >> (31 - (HI - LO))) << LO;
+        U32::set(b, (U32::get(b) & !mask) | ((v << LO) & mask));
+    }
+}
+
+/// `N` raw bytes (a GID, an address), as an array.
+pub(crate) enum Bytes<const N: usize> {}
+impl<const N: usize> Field for Bytes<N> {
+    type Value = [u8; N];
+    #[inline]
+    fn get(b: &[u8]) -> [u8; N] {
+        let mut a = [0u8; N];
+        a.copy_from_slice(&b[..N]);
+        a
+    }
+    #[inline]
+    fn set(b: &mut [u8], v: [u8; N]) {
+        b[..N].copy_from_slice(&v);
+    }
+}
+
 /// Defines `Packet<T>` (a checked view), `HEADER_LEN` and `Repr` for a header made only of
-/// big-endian integer fields at fixed offsets; reserved bytes are written as zero.
+/// big-endian fields at fixed offsets (whole integers, bit ranges, byte arrays); reserved
+/// bytes and bits are written as zero.
 macro_rules! fixed_header {
     (
         name: $hname:literal;
         len: $len:expr;
-        fields: { $( $(#[$fdoc:meta])* $field:ident, $setter:ident : $fty:ident as $vty:ident @ $off:expr ),* $(,)? }
+        fields: { $( $(#[$fdoc:meta])* $field:ident, $setter:ident : $fty:ty as $vty:tt @ $off:expr ),* $(,)? }
     ) => {
         #[allow(unused_imports)]
-        use crate::field::{Field, U8, U16, U24, U32, U64};
+        use crate::field::{Bits8, Bits32, Bytes, Field, U8, U16, U24, U32, U64};
         use crate::{Error, Result};
 
         #[doc = concat!("Length in bytes of the ", $hname, ".")]

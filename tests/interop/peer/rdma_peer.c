@@ -13,9 +13,10 @@
  *   POST OP OFF LEN RADDR RKEY IMM COMPARE_ADD SWAP   post a signaled send WR (OP: send,
  *                                      send_imm, send_inv (IMM: the rkey to invalidate), write,
  *                                      write_imm, read, cas, faa) -> "OK"
- *   BINDMW OFF LEN                     bind a type 2 window (allocated once) over the region's
+ *   BINDMW OFF LEN [ZB]                bind a type 2 window (allocated once) over the region's
  *                                      OFF..OFF+LEN for remote WRITE with a BIND_MW WR on the
- *                                      QP (its completion comes through WC) -> "OK rkey"
+ *                                      QP (its completion comes through WC); ZB 1: zero based
+ *                                      (peers address it by offset) -> "OK rkey"
  *   WC                                 wait (<= 120 s) for a completion
  *                                      -> "WC wr_id status opcode byte_len imm flags inv" or
  *                                      "NONE" (inv: the imm/invalidated_rkey union, host order)
@@ -186,6 +187,7 @@ int main(int argc, char **argv) {
 	uint32_t my_psn = (uint32_t)(time(NULL) * 2654435761u) & 0xffffff;
 	while (fgets(line, sizeof line, in)) {
 		size_t off, n;
+		int zb;
 		unsigned long long raddr, ca, swap, seed;
 		unsigned int rkey, imm, qpn, psn, mtu, rnr, retry_cnt = 7, timeout = 18;
 		if (sscanf(line, "CONNECT %u %63s %u %u %u %u %u", &mtu, ip, &qpn, &psn, &rnr, &retry_cnt, &timeout) >= 5) {
@@ -200,7 +202,7 @@ int main(int argc, char **argv) {
 			fprintf(out, ibv_post_recv(qp, &wr, &bad) ? "ERR recv\n" : "OK\n");
 		} else if (sscanf(line, "POST %31s %zu %zu %llu %u %u %llu %llu", op, &off, &n, &raddr, &rkey, &imm, &ca, &swap) == 8) {
 			fprintf(out, post(op, off, (uint32_t)n, raddr, rkey, imm, ca, swap) ? "ERR post\n" : "OK\n");
-		} else if (sscanf(line, "BINDMW %zu %zu", &off, &n) == 2) {
+		} else if ((zb = 0, sscanf(line, "BINDMW %zu %zu %d", &off, &n, &zb)) >= 2) {
 			if (!mw)
 				mw = ibv_alloc_mw(pd, IBV_MW_TYPE_2);
 			uint32_t nk = mw ? ibv_inc_rkey(mw->rkey) : 0;
@@ -211,7 +213,8 @@ int main(int argc, char **argv) {
 				wr.bind_mw.bind_info.mr = mr;
 				wr.bind_mw.bind_info.addr = (uintptr_t)(buf + off);
 				wr.bind_mw.bind_info.length = n;
-				wr.bind_mw.bind_info.mw_access_flags = IBV_ACCESS_REMOTE_WRITE;
+				wr.bind_mw.bind_info.mw_access_flags =
+					IBV_ACCESS_REMOTE_WRITE | (zb ? IBV_ACCESS_ZERO_BASED : 0);
 			}
 			if (!mw || ibv_post_send(qp, &wr, &bad))
 				fprintf(out, "ERR bindmw\n");
