@@ -701,7 +701,9 @@ fn rxe_peer_matrix() {
             let r = agent.ask(&format!("POST write 0 64 50 {wkey} 0 0 0"));
             let wc = agent.ask("WC");
             if r[0] != "OK" || wc[0] != "WC" || wc[2] != "0" {
-                return Err(format!("rxe WRITE at offset 50 of ferroce's window: {wc:?}"));
+                return Err(format!(
+                    "rxe WRITE at offset 50 of ferroce's window: {wc:?}"
+                ));
             }
             let mut got = vec![0u8; 64];
             wmr.read(8192 + 50, &mut got).map_err(|e| e.to_string())?;

@@ -271,3 +271,79 @@ macro_rules! fixed_header_tests {
         }
     };
 }
+
+/// A connection-manager message (IBTA §12.6): a `fixed_header!` of its fields, then in the
+/// MAD's 232 data bytes (after any info area the module reads itself) its private data area,
+/// with the AttributeID and the sizes.
+macro_rules! cm_message {
+    (
+        name: $hname:literal;
+        attribute_id: $attr:expr;
+        fields_len: $len:expr;
+        private_data: $pdo:expr, $pd:expr;
+        fields: { $($fields:tt)* }
+    ) => {
+        fixed_header! {
+            name: $hname;
+            len: $len;
+            fields: { $($fields)* }
+        }
+
+        #[doc = concat!("The MAD AttributeID of a ", $hname, ".")]
+        pub const ATTRIBUTE_ID: u16 = $attr;
+
+        #[doc = concat!("Where a ", $hname, "'s private data starts in the CM data.")]
+        pub const PRIVATE_DATA_OFFSET: usize = $pdo;
+
+        #[doc = concat!("Bytes of private data a ", $hname, " carries (the whole area is always sent).")]
+        pub const PRIVATE_DATA_LEN: usize = $pd;
+
+        #[doc = concat!("Bytes of a whole ", $hname, ": the MAD's data.")]
+        pub const MESSAGE_LEN: usize = crate::cm::CM_DATA_LEN;
+
+        const _: () = assert!(PRIVATE_DATA_OFFSET + PRIVATE_DATA_LEN == MESSAGE_LEN);
+        const _: () = assert!(HEADER_LEN <= PRIVATE_DATA_OFFSET);
+
+        impl<T: AsRef<[u8]>> Packet<T> {
+            /// The private data area (as much of it as the buffer holds; all of it after
+            /// [`Packet::check_message_len`]).
+            pub fn private_data(&self) -> &[u8] {
+                let b = self.buffer.as_ref();
+                &b[PRIVATE_DATA_OFFSET.min(b.len())..MESSAGE_LEN.min(b.len())]
+            }
+
+            /// Checks that the buffer holds the whole message, private data included.
+            ///
+            /// # Errors
+            /// [`Error::Truncated`] if the buffer is shorter than [`MESSAGE_LEN`].
+            pub fn check_message_len(&self) -> Result<()> {
+                if self.buffer.as_ref().len() < MESSAGE_LEN {
+                    Err(Error::Truncated)
+                } else {
+                    Ok(())
+                }
+            }
+        }
+
+        impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
+            /// Writes `data` at the start of the private data area and zeroes the rest of it.
+            ///
+            /// # Errors
+            /// [`Error::BadLength`] if `data` is longer than [`PRIVATE_DATA_LEN`] (nothing is
+            /// written), [`Error::Truncated`] if the buffer does not hold the whole message.
+            pub fn set_private_data(&mut self, data: &[u8]) -> Result<()> {
+                if data.len() > PRIVATE_DATA_LEN {
+                    return Err(Error::BadLength);
+                }
+                let b = self.buffer.as_mut();
+                if b.len() < MESSAGE_LEN {
+                    return Err(Error::Truncated);
+                }
+                let area = &mut b[PRIVATE_DATA_OFFSET..MESSAGE_LEN];
+                area.fill(0);
+                area[..data.len()].copy_from_slice(data);
+                Ok(())
+            }
+        }
+    };
+}
