@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use ferroce_wire::PacketRepr;
 
+use crate::cm_decode::CmVerdict;
 use crate::frame::{self, Decoded};
 use ferroce::pcap::{PcapError, Reader};
 
@@ -110,12 +111,31 @@ pub fn decode_pcap<R: Read, W: Write>(input: R, out: &mut W) -> Result<Summary, 
                 let head = format!("{index} {t:.6} {} → {}", d.src.ip(), d.dst.ip());
                 match examine(&d) {
                     Verdict::Parsed { repr, icrc_ok } => {
+                        let mut line =
+                            format!("{head} {repr} icrc={}", if icrc_ok { "ok" } else { "BAD" });
+                        match crate::cm_decode::examine(&repr) {
+                            CmVerdict::NotCm => {}
+                            CmVerdict::Decoded(lines) => {
+                                for l in lines {
+                                    line.push('\n');
+                                    line.push_str(&l);
+                                }
+                            }
+                            CmVerdict::Malformed(why) => {
+                                // Counted once: as malformed, not as an ICRC verdict.
+                                sum.malformed += 1;
+                                sum.packets += 1;
+                                writeln!(out, "{line} MALFORMED {why}")
+                                    .map_err(DecodeError::Output)?;
+                                continue;
+                            }
+                        }
                         if icrc_ok {
                             sum.icrc_ok += 1;
                         } else {
                             sum.icrc_bad += 1;
                         }
-                        format!("{head} {repr} icrc={}", if icrc_ok { "ok" } else { "BAD" })
+                        line
                     }
                     Verdict::Malformed(why) => {
                         sum.malformed += 1;
@@ -216,6 +236,62 @@ mod tests {
                 packets: 4,
                 icrc_ok: 2,
                 icrc_bad: 1,
+                malformed: 1
+            }
+        );
+    }
+
+    /// A QP1 datagram whose MAD says class CM but is not one (ClassVersion 1) is malformed,
+    /// counted once; a MAD of another class is only a packet.
+    #[test]
+    fn a_broken_cm_mad_is_malformed() {
+        use ferroce_wire::DethRepr;
+        let frame = |class: u8, version: u8| {
+            let mut mad = [0u8; 256];
+            mad[..4].copy_from_slice(&[1, class, version, 3]);
+            mad[17] = 0x14;
+            let repr = PacketRepr {
+                bth: BthRepr::new(Opcode::UD_SEND_ONLY, 1, Psn::new(1)).with_ack_req(true),
+                ext: ExtHeaders {
+                    deth: Some(DethRepr {
+                        qkey: ferroce_wire::GSI_QKEY,
+                        src_qp: 1,
+                    }),
+                    ..Default::default()
+                },
+                payload: &mad,
+            };
+            let mut p = vec![0u8; repr.buffer_len()];
+            repr.emit(&mut p);
+            let (s, d): (SocketAddr, SocketAddr) = (
+                "10.1.0.1:49152".parse().unwrap(),
+                "10.1.0.2:4791".parse().unwrap(),
+            );
+            let (IpAddr::V4(sv), IpAddr::V4(dv)) = (s.ip(), d.ip()) else {
+                unreachable!()
+            };
+            IcrcContext::v4(sv, dv, 0x42, s.port(), d.port()).fill(&mut p);
+            ferroce::pcap::encapsulate(s, d, 0x42, &p)
+        };
+        let mut w = Writer::new(Vec::new(), LINKTYPE_ETHERNET).unwrap();
+        w.write_record(Duration::ZERO, &frame(7, 2)).unwrap();
+        w.write_record(Duration::ZERO, &frame(7, 1)).unwrap();
+        w.write_record(Duration::ZERO, &frame(4, 1)).unwrap();
+        let file = w.into_inner().unwrap();
+        let mut out = Vec::new();
+        let sum = decode_pcap(&file[..], &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.contains("  CM RTU tid=0x0000000000000000"), "{text}");
+        assert!(
+            text.contains("MALFORMED CM MAD: MAD header is not a CM message"),
+            "{text}"
+        );
+        assert_eq!(
+            sum,
+            Summary {
+                packets: 3,
+                icrc_ok: 2,
+                icrc_bad: 0,
                 malformed: 1
             }
         );

@@ -2,6 +2,7 @@
 //! capture decoder behind `ferroce pcap` (`frame`, `decode`). It lives apart from the library
 //! so that a program using ferroce does not build clap, env_logger or pnet_packet.
 
+pub mod cm_decode;
 pub mod decode;
 pub mod frame;
 pub mod tools;

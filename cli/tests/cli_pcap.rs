@@ -31,7 +31,8 @@ fn summary_line_for_each_capture() {
         let out = ferroce_pcap(&data(name));
         assert!(out.status.success(), "{name}");
         let text = String::from_utf8(out.stdout).unwrap();
-        let lines: Vec<&str> = text.lines().collect();
+        // Packet lines; a CM MAD's fields follow its packet on indented lines.
+        let lines: Vec<&str> = text.lines().filter(|l| !l.starts_with(' ')).collect();
         assert_eq!(lines.len(), n + 1, "{name}");
         assert_eq!(
             *lines.last().unwrap(),
@@ -39,6 +40,43 @@ fn summary_line_for_each_capture() {
         );
         assert!(lines[..n].iter().all(|l| l.ends_with("icrc=ok")));
     }
+}
+
+/// Every CM MAD of the ucmatose capture, field by field, with the rdma_cm header.
+#[test]
+fn cm_mads_are_shown_field_by_field() {
+    let out = Command::new(env!("CARGO_BIN_EXE_ferroce"))
+        .args(["pcap", "--strict"])
+        .arg(data("rxe-mtu1024-ucmatose.pcap"))
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    for want in [
+        "  CM REQ tid=0x00000002ce752314",
+        " local_comm_id=0x142375ce ",
+        " service_id=0x1061d2f ",
+        " starting_psn=0x9bf04a",
+        " retry_count=5 ",
+        " path_mtu=3 ",
+        " primary_local_gid=::ffff:10.77.0.12 ",
+        " primary_flow_label=0x612f6 ",
+        " primary_local_ack_timeout=19 ",
+        "    service: port space 0x0106, port 7471",
+        "    rdma_cm header: version 0 IPv4 port 46425 10.77.0.12 -> 10.77.0.11",
+        "    user private data: 56 bytes, all zero",
+        "  CM REP tid=0x00000002ce752314",
+        " target_ack_delay=15 ",
+        " rnr_retry_count=7",
+        "    private data: 196 bytes, all zero",
+        "  CM RTU tid=0x00000002ce752314",
+        "  CM DREQ tid=0x00000002a9b878a6",
+        " remote_qpn=26",
+        "  CM DREP tid=0x00000002a9b878a6",
+    ] {
+        assert!(text.contains(want), "missing {want:?} in\n{text}");
+    }
+    assert_eq!(text.matches("  CM ").count(), 5);
 }
 
 #[test]

@@ -19,6 +19,9 @@ pub enum Error {
     BadIcrc,
     /// An IP header the ICRC cannot be computed over (IPv4 options, wrong version).
     BadIpHeader,
+    /// A MAD whose common header is not what the reader takes: another base or class
+    /// version, class or method (a CM MAD is version 1, class 0x07, ClassVersion 2, Send).
+    BadMadHeader,
 }
 
 /// `core::result::Result` with the wire [`Error`].
@@ -33,6 +36,9 @@ impl fmt::Display for Error {
             Error::UnknownOpcode(op) => write!(f, "unknown BTH opcode {op:#04x}"),
             Error::BadIcrc => f.write_str("invariant CRC mismatch"),
             Error::BadIpHeader => f.write_str("IP header not usable for the ICRC"),
+            Error::BadMadHeader => {
+                f.write_str("MAD header is not a CM message's (base/class version, class, method)")
+            }
         }
     }
 }

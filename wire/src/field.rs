@@ -101,6 +101,38 @@ impl<const N: usize> Field for Bytes<N> {
     }
 }
 
+/// One field's value, as [`Repr::fields`](crate::bth::Repr) hands it to a decoder or a log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FieldValue<'a> {
+    /// An integer field (or bit range).
+    Int(u64),
+    /// A byte-array field (a GID, an address).
+    Bytes(&'a [u8]),
+}
+
+/// A value a header field holds, seen as a [`FieldValue`].
+pub trait AsFieldValue {
+    /// The value.
+    fn as_field_value(&self) -> FieldValue<'_>;
+}
+
+macro_rules! int_field_value {
+    ($($t:ty),*) => {$(
+        impl AsFieldValue for $t {
+            fn as_field_value(&self) -> FieldValue<'_> {
+                FieldValue::Int(u64::from(*self))
+            }
+        }
+    )*};
+}
+int_field_value!(u8, u16, u32, u64);
+
+impl<const N: usize> AsFieldValue for [u8; N] {
+    fn as_field_value(&self) -> FieldValue<'_> {
+        FieldValue::Bytes(self)
+    }
+}
+
 /// Defines `Packet<T>` (a checked view), `HEADER_LEN` and `Repr` for a header made only of
 /// big-endian fields at fixed offsets (whole integers, bit ranges, byte arrays); reserved
 /// bytes and bits are written as zero.
@@ -197,6 +229,12 @@ macro_rules! fixed_header {
             /// The number of bytes [`Repr::emit`] writes.
             pub const fn buffer_len(&self) -> usize {
                 HEADER_LEN
+            }
+
+            /// Hands every field, by its IBTA name and in wire order, to `f` (what a decoder
+            /// prints field by field).
+            pub fn fields(&self, mut f: impl FnMut(&'static str, crate::field::FieldValue<'_>)) {
+                $( f(stringify!($field), crate::field::AsFieldValue::as_field_value(&self.$field)); )*
             }
 
             /// Writes the header (reserved bits zero) into a buffer of at least

@@ -73,6 +73,7 @@ pub use cnp::{Packet as CnpPacket, Repr as CnpRepr};
 pub use deth::{Packet as DethPacket, Repr as DethRepr};
 pub use error::{Error, Result};
 pub use feth::{Packet as FethPacket, Repr as FethRepr};
+pub use field::{AsFieldValue, FieldValue};
 pub use grh::{GRH_LEN, Packet as GrhPacket, Repr as GrhRepr};
 pub use icrc::ICRC_LEN;
 pub use icrc::{IcrcContext, IpHeaders};

@@ -163,8 +163,8 @@ impl<'a> Message<'a> {
     /// method Send, and the MAD must be whole (256 bytes).
     ///
     /// # Errors
-    /// [`Error::Truncated`] for fewer than 256 bytes, [`Error::BadVersion`] for another base
-    /// or class version, class or method.
+    /// [`Error::Truncated`] for fewer than 256 bytes, [`Error::BadMadHeader`] for another
+    /// base or class version, class or method.
     pub fn parse(mad_bytes: &'a [u8]) -> Result<(mad::Repr, Message<'a>)> {
         if mad_bytes.len() < MAD_LEN {
             return Err(Error::Truncated);
@@ -175,7 +175,7 @@ impl<'a> Message<'a> {
             || hdr.class_version != CM_CLASS_VERSION
             || hdr.method != METHOD_SEND
         {
-            return Err(Error::BadVersion);
+            return Err(Error::BadMadHeader);
         }
         let d = &mad_bytes[mad::HEADER_LEN..MAD_LEN];
         macro_rules! read {
@@ -373,7 +373,7 @@ mod tests {
         for (at, v) in [(0, 2u8), (1, 0x04), (2, 1), (3, 0x83)] {
             let mut bad = m;
             bad[at] = v;
-            assert_eq!(Message::parse(&bad), Err(Error::BadVersion), "byte {at}");
+            assert_eq!(Message::parse(&bad), Err(Error::BadMadHeader), "byte {at}");
         }
         let mut lap = m;
         lap[17] = 0x19;
