@@ -9,6 +9,7 @@
 //! call it. Registered memory is reached through the [`Memory`] trait.
 #![forbid(unsafe_code)]
 
+pub mod cm;
 pub mod endpoint;
 pub mod memory;
 pub mod modify;
