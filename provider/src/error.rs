@@ -26,6 +26,11 @@ pub enum Error {
     Busy(&'static str),
     /// An argument is out of range (EINVAL).
     InvalidArgument(&'static str),
+    /// An argument is out of range, with the values said (EINVAL): "initiator_depth 200
+    /// exceeds the device's max_qp_init_rd_atom (128)".
+    Invalid(String),
+    /// The connection manager refused the call in the connection's state (EINVAL).
+    Cm(ferroce_transport::cm::CmError),
     /// The object belongs to another context or protection domain (EINVAL).
     WrongParent(&'static str),
     /// Not supported by ferroce (EOPNOTSUPP).
@@ -59,6 +64,8 @@ impl fmt::Display for Error {
             Error::Post(e) => write!(f, "post: {e}"),
             Error::Busy(what) => write!(f, "resource busy: {what}"),
             Error::InvalidArgument(what) => write!(f, "invalid argument: {what}"),
+            Error::Invalid(what) => write!(f, "invalid argument: {what}"),
+            Error::Cm(e) => write!(f, "connection manager: {e}"),
             Error::WrongParent(what) => write!(f, "object from another parent: {what}"),
             Error::NotSupported(what) => write!(f, "not supported: {what}"),
             Error::Refused { index, error } => write!(f, "work request {index}: {error}"),
@@ -89,6 +96,8 @@ impl Error {
             Error::Modify(_)
             | Error::Post(_)
             | Error::InvalidArgument(_)
+            | Error::Invalid(_)
+            | Error::Cm(_)
             | Error::WrongParent(_) => libc::EINVAL,
             Error::Busy(_) => libc::EBUSY,
             Error::NotSupported(_) => libc::EOPNOTSUPP,

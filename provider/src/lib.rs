@@ -47,6 +47,7 @@
 //! ```
 
 mod backend;
+pub mod cm;
 mod connect;
 pub mod context;
 pub mod cq;

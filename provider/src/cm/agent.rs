@@ -1,0 +1,278 @@
+//! The CM agent of one device in this process: its QP1, the [`CmEngine`], the thread that
+//! runs them, and the maps from the engine's comm IDs and listened ServiceIDs to [`CmId`]s.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use ferroce_transport::cm::{CmConfig, CmEngine, CmEvent as EngineEvent, CommId, DepthCaps};
+use ferroce_transport::{
+    AccessFlags, InlineData, QpCap, QpModify, QpState, QpType, RecvWr, SendFlags, SendWr, UdDest,
+    WcOpcode, WcStatus,
+};
+use ferroce_wire::{GRH_LEN, GrhPacket, GrhRepr, MAD_LEN};
+use parking_lot::Mutex;
+
+use super::id::IdInner;
+use crate::{
+    CompletionChannel, CompletionQueue, Context, Device, MemoryRegion, QpInitAttr, QueuePair,
+    Result,
+};
+
+const RECVS: usize = 64;
+const SLOT: usize = GRH_LEN + MAD_LEN;
+
+/// The agents of this process, by device address.
+static AGENTS: Mutex<Vec<(IpAddr, Weak<Agent>)>> = Mutex::new(Vec::new());
+
+pub(crate) struct Agent {
+    pub(crate) ctx: Context,
+    pub(crate) device: Device,
+    _chan: CompletionChannel,
+    cq: CompletionQueue,
+    qp1: QueuePair,
+    mr: MemoryRegion,
+    pub(crate) engine: Mutex<CmEngine>,
+    start: std::time::Instant,
+    pub(crate) caps: DepthCaps,
+    /// Comm ID → the ID it belongs to.
+    pub(crate) conns: Mutex<HashMap<CommId, Weak<IdInner>>>,
+    /// Listened ServiceID → the listening ID.
+    pub(crate) listeners: Mutex<HashMap<u64, Weak<IdInner>>>,
+}
+
+impl std::fmt::Debug for Agent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CmAgent")
+            .field("device", &self.device.addr)
+            .finish()
+    }
+}
+
+impl Agent {
+    /// The agent of `device` in this process, started on first use.
+    pub(crate) fn of(device: &Device) -> Result<Arc<Agent>> {
+        let mut all = AGENTS.lock();
+        all.retain(|(_, w)| w.strong_count() > 0);
+        if let Some(a) = all
+            .iter()
+            .find(|(ip, _)| *ip == device.addr)
+            .and_then(|(_, w)| w.upgrade())
+        {
+            return Ok(a);
+        }
+        let a = Arc::new(Agent::start(device)?);
+        all.push((device.addr, Arc::downgrade(&a)));
+        let weak = Arc::downgrade(&a);
+        std::thread::Builder::new()
+            .name("ferroce-cm".into())
+            .spawn(move || {
+                while let Some(a) = weak.upgrade() {
+                    a.run_once();
+                }
+            })?;
+        Ok(a)
+    }
+
+    fn start(device: &Device) -> Result<Agent> {
+        let ctx = device.open()?;
+        let pd = ctx.alloc_pd();
+        let chan = ctx.create_comp_channel()?;
+        let cq = ctx.create_cq(4 * RECVS as u32, Some(&chan))?;
+        let qp1 = pd.create_gsi_qp(&QpInitAttr {
+            qp_type: QpType::Ud,
+            send_cq: &cq,
+            recv_cq: &cq,
+            srq: None,
+            cap: QpCap {
+                max_send_wr: 2 * RECVS as u32,
+                max_recv_wr: RECVS as u32,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: MAD_LEN as u32,
+            },
+            sq_sig_all: false,
+        })?;
+        qp1.modify_with(
+            &QpModify::new(QpState::Init)
+                .pkey_index(0)
+                .qkey(ferroce_wire::GSI_QKEY),
+        )?;
+        qp1.modify_with(&QpModify::new(QpState::Rtr))?;
+        qp1.modify_with(&QpModify::new(QpState::Rts).sq_psn(0))?;
+        let mr = pd.reg_mr(RECVS * SLOT, AccessFlags::LOCAL_WRITE)?;
+        for i in 0..RECVS {
+            qp1.post_recv(&RecvWr::new(i as u64, mr.sge(i * SLOT, SLOT as u32)))?;
+        }
+        let mut seed = [0u8; 8];
+        crate::mr::fill_random(&mut seed)?;
+        let attr = ctx.query_device();
+        let caps = DepthCaps {
+            max_qp_rd_atom: u8::try_from(attr.max_qp_rd_atom).unwrap_or(u8::MAX),
+            max_qp_init_rd_atom: u8::try_from(attr.max_qp_init_rd_atom).unwrap_or(u8::MAX),
+        };
+        let engine = CmEngine::new(CmConfig {
+            ca_guid: device.node_guid(),
+            comm_id_prefix: ctx.gsi_slot(),
+            local_ca_ack_delay: 15,
+            seed: u64::from_le_bytes(seed),
+        });
+        log::debug!(
+            "rdma_cm: CM agent on {} (slot {})",
+            device.addr,
+            ctx.gsi_slot()
+        );
+        cq.req_notify(false)?;
+        Ok(Agent {
+            ctx,
+            device: device.clone(),
+            _chan: chan,
+            cq,
+            qp1,
+            mr,
+            engine: Mutex::new(engine),
+            start: std::time::Instant::now(),
+            caps,
+            conns: Mutex::new(HashMap::new()),
+            listeners: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The engine's clock.
+    pub(crate) fn now(&self) -> ferroce_transport::Instant {
+        ferroce_transport::Instant::from_nanos(
+            u64::try_from(self.start.elapsed().as_nanos()).unwrap_or(u64::MAX),
+        )
+    }
+
+    /// One turn of the agent's thread: MADs in, timers, MADs and events out; sleeps until the
+    /// next MAD or timer (at most 100 ms, so a dropped agent's thread ends soon).
+    fn run_once(self: &Arc<Self>) {
+        let now = self.now();
+        let wait = self
+            .engine
+            .lock()
+            .poll_timeout()
+            .map_or(Duration::from_millis(100), |t| {
+                t.saturating_duration_since(now)
+                    .min(Duration::from_millis(100))
+            });
+        if !self.receive() {
+            if self._chan.get_event_timeout(wait).is_some() {
+                self.cq.ack_events(1);
+                let _ = self.cq.req_notify(false);
+            }
+            self.receive();
+        }
+        let now = self.now();
+        self.engine.lock().handle_timeout(now);
+        self.flush();
+    }
+
+    /// Hands every received MAD to the engine; whether there was one.
+    fn receive(self: &Arc<Self>) -> bool {
+        let mut any = false;
+        while let Some(wc) = self.cq.poll_one() {
+            any = true;
+            if wc.opcode != WcOpcode::Recv {
+                if wc.status != WcStatus::Success {
+                    log::debug!("rdma_cm: a MAD send failed: {}", wc.status);
+                }
+                continue;
+            }
+            let i = wc.wr_id as usize % RECVS;
+            if wc.status == WcStatus::Success {
+                let mut buf = [0u8; SLOT];
+                if self.mr.read(i * SLOT, &mut buf).is_ok() {
+                    let src = GrhPacket::new_checked(&buf[..GRH_LEN])
+                        .and_then(|p| GrhRepr::parse(&p))
+                        .map(|g| g.src);
+                    match src {
+                        Ok(src) => {
+                            let now = self.now();
+                            self.engine.lock().handle_mad(now, src, &buf[GRH_LEN..]);
+                        }
+                        Err(e) => log::debug!("rdma_cm: a MAD with an unreadable GRH: {e}"),
+                    }
+                }
+            }
+            let _ = self
+                .qp1
+                .post_recv(&RecvWr::new(i as u64, self.mr.sge(i * SLOT, SLOT as u32)));
+        }
+        if any {
+            self.flush();
+        }
+        any
+    }
+
+    /// Sends what the engine queued and delivers its events (never under the engine lock).
+    pub(crate) fn flush(self: &Arc<Self>) {
+        loop {
+            let (out, events) = {
+                let mut e = self.engine.lock();
+                let out: Vec<_> = std::iter::from_fn(|| e.poll_transmit()).collect();
+                let ev: Vec<_> = std::iter::from_fn(|| e.poll_event()).collect();
+                (out, ev)
+            };
+            if out.is_empty() && events.is_empty() {
+                return;
+            }
+            for o in out {
+                let mut wr = SendWr::new(0, ferroce_transport::WrOpcode::Send);
+                wr.send_flags = SendFlags::INLINE;
+                wr.inline_data = Some(InlineData::from_slice(&o.mad));
+                wr.ud = Some(UdDest {
+                    ah: ferroce_transport::AhAttr::new(o.dest),
+                    remote_qpn: 1,
+                    remote_qkey: ferroce_wire::GSI_QKEY,
+                });
+                if let Err(e) = self.qp1.post_send(&wr) {
+                    log::debug!("rdma_cm: a MAD to {} not sent: {e}", o.dest);
+                }
+            }
+            for ev in events {
+                self.deliver(ev);
+            }
+        }
+    }
+
+    fn deliver(self: &Arc<Self>, ev: EngineEvent) {
+        let id = match &ev {
+            EngineEvent::ConnectRequest { info, .. } => {
+                let l = self
+                    .listeners
+                    .lock()
+                    .get(&info.service_id)
+                    .and_then(Weak::upgrade);
+                return IdInner::on_request(self, l, ev);
+            }
+            EngineEvent::SidrRequest { service_id, .. } => {
+                let l = self
+                    .listeners
+                    .lock()
+                    .get(service_id)
+                    .and_then(Weak::upgrade);
+                return IdInner::on_request(self, l, ev);
+            }
+            EngineEvent::ConnectResponse { id, .. }
+            | EngineEvent::Established { id }
+            | EngineEvent::Rejected { id, .. }
+            | EngineEvent::Unreachable { id }
+            | EngineEvent::Disconnected { id, .. }
+            | EngineEvent::TimewaitExit { id }
+            | EngineEvent::SidrResponse { id, .. } => *id,
+        };
+        let target = self.conns.lock().get(&id).and_then(Weak::upgrade);
+        match target {
+            Some(t) => t.on_event(self, ev),
+            None => {
+                // The ID is gone (destroyed): the engine finishes the connection alone.
+                if matches!(ev, EngineEvent::TimewaitExit { .. }) {
+                    self.conns.lock().remove(&id);
+                }
+            }
+        }
+    }
+}

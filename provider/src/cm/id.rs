@@ -1,0 +1,898 @@
+//! `struct rdma_cm_id`: one endpoint of the connection manager — bound, resolved, listening or
+//! connected — and what happens to it when the engine's events arrive.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use ferroce_transport::cm::{
+    CmEvent as EngineEvent, CommId, ConnParam, ConnectReq, Path, QpPlan, param,
+};
+use ferroce_transport::{
+    AccessFlags, AhAttr, QpAttr, QpAttrMask, QpCap, QpModify, QpState, QpType,
+};
+use ferroce_wire::cm::cma_hdr;
+use parking_lot::Mutex;
+
+use super::agent::Agent;
+use super::route;
+use super::{CmEvent, CmEventType, EventChannel, PortSpace, UdParam};
+use crate::{
+    CompletionQueue, Context, Device, Error, GsiRoute, ProtectionDomain, QpInitAttr, QueuePair,
+    Result,
+};
+
+/// `RDMA_UDP_QKEY`: the Q_Key of rdma_cm's UD QPs.
+pub const RDMA_UDP_QKEY: u32 = 0x0123_4567;
+
+/// Most user private data a REQ carries after the rdma_cm header.
+pub const REQ_USER_DATA: usize = 92 - cma_hdr::HEADER_LEN;
+
+#[derive(Default)]
+pub(crate) struct IdState {
+    local: Option<SocketAddr>,
+    peer: Option<SocketAddr>,
+    /// The agent of the device the ID is on (none for an unbound or wildcard ID).
+    agent: Option<Arc<Agent>>,
+    path: Option<Path>,
+    /// The connection in the engine.
+    comm: Option<CommId>,
+    qp: Option<QueuePair>,
+    /// The CQs `create_qp` made (kept with the ID).
+    cqs: Vec<CompletionQueue>,
+    /// Listens: each device's agent, the host-wide route and the ServiceID.
+    listens: Vec<(Arc<Agent>, GsiRoute, u64)>,
+    /// The request's values (passive side), for accept's 255.
+    requested: (u8, u8),
+    /// The REP's private data (active side), carried by ESTABLISHED.
+    rep_private: Vec<u8>,
+    ack_timeout: Option<u8>,
+    tos: u8,
+    /// Set by `accept`/`connect`: the QP is this ID's to program.
+    owns_qp: bool,
+    /// A UD ID's peer (from SIDR).
+    ud: Option<UdParam>,
+}
+
+pub(crate) struct IdInner {
+    pub(crate) channel: EventChannel,
+    pub(crate) ps: PortSpace,
+    pub(crate) st: Mutex<IdState>,
+    /// The C layer's `id->context` (any value the program keeps there).
+    pub(crate) user_context: std::sync::atomic::AtomicUsize,
+}
+
+/// `struct rdma_cm_id`: a connection manager endpoint. Clones are handles of one ID; the ID
+/// is destroyed (`rdma_destroy_id`: a pending request rejected, a connection disconnected)
+/// when the last goes.
+#[derive(Clone)]
+pub struct CmId {
+    pub(crate) inner: Arc<IdInner>,
+}
+
+impl std::fmt::Debug for CmId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let st = self.inner.st.lock();
+        f.debug_struct("CmId")
+            .field("ps", &self.inner.ps)
+            .field("local", &st.local)
+            .field("peer", &st.peer)
+            .field("comm", &st.comm.map(|c| format!("{c:#010x}")))
+            .finish()
+    }
+}
+
+impl PartialEq for CmId {
+    fn eq(&self, o: &CmId) -> bool {
+        Arc::ptr_eq(&self.inner, &o.inner)
+    }
+}
+
+impl Eq for CmId {}
+
+fn event(kind: CmEventType, id: &Arc<IdInner>, status: i32) -> CmEvent {
+    CmEvent {
+        event: kind,
+        id: CmId { inner: id.clone() },
+        listen_id: None,
+        status,
+        param: ConnParam::default(),
+        ud: None,
+    }
+}
+
+impl CmId {
+    /// `rdma_create_id` on `channel` in port space `ps`.
+    ///
+    /// # Errors
+    /// None today; the signature leaves room for resource limits.
+    pub fn new(channel: &EventChannel, ps: PortSpace) -> Result<CmId> {
+        Ok(CmId {
+            inner: Arc::new(IdInner {
+                channel: channel.clone(),
+                ps,
+                st: Mutex::new(IdState::default()),
+                user_context: std::sync::atomic::AtomicUsize::new(0),
+            }),
+        })
+    }
+
+    /// The port space.
+    pub fn port_space(&self) -> PortSpace {
+        self.inner.ps
+    }
+
+    /// The channel the ID's events go to.
+    pub fn channel(&self) -> &EventChannel {
+        &self.inner.channel
+    }
+
+    /// `rdma_get_local_addr` (the bound or resolved source, with its port).
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.inner.st.lock().local
+    }
+
+    /// `rdma_get_peer_addr`.
+    pub fn peer_addr(&self) -> Option<SocketAddr> {
+        self.inner.st.lock().peer
+    }
+
+    /// `id->verbs`: the context of the device the ID is on (bound, resolved, or the one a
+    /// request arrived on).
+    pub fn context(&self) -> Option<Context> {
+        self.inner.st.lock().agent.as_ref().map(|a| a.ctx.clone())
+    }
+
+    /// The device the ID is on.
+    pub fn device(&self) -> Option<Device> {
+        self.inner
+            .st
+            .lock()
+            .agent
+            .as_ref()
+            .map(|a| a.device.clone())
+    }
+
+    /// `id->qp`.
+    pub fn qp(&self) -> Option<QueuePair> {
+        self.inner.st.lock().qp.clone()
+    }
+
+    /// `id->send_cq`: the send CQ of the ID's QP (made by [`CmId::create_qp`] or given to it).
+    pub fn send_cq(&self) -> Option<CompletionQueue> {
+        self.inner.st.lock().cqs.first().cloned()
+    }
+
+    /// `id->recv_cq`.
+    pub fn recv_cq(&self) -> Option<CompletionQueue> {
+        self.inner.st.lock().cqs.get(1).cloned()
+    }
+
+    /// The route (after `resolve_route`, or from the request).
+    pub fn path(&self) -> Option<Path> {
+        self.inner.st.lock().path
+    }
+
+    /// The peer of a UD ID (after SIDR resolution, or of a SIDR request).
+    pub fn ud_peer(&self) -> Option<UdParam> {
+        self.inner.st.lock().ud
+    }
+
+    /// `rdma_set_option(RDMA_OPTION_ID_TOS)`: the traffic class of the route.
+    pub fn set_tos(&self, tos: u8) {
+        self.inner.st.lock().tos = tos;
+    }
+
+    /// `rdma_set_option(RDMA_OPTION_ID_ACK_TIMEOUT)`: the QP `timeout` both sides program
+    /// (instead of 19).
+    pub fn set_ack_timeout(&self, timeout: u8) {
+        self.inner.st.lock().ack_timeout = Some(timeout);
+    }
+
+    /// The value the C layer keeps in `id->context`.
+    pub fn user_context(&self) -> usize {
+        self.inner
+            .user_context
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Sets it.
+    pub fn set_user_context(&self, v: usize) {
+        self.inner
+            .user_context
+            .store(v, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// `rdma_bind_addr`: the local address (port 0: one is chosen when listening). An
+    /// unspecified address binds every ferroce device (a listen listens on each).
+    ///
+    /// # Errors
+    /// [`Error::NoDevice`] (ENODEV) if no ferroce device is on the address,
+    /// [`Error::InvalidArgument`] if the ID is bound already.
+    pub fn bind_addr(&self, addr: SocketAddr) -> Result<()> {
+        let mut st = self.inner.st.lock();
+        if st.local.is_some() {
+            return Err(Error::InvalidArgument("the ID is bound already"));
+        }
+        if !addr.ip().is_unspecified() {
+            st.agent = Some(Agent::of(&route::device_for(addr.ip())?)?);
+        }
+        st.local = Some(addr);
+        Ok(())
+    }
+
+    /// `rdma_resolve_addr`: picks the source address (the bound one, `src`, or the host's
+    /// route to `dst`) and its device; [`CmEventType::AddrResolved`] follows, or
+    /// [`CmEventType::AddrError`] with −ENODEV when no ferroce device is on the source.
+    ///
+    /// # Errors
+    /// Only for an unusable call (an ID already connected); resolution failures are events.
+    pub fn resolve_addr(
+        &self,
+        src: Option<SocketAddr>,
+        dst: SocketAddr,
+        _timeout: Duration,
+    ) -> Result<()> {
+        let mut st = self.inner.st.lock();
+        if st.comm.is_some() {
+            return Err(Error::InvalidArgument("the ID is connected already"));
+        }
+        let bound = st.local.filter(|a| !a.ip().is_unspecified());
+        let src_ip = match bound.or(src.filter(|a| !a.ip().is_unspecified())) {
+            Some(a) => Ok(a.ip()),
+            None => route::source_for(dst.ip()),
+        };
+        let port = bound
+            .or(src)
+            .map(|a| a.port())
+            .filter(|p| *p != 0)
+            .unwrap_or_else(route::random_port);
+        let found = src_ip.and_then(|ip| Ok((ip, Agent::of(&route::device_for(ip)?)?)));
+        let e = match found {
+            Ok((ip, agent)) => {
+                st.local = Some(SocketAddr::new(ip, port));
+                st.peer = Some(dst);
+                st.agent = Some(agent);
+                event(CmEventType::AddrResolved, &self.inner, 0)
+            }
+            Err(e) => {
+                log::debug!("rdma_resolve_addr to {dst}: {e}");
+                event(CmEventType::AddrError, &self.inner, -libc::ENODEV)
+            }
+        };
+        drop(st);
+        self.inner.channel.push(e);
+        Ok(())
+    }
+
+    /// `rdma_resolve_route`: the RoCE path (no query on the wire); [`CmEventType::RouteResolved`]
+    /// follows.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] before `resolve_addr`.
+    pub fn resolve_route(&self, _timeout: Duration) -> Result<()> {
+        let mut st = self.inner.st.lock();
+        let (Some(local), Some(peer), Some(agent)) = (st.local, st.peer, st.agent.clone()) else {
+            return Err(Error::InvalidArgument("resolve_route before resolve_addr"));
+        };
+        st.path = Some(route::path(&agent.device, local, peer, st.tos));
+        drop(st);
+        self.inner
+            .channel
+            .push(event(CmEventType::RouteResolved, &self.inner, 0));
+        Ok(())
+    }
+
+    /// `rdma_create_qp`: a QP on the ID's device, in INIT (port 1, P_Key index 0, no remote
+    /// access until the connection says; a UD QP goes on to RTS with Q_Key
+    /// [`RDMA_UDP_QKEY`]). With `init` `None`, CQs of 128 entries are made for it.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for an ID on no device or with a QP already;
+    /// what `create_qp` and `modify_qp` refuse.
+    pub fn create_qp(
+        &self,
+        pd: &ProtectionDomain,
+        init: Option<&QpInitAttr<'_>>,
+    ) -> Result<QueuePair> {
+        let qp_type = if self.inner.ps == PortSpace::Udp {
+            QpType::Ud
+        } else {
+            QpType::Rc
+        };
+        let mut st = self.inner.st.lock();
+        if st.qp.is_some() {
+            return Err(Error::InvalidArgument("the ID has a QP already"));
+        }
+        let qp = match init {
+            Some(i) => {
+                let qp = pd.create_qp(i)?;
+                st.cqs = vec![i.send_cq.clone(), i.recv_cq.clone()];
+                qp
+            }
+            None => {
+                let ctx = pd.context();
+                let scq = ctx.create_cq(128, None)?;
+                let rcq = ctx.create_cq(128, None)?;
+                let qp = pd.create_qp(&QpInitAttr {
+                    qp_type,
+                    send_cq: &scq,
+                    recv_cq: &rcq,
+                    srq: None,
+                    cap: QpCap {
+                        max_send_wr: 64,
+                        max_recv_wr: 64,
+                        max_send_sge: 1,
+                        max_recv_sge: 1,
+                        max_inline_data: 0,
+                    },
+                    sq_sig_all: false,
+                })?;
+                st.cqs = vec![scq, rcq];
+                qp
+            }
+        };
+        let init = QpModify::new(QpState::Init).pkey_index(0).port_num(1);
+        if qp.qp_type() == QpType::Ud {
+            qp.modify_with(&init.qkey(RDMA_UDP_QKEY))?;
+            qp.modify_with(&QpModify::new(QpState::Rtr))?;
+            qp.modify_with(&QpModify::new(QpState::Rts).sq_psn(0))?;
+        } else {
+            qp.modify_with(&init.qp_access_flags(AccessFlags::EMPTY))?;
+        }
+        st.qp = Some(qp.clone());
+        st.owns_qp = true;
+        Ok(qp)
+    }
+
+    /// Uses a QP the caller made and owns (`rdma_create_qp` with the caller's own QP): the
+    /// connection programs it as it would its own.
+    pub fn set_qp(&self, qp: &QueuePair) {
+        let mut st = self.inner.st.lock();
+        st.qp = Some(qp.clone());
+        st.owns_qp = true;
+    }
+
+    /// `rdma_destroy_qp`: the ID forgets its QP (the QP itself goes with its last handle).
+    pub fn destroy_qp(&self) {
+        let mut st = self.inner.st.lock();
+        st.qp = None;
+        st.owns_qp = false;
+        st.cqs.clear();
+    }
+
+    /// `rdma_listen`: takes the ServiceID of the bound port (a free port of [`PORT_RANGE`]
+    /// for port 0) host-wide and listens on it on the bound device (every ferroce device for
+    /// an unspecified address).
+    ///
+    /// # Errors
+    /// [`Error::Taken`] (EADDRINUSE) if another ID or process listens on the port,
+    /// [`Error::NoDevice`] if there is no device to listen on.
+    ///
+    /// [`PORT_RANGE`]: super::PORT_RANGE
+    pub fn listen(&self, _backlog: i32) -> Result<()> {
+        let mut st = self.inner.st.lock();
+        if !st.listens.is_empty() {
+            return Ok(());
+        }
+        let local = st
+            .local
+            .unwrap_or_else(|| (std::net::Ipv4Addr::UNSPECIFIED, 0).into());
+        let agents: Vec<Arc<Agent>> = match &st.agent {
+            Some(a) => vec![a.clone()],
+            None => {
+                let mut v = Vec::new();
+                for d in crate::device_list() {
+                    if local.is_ipv4() == d.addr.is_ipv4() || local.ip().is_unspecified() {
+                        v.push(Agent::of(&d)?);
+                    }
+                }
+                v
+            }
+        };
+        if agents.is_empty() {
+            return Err(Error::NoDevice("to listen on".into()));
+        }
+        let mut port = local.port();
+        let mut listens = Vec::new();
+        for a in &agents {
+            let route = if port == 0 {
+                a.ctx
+                    .gsi_listen_any(self.inner.ps.service_id(0), super::PORT_RANGE)?
+            } else {
+                a.ctx.gsi_listen(self.inner.ps.service_id(port))?
+            };
+            let sid = route.service_id().unwrap_or(0);
+            port = sid as u16;
+            if let Err(e) = a.engine.lock().listen(sid) {
+                return Err(Error::Cm(e));
+            }
+            a.listeners.lock().insert(sid, Arc::downgrade(&self.inner));
+            listens.push((a.clone(), route, sid));
+        }
+        st.local = Some(SocketAddr::new(local.ip(), port));
+        st.listens = listens;
+        log::debug!("rdma_listen on {:?} ({} devices)", st.local, agents.len());
+        Ok(())
+    }
+
+    /// `rdma_connect`: sends the REQ (or, in the UDP port space, the SIDR_REQ) with `param`
+    /// (librdmacm's rules: 255 for the device's caps, retry counts clamped to 7, at most 56
+    /// bytes of private data after the rdma_cm header).
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] naming the field for a depth beyond the device's cap or too much
+    /// private data; [`Error::InvalidArgument`] before `resolve_route`.
+    pub fn connect(&self, p: &ConnParam) -> Result<()> {
+        let mut st = self.inner.st.lock();
+        let (Some(local), Some(peer), Some(agent)) = (st.local, st.peer, st.agent.clone()) else {
+            return Err(Error::InvalidArgument("connect before resolve_route"));
+        };
+        let max = if self.inner.ps == PortSpace::Udp {
+            180
+        } else {
+            REQ_USER_DATA
+        };
+        if p.private_data.len() > max {
+            return Err(Error::Invalid(format!(
+                "{} bytes of private data: a {} carries at most {max} after the rdma_cm header",
+                p.private_data.len(),
+                if self.inner.ps == PortSpace::Udp {
+                    "SIDR_REQ"
+                } else {
+                    "REQ"
+                }
+            )));
+        }
+        let mut data = vec![0u8; cma_hdr::HEADER_LEN];
+        cma_hdr::Repr::new(local.ip(), local.port(), peer.ip())
+            .emit(&mut cma_hdr::Packet::new_unchecked(&mut data[..]));
+        data.extend_from_slice(&p.private_data);
+        let sid = self.inner.ps.service_id(peer.port());
+        let now = agent.now();
+        let comm = if self.inner.ps == PortSpace::Udp {
+            agent
+                .engine
+                .lock()
+                .sidr_request(now, peer.ip(), sid, &data)
+                .map_err(Error::Cm)?
+        } else {
+            let param = p
+                .for_connect(agent.caps)
+                .map_err(|e| Error::Invalid(e.to_string()))?;
+            let path = st
+                .path
+                .ok_or(Error::InvalidArgument("connect before resolve_route"))?;
+            let (qpn, tst) = match &st.qp {
+                Some(q) => (q.qp_num(), u8::from(q.qp_type() == QpType::Uc)),
+                None => (p.qp_num, 0),
+            };
+            let req = ConnectReq {
+                service_id: sid,
+                path,
+                qpn,
+                transport_service_type: tst,
+                param: ConnParam {
+                    private_data: data,
+                    ..param
+                },
+                ack_timeout: st.ack_timeout.unwrap_or(param::DEFAULT_ACK_TIMEOUT),
+            };
+            agent.engine.lock().connect(now, req).map_err(Error::Cm)?
+        };
+        st.comm = Some(comm);
+        agent.conns.lock().insert(comm, Arc::downgrade(&self.inner));
+        drop(st);
+        agent.flush();
+        Ok(())
+    }
+
+    /// `rdma_accept`: answers a [`CmEventType::ConnectRequest`] (255 in a depth: the request's
+    /// value within the device's caps). If the ID has a QP it goes to RTS first, as
+    /// librdmacm does; ESTABLISHED follows the peer's RTU.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for a depth beyond the caps or more than 196 bytes of private data,
+    /// [`Error::Cm`] if the request is gone, what `modify_qp` refuses (the request is then
+    /// rejected).
+    pub fn accept(&self, p: &ConnParam) -> Result<()> {
+        let st = self.inner.st.lock();
+        let (Some(agent), Some(comm)) = (st.agent.clone(), st.comm) else {
+            return Err(Error::InvalidArgument("accept on an ID with no request"));
+        };
+        if self.inner.ps == PortSpace::Udp {
+            let (qpn, qkey) = match &st.qp {
+                Some(q) => (q.qp_num(), RDMA_UDP_QKEY),
+                None => (p.qp_num, RDMA_UDP_QKEY),
+            };
+            agent
+                .engine
+                .lock()
+                .sidr_accept(comm, qpn, qkey, &p.private_data)
+                .map_err(Error::Cm)?;
+            drop(st);
+            agent.flush();
+            return Ok(());
+        }
+        if p.private_data.len() > 196 {
+            return Err(Error::Invalid(format!(
+                "{} bytes of private data: a REP carries at most 196",
+                p.private_data.len()
+            )));
+        }
+        let mut param = p
+            .for_accept(agent.caps, st.requested)
+            .map_err(|e| Error::Invalid(e.to_string()))?;
+        if let Some(q) = &st.qp {
+            param.qp_num = q.qp_num();
+        }
+        let qp = st.qp.clone().filter(|_| st.owns_qp);
+        drop(st);
+        let now = agent.now();
+        {
+            // The QP is programmed under the engine lock, so the REP cannot leave before it.
+            let mut e = agent.engine.lock();
+            let plan = e.accept(now, comm, param).map_err(Error::Cm)?;
+            if let Some(qp) = qp {
+                if let Err(err) = program(&qp, &plan) {
+                    log::debug!("rdma_accept: QP {:#x}: {err}: REJ", qp.qp_num());
+                    e.destroy(now, comm);
+                    drop(e);
+                    agent.flush();
+                    return Err(err);
+                }
+            }
+        }
+        agent.flush();
+        Ok(())
+    }
+
+    /// `rdma_reject`: REJ "consumer defined" (28) with up to 148 bytes of private data (for a
+    /// UDP request, a SIDR_REP "rejected").
+    ///
+    /// # Errors
+    /// [`Error::Cm`] if there is no pending request or the data is too long.
+    pub fn reject(&self, private_data: &[u8]) -> Result<()> {
+        let st = self.inner.st.lock();
+        let (Some(agent), Some(comm)) = (st.agent.clone(), st.comm) else {
+            return Err(Error::InvalidArgument("reject on an ID with no request"));
+        };
+        drop(st);
+        agent
+            .engine
+            .lock()
+            .reject(comm, private_data)
+            .map_err(Error::Cm)?;
+        agent.flush();
+        Ok(())
+    }
+
+    /// `rdma_establish`: for an ID whose QP the caller programs (no QP on the ID): after
+    /// [`CmEventType::ConnectResponse`] and RTS, sends the RTU.
+    ///
+    /// # Errors
+    /// [`Error::Cm`] unless a REP was received.
+    pub fn establish(&self) -> Result<()> {
+        let st = self.inner.st.lock();
+        let (Some(agent), Some(comm)) = (st.agent.clone(), st.comm) else {
+            return Err(Error::InvalidArgument(
+                "establish on an ID with no connection",
+            ));
+        };
+        drop(st);
+        let now = agent.now();
+        agent
+            .engine
+            .lock()
+            .establish(now, comm)
+            .map_err(Error::Cm)?;
+        agent.flush();
+        Ok(())
+    }
+
+    /// `rdma_notify` (on `IBV_EVENT_COMM_EST`): the passive side is established before the
+    /// RTU came.
+    ///
+    /// # Errors
+    /// [`Error::Cm`] unless a REP was sent.
+    pub fn notify(&self) -> Result<()> {
+        let st = self.inner.st.lock();
+        let (Some(agent), Some(comm)) = (st.agent.clone(), st.comm) else {
+            return Err(Error::InvalidArgument("notify on an ID with no connection"));
+        };
+        drop(st);
+        agent.engine.lock().notify(comm).map_err(Error::Cm)?;
+        agent.flush();
+        Ok(())
+    }
+
+    /// `rdma_disconnect`: moves the QP to ERR and sends the DREQ (or the DREP answering the
+    /// peer's); DISCONNECTED follows.
+    ///
+    /// # Errors
+    /// [`Error::Cm`] if the ID is not connected.
+    pub fn disconnect(&self) -> Result<()> {
+        let st = self.inner.st.lock();
+        let (Some(agent), Some(comm)) = (st.agent.clone(), st.comm) else {
+            return Err(Error::InvalidArgument(
+                "disconnect on an ID with no connection",
+            ));
+        };
+        if let Some(qp) = st.qp.as_ref().filter(|_| st.owns_qp) {
+            let _ = qp.modify_with(&QpModify::new(QpState::Err));
+        }
+        drop(st);
+        let now = agent.now();
+        agent
+            .engine
+            .lock()
+            .disconnect(now, comm)
+            .map_err(Error::Cm)?;
+        agent.flush();
+        Ok(())
+    }
+
+    /// `rdma_init_qp_attr`: the attributes for moving the caller's own QP to `state`
+    /// (INIT: port and access; RTR and RTS: the negotiated values).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] before the values are known or for another state.
+    pub fn init_qp_attr(&self, state: QpState) -> Result<(QpAttr, QpAttrMask)> {
+        let st = self.inner.st.lock();
+        if state == QpState::Init {
+            let access = match (st.agent.as_ref(), st.comm) {
+                (Some(a), Some(c)) => a.engine.lock().qp_plan(c).map(|p| p.init.0.qp_access_flags),
+                _ => None,
+            }
+            .unwrap_or(AccessFlags::EMPTY);
+            let attr = QpAttr {
+                qp_state: QpState::Init,
+                port_num: 1,
+                pkey_index: 0,
+                qp_access_flags: access,
+                ..QpAttr::default()
+            };
+            return Ok((
+                attr,
+                QpAttrMask::STATE
+                    | QpAttrMask::PKEY_INDEX
+                    | QpAttrMask::PORT
+                    | QpAttrMask::ACCESS_FLAGS,
+            ));
+        }
+        let (Some(agent), Some(comm)) = (st.agent.clone(), st.comm) else {
+            return Err(Error::InvalidArgument(
+                "init_qp_attr on an ID with no connection",
+            ));
+        };
+        let plan = agent
+            .engine
+            .lock()
+            .qp_plan(comm)
+            .ok_or(Error::InvalidArgument(
+                "the connection's values are not known yet",
+            ))?;
+        match state {
+            QpState::Rtr => Ok(plan.rtr),
+            QpState::Rts => Ok(plan.rts),
+            _ => Err(Error::InvalidArgument(
+                "init_qp_attr is for INIT, RTR and RTS",
+            )),
+        }
+    }
+}
+
+/// INIT→INIT (remote access), RTR, RTS, as the plan says.
+fn program(qp: &QueuePair, plan: &QpPlan) -> Result<()> {
+    for (attr, mask) in [plan.init, plan.rtr, plan.rts] {
+        qp.modify(&attr, mask)?;
+    }
+    Ok(())
+}
+
+impl IdInner {
+    /// A request for a listened ServiceID: a new ID on the listener's channel.
+    pub(crate) fn on_request(agent: &Arc<Agent>, listener: Option<Arc<IdInner>>, ev: EngineEvent) {
+        let (comm, peer_ip, pd, sidr) = match &ev {
+            EngineEvent::ConnectRequest {
+                id,
+                peer,
+                private_data,
+                ..
+            } => (*id, *peer, private_data.clone(), false),
+            EngineEvent::SidrRequest {
+                id,
+                peer,
+                private_data,
+                ..
+            } => (*id, *peer, private_data.clone(), true),
+            _ => return,
+        };
+        let now = agent.now();
+        let Some(l) = listener else {
+            log::debug!("rdma_cm: a request for a listener gone: rejected");
+            let _ = agent.engine.lock().reject(comm, &[]);
+            return;
+        };
+        // The rdma_cm header names both ends; a request without a good one is REJ 28.
+        let hdr = cma_hdr::Packet::new_checked(&pd[..])
+            .and_then(|p| cma_hdr::Repr::parse(&p))
+            .ok()
+            .and_then(|h| Some((h.src()?, h.port, h.dst()?)));
+        let Some((src, sport, dst)) = hdr else {
+            log::debug!("rdma_cm: a request from {peer_ip} without a valid rdma_cm header: REJ 28");
+            let _ = agent.engine.lock().reject(comm, &[]);
+            return;
+        };
+        let lport = l.st.lock().local.map_or(0, |a| a.port());
+        let child = Arc::new(IdInner {
+            channel: l.channel.clone(),
+            ps: l.ps,
+            st: Mutex::new(IdState::default()),
+            user_context: std::sync::atomic::AtomicUsize::new(0),
+        });
+        let mut param = ConnParam {
+            private_data: pd[cma_hdr::HEADER_LEN..].to_vec(),
+            ..ConnParam::default()
+        };
+        let mut ud = None;
+        {
+            let mut st = child.st.lock();
+            st.local = Some(SocketAddr::new(dst, lport));
+            st.peer = Some(SocketAddr::new(src, sport));
+            st.agent = Some(agent.clone());
+            st.comm = Some(comm);
+            if let EngineEvent::ConnectRequest { info, .. } = &ev {
+                st.path = Some(info.path);
+                st.requested = (info.responder_resources, info.initiator_depth);
+                param.responder_resources = info.responder_resources;
+                param.initiator_depth = info.initiator_depth;
+                param.flow_control = info.flow_control;
+                param.retry_count = info.retry_count;
+                param.rnr_retry_count = info.rnr_retry_count;
+                param.srq = info.srq;
+                param.qp_num = info.remote_qpn;
+            } else {
+                ud = Some(UdParam {
+                    ah_attr: AhAttr::new(peer_ip),
+                    qp_num: 0,
+                    qkey: RDMA_UDP_QKEY,
+                });
+                st.ud = ud;
+            }
+        }
+        agent.conns.lock().insert(comm, Arc::downgrade(&child));
+        let _ = (now, sidr);
+        let mut e = event(CmEventType::ConnectRequest, &child, 0);
+        e.listen_id = Some(CmId { inner: l.clone() });
+        e.param = param;
+        e.ud = ud;
+        l.channel.push(e);
+    }
+
+    /// An engine event of this ID's connection.
+    pub(crate) fn on_event(self: &Arc<Self>, agent: &Arc<Agent>, ev: EngineEvent) {
+        let mut out = match ev {
+            EngineEvent::ConnectResponse {
+                id: comm,
+                info,
+                private_data,
+            } => {
+                let mut st = self.st.lock();
+                st.rep_private = private_data.clone();
+                let qp = st.qp.clone().filter(|_| st.owns_qp);
+                drop(st);
+                if let Some(qp) = qp {
+                    // librdmacm brings its QP up and sends the RTU; the user sees
+                    // ESTABLISHED (with the REP's private data).
+                    let plan = agent.engine.lock().qp_plan(comm);
+                    let r = plan
+                        .ok_or(Error::InvalidArgument("no plan"))
+                        .and_then(|p| program(&qp, &p));
+                    match r {
+                        Ok(()) => {
+                            let now = agent.now();
+                            let _ = agent.engine.lock().establish(now, comm);
+                            return;
+                        }
+                        Err(e) => {
+                            log::debug!(
+                                "rdma_cm: QP {:#x} not brought up: {e}: CONNECT_ERROR",
+                                qp.qp_num()
+                            );
+                            let _ = agent.engine.lock().reject(comm, &[]);
+                            event(CmEventType::ConnectError, self, -libc::EINVAL)
+                        }
+                    }
+                } else {
+                    let mut e = event(CmEventType::ConnectResponse, self, 0);
+                    e.param = ConnParam {
+                        private_data,
+                        responder_resources: info.responder_resources,
+                        initiator_depth: info.initiator_depth,
+                        flow_control: info.flow_control,
+                        rnr_retry_count: info.rnr_retry_count,
+                        srq: info.srq,
+                        qp_num: info.remote_qpn,
+                        ..ConnParam::default()
+                    };
+                    e
+                }
+            }
+            EngineEvent::Established { .. } => {
+                let mut e = event(CmEventType::Established, self, 0);
+                e.param.private_data = std::mem::take(&mut self.st.lock().rep_private);
+                e
+            }
+            EngineEvent::Rejected {
+                reason,
+                private_data,
+                ..
+            } => {
+                if let Some(qp) = self.st.lock().qp.as_ref() {
+                    let _ = qp.modify_with(&QpModify::new(QpState::Err));
+                }
+                let mut e = event(CmEventType::Rejected, self, i32::from(reason));
+                e.param.private_data = private_data;
+                e
+            }
+            EngineEvent::Unreachable { .. } => {
+                event(CmEventType::Unreachable, self, -libc::ETIMEDOUT)
+            }
+            EngineEvent::Disconnected { timed_out, .. } => event(
+                CmEventType::Disconnected,
+                self,
+                if timed_out { -libc::ETIMEDOUT } else { 0 },
+            ),
+            EngineEvent::TimewaitExit { id: comm } => {
+                agent.conns.lock().remove(&comm);
+                self.st.lock().comm = None;
+                event(CmEventType::TimewaitExit, self, 0)
+            }
+            EngineEvent::SidrResponse {
+                status,
+                qpn,
+                qkey,
+                private_data,
+                id: comm,
+            } => {
+                agent.conns.lock().remove(&comm);
+                let peer = self.st.lock().peer.map(|p| p.ip());
+                if status == 0 {
+                    let ud = UdParam {
+                        ah_attr: AhAttr::new(peer.unwrap_or(IpAddr::from([0, 0, 0, 0]))),
+                        qp_num: qpn,
+                        qkey,
+                    };
+                    self.st.lock().ud = Some(ud);
+                    let mut e = event(CmEventType::Established, self, 0);
+                    e.ud = Some(ud);
+                    e.param.private_data = private_data;
+                    e
+                } else {
+                    event(CmEventType::Unreachable, self, i32::from(status))
+                }
+            }
+            EngineEvent::ConnectRequest { .. } | EngineEvent::SidrRequest { .. } => return,
+        };
+        out.listen_id = None;
+        self.channel.push(out);
+    }
+}
+
+impl Drop for IdInner {
+    fn drop(&mut self) {
+        let st = self.st.get_mut();
+        for (agent, _route, sid) in st.listens.drain(..) {
+            agent.engine.lock().unlisten(sid);
+            agent.listeners.lock().remove(&sid);
+        }
+        if let (Some(agent), Some(comm)) = (st.agent.take(), st.comm.take()) {
+            let now = agent.now();
+            agent.engine.lock().destroy(now, comm);
+            agent.conns.lock().remove(&comm);
+            agent.flush();
+        }
+        let _: Weak<IdInner> = Weak::new();
+    }
+}
