@@ -88,6 +88,15 @@ fn all() -> &'static [DevPtr] {
     })
 }
 
+/// The device pointer of the ferroce device on `addr`, if the list has one.
+pub(crate) fn device_on(addr: std::net::IpAddr) -> Option<*mut ibv_device> {
+    all()
+        .iter()
+        // SAFETY: our devices are leaked boxes that live for the whole process.
+        .find(|d| unsafe { &*d.0 }.device.addr == addr)
+        .map(|d| d.0.cast::<ibv_device>())
+}
+
 /// The `Dev` behind a device pointer of ours, or None (with errno EINVAL) for anything else.
 fn dev_of(device: *mut ibv_device) -> Option<&'static Dev> {
     let d = all().iter().find(|d| d.0.cast::<ibv_device>() == device);

@@ -31,6 +31,7 @@ pub mod mw;
 pub mod objects;
 pub mod pd;
 pub mod qp;
+pub mod rdmacm;
 pub mod srq;
 pub mod strings;
 pub mod unsupported;

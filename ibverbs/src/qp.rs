@@ -18,7 +18,7 @@ use crate::objects::*;
 ///
 /// # Safety
 /// `qp` is a live QP of ours.
-unsafe fn publish_state(qp: *mut ibv_qp, state: QpState) {
+pub(crate) unsafe fn publish_state(qp: *mut ibv_qp, state: QpState) {
     // SAFETY: `state` is an aligned c_int (i32) field of the live QP that ferroce writes only atomically.
     unsafe { atomic_i32(&raw mut (*qp).state) }.store(state as c_int, Ordering::SeqCst);
 }

@@ -55,7 +55,8 @@ pub(crate) struct IdState {
 }
 
 pub(crate) struct IdInner {
-    pub(crate) channel: EventChannel,
+    /// Where its events go (`rdma_migrate_id` moves it).
+    pub(crate) channel: Mutex<EventChannel>,
     pub(crate) ps: PortSpace,
     pub(crate) st: Mutex<IdState>,
     /// The C layer's `id->context` (any value the program keeps there).
@@ -109,7 +110,7 @@ impl CmId {
     pub fn new(channel: &EventChannel, ps: PortSpace) -> Result<CmId> {
         Ok(CmId {
             inner: Arc::new(IdInner {
-                channel: channel.clone(),
+                channel: Mutex::new(channel.clone()),
                 ps,
                 st: Mutex::new(IdState::default()),
                 user_context: std::sync::atomic::AtomicUsize::new(0),
@@ -123,8 +124,14 @@ impl CmId {
     }
 
     /// The channel the ID's events go to.
-    pub fn channel(&self) -> &EventChannel {
-        &self.inner.channel
+    pub fn channel(&self) -> EventChannel {
+        self.inner.channel.lock().clone()
+    }
+
+    /// `rdma_migrate_id`: the ID's later events go to `channel` (those queued stay where they
+    /// are).
+    pub fn migrate(&self, channel: &EventChannel) {
+        *self.inner.channel.lock() = channel.clone();
     }
 
     /// `rdma_get_local_addr` (the bound or resolved source, with its port).
@@ -240,7 +247,20 @@ impl CmId {
         let bound = st.local.filter(|a| !a.ip().is_unspecified());
         let src_ip = match bound.or(src.filter(|a| !a.ip().is_unspecified())) {
             Some(a) => Ok(a.ip()),
-            None => route::source_for(dst.ip()),
+            // The route's source; for a destination on this host without a device on that
+            // source (127.0.0.1 for 127.x.y.z), the destination's own device, as the kernel
+            // maps loopback to the device owning the address.
+            None => route::source_for(dst.ip()).map(|s| {
+                let dst_local = route::device_for(dst.ip()).is_ok();
+                if (route::device_for(s).is_err() || !route::listed(s))
+                    && dst_local
+                    && (route::listed(dst.ip()) || !route::listed(s))
+                {
+                    dst.ip()
+                } else {
+                    s
+                }
+            }),
         };
         let port = bound
             .or(src)
@@ -261,7 +281,7 @@ impl CmId {
             }
         };
         drop(st);
-        self.inner.channel.push(e);
+        self.inner.channel.lock().push(e);
         Ok(())
     }
 
@@ -279,6 +299,7 @@ impl CmId {
         drop(st);
         self.inner
             .channel
+            .lock()
             .push(event(CmEventType::RouteResolved, &self.inner, 0));
         Ok(())
     }
@@ -726,7 +747,7 @@ impl IdInner {
         };
         let lport = l.st.lock().local.map_or(0, |a| a.port());
         let child = Arc::new(IdInner {
-            channel: l.channel.clone(),
+            channel: Mutex::new(l.channel.lock().clone()),
             ps: l.ps,
             st: Mutex::new(IdState::default()),
             user_context: std::sync::atomic::AtomicUsize::new(0),
@@ -767,7 +788,7 @@ impl IdInner {
         e.listen_id = Some(CmId { inner: l.clone() });
         e.param = param;
         e.ud = ud;
-        l.channel.push(e);
+        l.channel.lock().push(e);
     }
 
     /// An engine event of this ID's connection.
@@ -876,7 +897,7 @@ impl IdInner {
             EngineEvent::ConnectRequest { .. } | EngineEvent::SidrRequest { .. } => return,
         };
         out.listen_id = None;
-        self.channel.push(out);
+        self.channel.lock().push(out);
     }
 }
 

@@ -33,8 +33,17 @@ pub(crate) fn source_for(dst: IpAddr) -> Result<IpAddr> {
     Ok(s.local_addr()?.ip())
 }
 
-/// The device on `addr`: ENODEV (rdma_cm's "no RDMA device for the address") if none.
+/// Whether `addr` is one of the devices verbs lists ([`crate::device_list`]).
+pub(crate) fn listed(addr: IpAddr) -> bool {
+    crate::device_list().iter().any(|d| d.addr == addr)
+}
+
+/// The device on `addr` (a listed device, else any local address's): ENODEV (rdma_cm's "no
+/// RDMA device for the address") if none.
 pub(crate) fn device_for(addr: IpAddr) -> Result<Device> {
+    if let Some(d) = crate::device_list().into_iter().find(|d| d.addr == addr) {
+        return Ok(d);
+    }
     Device::for_addr(addr).map_err(|e| {
         log::debug!("rdma_cm: no ferroce device on {addr}: {e}");
         Error::NoDevice(format!("for {addr}"))

@@ -1,0 +1,235 @@
+//! Addresses between C and Rust (`struct sockaddr` ↔ [`SocketAddr`]), GIDs, QP attributes,
+//! and `rdma_getaddrinfo`.
+
+use core::ffi::{c_char, c_int};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+
+use ferroce::transport::QpAttr;
+
+use super::abi::*;
+use crate::abi::{ibv_ah_attr, ibv_gid, ibv_qp_attr, ibv_qp_cap};
+
+/// The address a C sockaddr holds (AF_INET or AF_INET6), or None.
+///
+/// # Safety
+/// `a` is NULL or points to a sockaddr of its family's size.
+pub(crate) unsafe fn sockaddr_of(a: *const libc::sockaddr) -> Option<SocketAddr> {
+    if a.is_null() {
+        return None;
+    }
+    // SAFETY: a non-NULL sockaddr starts with its family (the caller's contract).
+    match c_int::from(unsafe { (*a).sa_family }) {
+        libc::AF_INET => {
+            // SAFETY: an AF_INET sockaddr is a sockaddr_in (read unaligned: any byte buffer).
+            let s = unsafe { a.cast::<libc::sockaddr_in>().read_unaligned() };
+            Some(SocketAddr::new(
+                IpAddr::V4(Ipv4Addr::from(u32::from_be(s.sin_addr.s_addr))),
+                u16::from_be(s.sin_port),
+            ))
+        }
+        libc::AF_INET6 => {
+            // SAFETY: an AF_INET6 sockaddr is a sockaddr_in6.
+            let s = unsafe { a.cast::<libc::sockaddr_in6>().read_unaligned() };
+            Some(SocketAddr::new(
+                IpAddr::V6(Ipv6Addr::from(s.sin6_addr.s6_addr)),
+                u16::from_be(s.sin6_port),
+            ))
+        }
+        _ => None,
+    }
+}
+
+/// Writes `a` as a sockaddr_in or sockaddr_in6 into a 128-byte address area.
+///
+/// # Safety
+/// `dst` is valid for writing 128 bytes.
+pub(crate) unsafe fn write_sockaddr(dst: *mut sockaddr_any, a: SocketAddr) {
+    let mut b = sockaddr_any { bytes: [0; 128] };
+    match a {
+        SocketAddr::V4(v4) => {
+            // SAFETY: all-zero bytes are a valid sockaddr_in.
+            let mut s: libc::sockaddr_in = unsafe { core::mem::zeroed() };
+            s.sin_family = libc::AF_INET as libc::sa_family_t;
+            s.sin_port = v4.port().to_be();
+            s.sin_addr.s_addr = u32::from(*v4.ip()).to_be();
+            // SAFETY: a sockaddr_in fits the 128-byte area.
+            unsafe {
+                b.bytes
+                    .as_mut_ptr()
+                    .cast::<libc::sockaddr_in>()
+                    .write_unaligned(s)
+            };
+        }
+        SocketAddr::V6(v6) => {
+            // SAFETY: all-zero bytes are a valid sockaddr_in6.
+            let mut s: libc::sockaddr_in6 = unsafe { core::mem::zeroed() };
+            s.sin6_family = libc::AF_INET6 as libc::sa_family_t;
+            s.sin6_port = v6.port().to_be();
+            s.sin6_addr.s6_addr = v6.ip().octets();
+            s.sin6_scope_id = v6.scope_id();
+            // SAFETY: a sockaddr_in6 fits the 128-byte area.
+            unsafe {
+                b.bytes
+                    .as_mut_ptr()
+                    .cast::<libc::sockaddr_in6>()
+                    .write_unaligned(s)
+            };
+        }
+    }
+    // SAFETY: the caller's contract.
+    unsafe { dst.write(b) };
+}
+
+/// The RoCE v2 GID of an address (IPv4-mapped for IPv4).
+pub(crate) fn gid(a: IpAddr) -> ibv_gid {
+    let raw = match a {
+        IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
+        IpAddr::V6(v6) => v6.octets(),
+    };
+    ibv_gid { raw }
+}
+
+/// A provider QP attribute set as `struct ibv_qp_attr`.
+pub(crate) fn qp_attr_to_c(a: &QpAttr) -> ibv_qp_attr {
+    ibv_qp_attr {
+        qp_state: a.qp_state as c_int,
+        cur_qp_state: a.cur_qp_state as c_int,
+        path_mtu: a.path_mtu as c_int,
+        qkey: a.qkey,
+        rq_psn: a.rq_psn,
+        sq_psn: a.sq_psn,
+        dest_qp_num: a.dest_qp_num,
+        qp_access_flags: a.qp_access_flags.0,
+        cap: ibv_qp_cap::default(),
+        ah_attr: a
+            .ah_attr
+            .as_ref()
+            .map(crate::convert::ah_attr_to)
+            .unwrap_or_default(),
+        alt_ah_attr: ibv_ah_attr::default(),
+        pkey_index: a.pkey_index,
+        max_rd_atomic: a.max_rd_atomic,
+        max_dest_rd_atomic: a.max_dest_rd_atomic,
+        min_rnr_timer: a.min_rnr_timer,
+        port_num: a.port_num,
+        timeout: a.timeout,
+        retry_cnt: a.retry_cnt,
+        rnr_retry: a.rnr_retry,
+        ..ibv_qp_attr::default()
+    }
+}
+
+/// `rdma_getaddrinfo`: getaddrinfo(3) for the address, one result, with rdma_cm's port space
+/// and QP type (TCP/RC by default, UDP/UD for datagram hints).
+///
+/// # Safety
+/// `node` and `service` NULL or C strings; `hints` NULL or valid; `res` valid for writing.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ferroce_rdma_getaddrinfo(
+    node: *const c_char,
+    service: *const c_char,
+    hints: *const rdma_addrinfo,
+    res: *mut *mut rdma_addrinfo,
+) -> c_int {
+    if res.is_null() || (node.is_null() && service.is_null()) {
+        return libc::EAI_NONAME;
+    }
+    // SAFETY: a non-NULL hints is the caller's valid struct.
+    let h = (!hints.is_null()).then(|| unsafe { &*hints });
+    let flags = h.map_or(0, |h| h.ai_flags);
+    let ps = h.map_or(0, |h| h.ai_port_space);
+    let qp_type = h.map_or(0, |h| h.ai_qp_type);
+    let udp = ps == 0x0111 || qp_type == 4;
+    // SAFETY: all-zero bytes are a valid addrinfo (no hints beyond these).
+    let mut ai: libc::addrinfo = unsafe { core::mem::zeroed() };
+    ai.ai_family = h.map_or(libc::AF_UNSPEC, |h| h.ai_family);
+    ai.ai_socktype = if udp {
+        libc::SOCK_DGRAM
+    } else {
+        libc::SOCK_STREAM
+    };
+    if flags & RAI_PASSIVE != 0 {
+        ai.ai_flags |= libc::AI_PASSIVE;
+    }
+    if flags & RAI_NUMERICHOST != 0 {
+        ai.ai_flags |= libc::AI_NUMERICHOST;
+    }
+    let mut out: *mut libc::addrinfo = core::ptr::null_mut();
+    // SAFETY: C strings or NULL, a valid hints struct and out-pointer.
+    let rc = unsafe { libc::getaddrinfo(node, service, &raw const ai, &raw mut out) };
+    if rc != 0 {
+        return rc;
+    }
+    // SAFETY: getaddrinfo succeeded, so `out` is a valid non-empty list; only the first result is kept.
+    let (addr, len) = unsafe {
+        let first = &*out;
+        let len = first.ai_addrlen as usize;
+        let copy = libc::malloc(len).cast::<libc::sockaddr>();
+        if !copy.is_null() {
+            core::ptr::copy_nonoverlapping(first.ai_addr.cast::<u8>(), copy.cast::<u8>(), len);
+        }
+        libc::freeaddrinfo(out);
+        (copy, len as libc::socklen_t)
+    };
+    if addr.is_null() {
+        return libc::EAI_MEMORY;
+    }
+    // SAFETY: malloc of the struct's size; every field is written below.
+    let r =
+        unsafe { libc::calloc(1, core::mem::size_of::<rdma_addrinfo>()) }.cast::<rdma_addrinfo>();
+    if r.is_null() {
+        // SAFETY: `addr` came from malloc above.
+        unsafe { libc::free(addr.cast()) };
+        return libc::EAI_MEMORY;
+    }
+    // SAFETY: `addr` holds a sockaddr (copied above).
+    let family = c_int::from(unsafe { (*addr).sa_family });
+    // SAFETY: `r` is zeroed memory of the struct's size, ours to fill.
+    unsafe {
+        (*r).ai_flags = flags;
+        (*r).ai_family = family;
+        (*r).ai_qp_type = if udp { 4 } else { 2 };
+        (*r).ai_port_space = if udp { 0x0111 } else { 0x0106 };
+        if flags & RAI_PASSIVE != 0 {
+            (*r).ai_src_addr = addr;
+            (*r).ai_src_len = len;
+        } else {
+            (*r).ai_dst_addr = addr;
+            (*r).ai_dst_len = len;
+            if let Some(h) = h.filter(|h| !h.ai_src_addr.is_null() && h.ai_src_len > 0) {
+                let n = h.ai_src_len as usize;
+                let s = libc::malloc(n).cast::<libc::sockaddr>();
+                if !s.is_null() {
+                    core::ptr::copy_nonoverlapping(h.ai_src_addr.cast::<u8>(), s.cast::<u8>(), n);
+                    (*r).ai_src_addr = s;
+                    (*r).ai_src_len = h.ai_src_len;
+                }
+            }
+        }
+        *res = r;
+    }
+    0
+}
+
+/// `rdma_freeaddrinfo`.
+///
+/// # Safety
+/// `res` came from `rdma_getaddrinfo` (or is NULL).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ferroce_rdma_freeaddrinfo(res: *mut rdma_addrinfo) {
+    let mut p = res;
+    while !p.is_null() {
+        // SAFETY: every node and its addresses were allocated with malloc/calloc by rdma_getaddrinfo.
+        unsafe {
+            let next = (*p).ai_next;
+            libc::free((*p).ai_src_addr.cast());
+            libc::free((*p).ai_dst_addr.cast());
+            libc::free((*p).ai_src_canonname.cast());
+            libc::free((*p).ai_dst_canonname.cast());
+            libc::free((*p).ai_route);
+            libc::free((*p).ai_connect);
+            libc::free(p.cast());
+            p = next;
+        }
+    }
+}
