@@ -84,4 +84,4 @@ pub use ferroce_transport::{
 pub use ferroce_wire as wire;
 pub use gsi::GsiRoute;
 pub use mw::{MemoryWindow, MwType};
-pub use qp::{QpBuilder, QpInitAttr, QueuePair, SharedReceiveQueue};
+pub use qp::{QpBuilder, QpInitAttr, QueuePair, SharedReceiveQueue, WeakQueuePair};

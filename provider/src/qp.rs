@@ -51,6 +51,29 @@ pub struct QueuePair {
     inner: Arc<QpInner>,
 }
 
+/// A QP handle that does not keep the QP alive ([`QueuePair::downgrade`]): the connection
+/// manager's hold on a QP its caller owns.
+#[derive(Clone, Debug)]
+pub struct WeakQueuePair {
+    inner: std::sync::Weak<QpInner>,
+}
+
+impl WeakQueuePair {
+    /// The QP, if it still exists.
+    pub fn upgrade(&self) -> Option<QueuePair> {
+        self.inner.upgrade().map(|inner| QueuePair { inner })
+    }
+}
+
+impl QueuePair {
+    /// A handle that does not keep the QP alive.
+    pub fn downgrade(&self) -> WeakQueuePair {
+        WeakQueuePair {
+            inner: Arc::downgrade(&self.inner),
+        }
+    }
+}
+
 impl std::fmt::Debug for QueuePair {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(

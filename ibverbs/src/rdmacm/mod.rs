@@ -1107,6 +1107,8 @@ pub unsafe extern "C" fn ferroce_rdma_create_ep(
         if r.ai_flags & RAI_PASSIVE != 0 {
             let rc = ferroce_rdma_bind_addr(c, r.ai_src_addr);
             if rc == 0 && !qp_init_attr.is_null() {
+                // librdmacm: the QP type is the address's.
+                (*qp_init_attr).qp_type = r.ai_qp_type;
                 let st = Id::rust(c);
                 let pd = if pd.is_null() { (*c).pd } else { pd };
                 *st.ep.lock() = Some((*qp_init_attr, pd as usize));
@@ -1118,6 +1120,7 @@ pub unsafe extern "C" fn ferroce_rdma_create_ep(
                 rc = ferroce_rdma_resolve_route(c, 2000);
             }
             if rc == 0 && !qp_init_attr.is_null() {
+                (*qp_init_attr).qp_type = r.ai_qp_type;
                 rc = ferroce_rdma_create_qp(c, pd, qp_init_attr);
             }
             rc

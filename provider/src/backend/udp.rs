@@ -146,8 +146,20 @@ impl Receiver for UdpReceiver {
                         Err(why) => log::debug!("{}: {why} from {from}: dropped", self.local),
                     },
                     _ if gsi::is_gsi(bytes) => match gsi::route(bytes, &**registry) {
-                        gsi::Route::Slot(to) if to != slot => {
+                        gsi::Route::Slot(to) if to != slot && registry.is_live(to, slot) => {
                             forward(&self.socket, registry, slot, to, from, bytes, self.local);
+                        }
+                        gsi::Route::Slot(to) if to != slot => {
+                            // Its owner is gone: like anything without an owner, the MAD goes
+                            // to this role holder's QP1, whose CM answers for the address as
+                            // the kernel's outlives a process (a DREQ for a dead process's
+                            // connection gets its DREP).
+                            log::debug!(
+                                "{}: a MAD from {from} for slot {to}, which no live process \
+                                 holds: to this role holder's QP1",
+                                self.local
+                            );
+                            deliver(from, bytes);
                         }
                         _ => deliver(from, bytes),
                     },

@@ -28,6 +28,21 @@ pub const RDMA_UDP_QKEY: u32 = 0x0123_4567;
 /// Most user private data a REQ carries after the rdma_cm header.
 pub const REQ_USER_DATA: usize = 92 - cma_hdr::HEADER_LEN;
 
+/// The ID's QP: its own (made by `create_qp`), or the caller's (not kept alive by the ID).
+enum QpHold {
+    Own(QueuePair),
+    Callers(crate::qp::WeakQueuePair),
+}
+
+impl QpHold {
+    fn get(&self) -> Option<QueuePair> {
+        match self {
+            QpHold::Own(q) => Some(q.clone()),
+            QpHold::Callers(w) => w.upgrade(),
+        }
+    }
+}
+
 #[derive(Default)]
 pub(crate) struct IdState {
     local: Option<SocketAddr>,
@@ -37,7 +52,7 @@ pub(crate) struct IdState {
     path: Option<Path>,
     /// The connection in the engine.
     comm: Option<CommId>,
-    qp: Option<QueuePair>,
+    qp: Option<QpHold>,
     /// The CQs `create_qp` made (kept with the ID).
     cqs: Vec<CompletionQueue>,
     /// Listens: each device's agent, the host-wide route and the ServiceID.
@@ -162,7 +177,7 @@ impl CmId {
 
     /// `id->qp`.
     pub fn qp(&self) -> Option<QueuePair> {
-        self.inner.st.lock().qp.clone()
+        self.inner.st.lock().qp.as_ref().and_then(QpHold::get)
     }
 
     /// `id->send_cq`: the send CQ of the ID's QP (made by [`CmId::create_qp`] or given to it).
@@ -322,7 +337,7 @@ impl CmId {
             QpType::Rc
         };
         let mut st = self.inner.st.lock();
-        if st.qp.is_some() {
+        if st.qp.as_ref().and_then(QpHold::get).is_some() {
             return Err(Error::InvalidArgument("the ID has a QP already"));
         }
         let qp = match init {
@@ -361,16 +376,17 @@ impl CmId {
         } else {
             qp.modify_with(&init.qp_access_flags(AccessFlags::EMPTY))?;
         }
-        st.qp = Some(qp.clone());
+        st.qp = Some(QpHold::Own(qp.clone()));
         st.owns_qp = true;
         Ok(qp)
     }
 
     /// Uses a QP the caller made and owns (`rdma_create_qp` with the caller's own QP): the
-    /// connection programs it as it would its own.
+    /// connection programs it as it would its own, and does not keep it alive (destroying it
+    /// is the caller's, as `ibv_destroy_qp` is).
     pub fn set_qp(&self, qp: &QueuePair) {
         let mut st = self.inner.st.lock();
-        st.qp = Some(qp.clone());
+        st.qp = Some(QpHold::Callers(qp.downgrade()));
         st.owns_qp = true;
     }
 
@@ -484,7 +500,7 @@ impl CmId {
             let path = st
                 .path
                 .ok_or(Error::InvalidArgument("connect before resolve_route"))?;
-            let (qpn, tst) = match &st.qp {
+            let (qpn, tst) = match &st.qp.as_ref().and_then(QpHold::get) {
                 Some(q) => (q.qp_num(), u8::from(q.qp_type() == QpType::Uc)),
                 None => (p.qp_num, 0),
             };
@@ -522,7 +538,7 @@ impl CmId {
             return Err(Error::InvalidArgument("accept on an ID with no request"));
         };
         if self.inner.ps == PortSpace::Udp {
-            let (qpn, qkey) = match &st.qp {
+            let (qpn, qkey) = match &st.qp.as_ref().and_then(QpHold::get) {
                 Some(q) => (q.qp_num(), RDMA_UDP_QKEY),
                 None => (p.qp_num, RDMA_UDP_QKEY),
             };
@@ -544,10 +560,10 @@ impl CmId {
         let mut param = p
             .for_accept(agent.caps, st.requested)
             .map_err(|e| Error::Invalid(e.to_string()))?;
-        if let Some(q) = &st.qp {
+        if let Some(q) = st.qp.as_ref().and_then(QpHold::get) {
             param.qp_num = q.qp_num();
         }
-        let qp = st.qp.clone().filter(|_| st.owns_qp);
+        let qp = st.qp.as_ref().and_then(QpHold::get).filter(|_| st.owns_qp);
         drop(st);
         let now = agent.now();
         {
@@ -639,7 +655,7 @@ impl CmId {
                 "disconnect on an ID with no connection",
             ));
         };
-        if let Some(qp) = st.qp.as_ref().filter(|_| st.owns_qp) {
+        if let Some(qp) = st.qp.as_ref().and_then(QpHold::get).filter(|_| st.owns_qp) {
             let _ = qp.modify_with(&QpModify::new(QpState::Err));
         }
         drop(st);
@@ -801,7 +817,7 @@ impl IdInner {
             } => {
                 let mut st = self.st.lock();
                 st.rep_private = private_data.clone();
-                let qp = st.qp.clone().filter(|_| st.owns_qp);
+                let qp = st.qp.as_ref().and_then(QpHold::get).filter(|_| st.owns_qp);
                 drop(st);
                 if let Some(qp) = qp {
                     // librdmacm brings its QP up and sends the RTU; the user sees
@@ -850,7 +866,8 @@ impl IdInner {
                 private_data,
                 ..
             } => {
-                if let Some(qp) = self.st.lock().qp.as_ref() {
+                let qp = self.st.lock().qp.as_ref().and_then(QpHold::get);
+                if let Some(qp) = qp {
                     let _ = qp.modify_with(&QpModify::new(QpState::Err));
                 }
                 let mut e = event(CmEventType::Rejected, self, i32::from(reason));
