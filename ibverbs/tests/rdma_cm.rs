@@ -1,0 +1,245 @@
+//! Unmodified rdma_cm programs on ferroce's librdmacm.so.1 and libibverbs.so.1, over
+//! loopback: rping (several sizes, each ping checked with `-v`), ucmatose with several
+//! connections, udaddy (UD over SIDR), rdma_server/rdma_client, and perftest with `-R`
+//! (`ib_write_bw`, `ib_send_lat`, `ib_read_bw`). Server and client are two processes sharing
+//! one device address, each with its own CM (the address's QP1 routes each MAD to its process).
+//!
+//! Debian's rdmacm-utils and perftest provide the programs; where they are missing the tests
+//! say so and pass, except under CI, where `.ci/run` installs them.
+
+#![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+mod common;
+
+/// The directory holding both libraries, linked once per test run.
+fn lib_dir() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let exe = std::env::current_exe().unwrap();
+        let profile_dir = exe.parent().unwrap().parent().unwrap();
+        let release = profile_dir.file_name().is_some_and(|n| n == "release");
+        let mut cargo = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+        cargo
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .args([
+                "build",
+                "-q",
+                "-p",
+                "ferroce-ibverbs",
+                "-p",
+                "ferroce-librdmacm",
+                "--lib",
+            ])
+            .env("CARGO_TARGET_DIR", profile_dir.parent().unwrap());
+        if release {
+            cargo.arg("--release");
+        }
+        assert!(
+            cargo.status().unwrap().success(),
+            "building the static libraries"
+        );
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("ferroce-rdmacm");
+        std::fs::create_dir_all(&dir).unwrap();
+        let verbs = dir.join("libibverbs.so.1");
+        let st = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/link.sh"))
+            .arg(profile_dir.join("libferroce_ibverbs.a"))
+            .arg(&verbs)
+            .status()
+            .unwrap();
+        assert!(st.success(), "linking libibverbs.so.1");
+        let st = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../librdmacm/link.sh"))
+            .arg(profile_dir.join("libferroce_librdmacm.a"))
+            .arg(&verbs)
+            .arg(dir.join("librdmacm.so.1"))
+            .status()
+            .unwrap();
+        assert!(st.success(), "linking librdmacm.so.1");
+        dir
+    })
+}
+
+fn have(prog: &str, package: &str) -> bool {
+    let found = Command::new("sh")
+        .args(["-c", &format!("command -v {prog}")])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    common::installed(prog, found, package)
+}
+
+fn command(prog: &str, args: &[&str], addr: &str) -> Command {
+    let mut c = Command::new(prog);
+    c.args(args)
+        .env("LD_LIBRARY_PATH", lib_dir())
+        .env("FERROCE_DEVICES", addr)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    c
+}
+
+/// A started program whose output is read as it comes (a verbose program would block on a
+/// full pipe).
+struct Running {
+    child: Child,
+    out: std::thread::JoinHandle<String>,
+    err: std::thread::JoinHandle<String>,
+}
+
+fn start(mut c: Command) -> Running {
+    let mut child = c.spawn().unwrap();
+    let mut so = child.stdout.take().unwrap();
+    let mut se = child.stderr.take().unwrap();
+    let out = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = so.read_to_string(&mut s);
+        s
+    });
+    let err = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = se.read_to_string(&mut s);
+        s
+    });
+    Running { child, out, err }
+}
+
+/// Waits at most `limit` for `r` (killing it after); returns (success, stdout + stderr).
+fn finish(mut r: Running, limit: Duration) -> (bool, String) {
+    let t0 = Instant::now();
+    let ok = loop {
+        if let Some(st) = r.child.try_wait().unwrap() {
+            break st.success();
+        }
+        if t0.elapsed() > limit {
+            let _ = r.child.kill();
+            let _ = r.child.wait();
+            break false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut text = r.out.join().unwrap();
+    text.push_str(&r.err.join().unwrap());
+    (ok, text)
+}
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Runs `server` and then `client` (retried while the server is not listening yet: the
+/// address's CM rejects a REQ for a port nobody listens on), both on device address `addr`.
+fn pair(prog: &str, server: &[&str], client: &[&str], addr: &str) -> (String, String) {
+    pair_of((prog, server), (prog, client), addr)
+}
+
+/// As [`pair`] with a server and a client program of their own.
+fn pair_of(server: (&str, &[&str]), client: (&str, &[&str]), addr: &str) -> (String, String) {
+    let prog = client.0;
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let srv = start(command(server.0, server.1, addr));
+    let mut attempt = 0;
+    let (cok, cout) = loop {
+        std::thread::sleep(Duration::from_millis(300));
+        let (ok, out) = finish(start(command(client.0, client.1, addr)), LIMIT);
+        attempt += 1;
+        let early = out.contains("REJECTED") || out.contains("rejected") || out.contains("refused");
+        if ok || !early || attempt == 20 {
+            break (ok, out);
+        }
+    };
+    let (sok, sout) = finish(srv, LIMIT);
+    assert!(
+        cok && sok,
+        "{prog}: client ok {cok}, server ok {sok}\n--- server\n{sout}\n--- client\n{cout}"
+    );
+    (sout, cout)
+}
+
+#[test]
+fn rping_of_several_sizes() {
+    if !have("rping", "rdmacm-utils") {
+        return;
+    }
+    // rping takes sizes below 65536. Each run on a port of its own.
+    for (i, (size, count)) in [("64", "100"), ("4096", "100"), ("32768", "20")]
+        .into_iter()
+        .enumerate()
+    {
+        let a = "127.0.71.1";
+        let port = (7300 + i).to_string();
+        let (s, c) = pair(
+            "rping",
+            &["-s", "-a", a, "-p", &port, "-v", "-C", count, "-S", size],
+            &["-c", "-a", a, "-p", &port, "-v", "-C", count, "-S", size],
+            a,
+        );
+        let n: usize = count.parse().unwrap();
+        assert_eq!(c.matches("ping data: rdma-ping-").count(), n, "{c}");
+        assert_eq!(s.matches("server ping data: rdma-ping-").count(), n, "{s}");
+    }
+}
+
+#[test]
+fn ucmatose_with_four_connections() {
+    if !have("ucmatose", "rdmacm-utils") {
+        return;
+    }
+    let a = "127.0.71.2";
+    let (s, c) = pair(
+        "ucmatose",
+        &["-c", "4", "-C", "20"],
+        &["-s", a, "-c", "4", "-C", "20"],
+        a,
+    );
+    for out in [&s, &c] {
+        assert!(out.contains("return status 0"), "{out}");
+        assert!(out.contains("data transfers complete"), "{out}");
+    }
+}
+
+#[test]
+fn udaddy_over_sidr() {
+    if !have("udaddy", "rdmacm-utils") {
+        return;
+    }
+    let a = "127.0.71.3";
+    let (s, c) = pair("udaddy", &[], &["-s", a], a);
+    for out in [&s, &c] {
+        assert!(out.contains("return status 0"), "{out}");
+    }
+}
+
+#[test]
+fn rdma_server_and_client() {
+    if !have("rdma_server", "rdmacm-utils") {
+        return;
+    }
+    let a = "127.0.71.4";
+    let (s, c) = pair_of(("rdma_server", &["-s", a]), ("rdma_client", &["-s", a]), a);
+    assert!(s.contains("rdma_server: end 0"), "{s}");
+    assert!(c.contains("rdma_client: end 0"), "{c}");
+}
+
+#[test]
+fn perftest_over_rdma_cm() {
+    if !have("ib_write_bw", "perftest") {
+        return;
+    }
+    let a = "127.0.71.5";
+    for prog in ["ib_write_bw", "ib_send_lat", "ib_read_bw"] {
+        let (s, c) = pair(
+            prog,
+            &["-R", "-d", "ferroce0", "-n", "200"],
+            &["-R", "-d", "ferroce0", "-n", "200", a],
+            a,
+        );
+        assert!(c.contains("rdma_cm QPs\t : ON"), "{c}");
+        assert!(c.contains("#bytes"), "{prog}: {c}");
+        let _ = s;
+    }
+}
