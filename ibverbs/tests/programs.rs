@@ -403,7 +403,8 @@ const PYVERBS_SKIPS: &[(&str, Option<usize>)] = &[
     ("Converting timestamp to nanoseconds is not supported", None),
     ("All gid indices populated, cannot check bad flow", None),
     ("Create XRCD is not supported", Some(7)),
-    // The RDMA connection manager: the suite finds none for ferroce0 (librdmacm, a later issue).
+    // The suite's rdma_cm tests look for the device's netdev in sysfs
+    // (/sys/class/infiniband/<dev>/device/net), which a user-space device cannot have.
     ("Device ferroce0 doesn't have net interface", Some(11)),
 ];
 

@@ -4,7 +4,7 @@
 # lab's namespace); kernel rxe in guest g1 (10.77.0.11). A failing scenario keeps its pcap under
 # $FERROCE_LAB_OUT (default /tmp/ferroce-interop) and `ferroce pcap` decodes it.
 #   tests/interop/suite.sh            build (or reuse) the image, run every scenario
-#   SCENARIOS="pingpong matrix loss programs shared"  a subset of these groups (default: all five)
+#   SCENARIOS="pingpong matrix loss programs shared cm"  a subset of these groups (default: all six)
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 TOP=$(cd "$HERE/../.." && pwd)
@@ -30,13 +30,14 @@ result() { # NAME OK DETAIL
   if [ "$2" = 1 ]; then PASS=$((PASS+1)); echo "PASS $1"; else FAIL=$((FAIL+1)); echo "FAIL $1 $3"; fi
 }
 G=10.77.0.11
-SCENARIOS=${SCENARIOS:-pingpong matrix loss programs shared}
+SCENARIOS=${SCENARIOS:-pingpong matrix loss programs shared cm}
 want() { [[ " $SCENARIOS " == *" $1 "* ]]; }
 # ferroce's libibverbs.so.1 (ibverbs/build.sh) for the unmodified-programs group.
 IBV_DIR=
-if want programs; then
+if want programs || want cm; then
   IBV_DIR=$OUT/ibverbs
-  "$TOP/ibverbs/build.sh" "$IBV_DIR" >"$OUT/ibverbs.build.log" 2>&1 || IBV_DIR=
+  # Both drop-in libraries: libibverbs.so.1 and librdmacm.so.1 (the cm group's programs).
+  "$TOP/librdmacm/build.sh" "$IBV_DIR" >"$OUT/ibverbs.build.log" 2>&1 || IBV_DIR=
 fi
 
 # ibv_rc_pingpong between ferroce (host) and rxe (guest). ROLE: ferroce-server | rxe-server.
@@ -116,6 +117,75 @@ program() { # ROLE PROG PORT ARGS...
   fi
   rm -f "$fo"
   result "$name" $ok "(see ${pcap%.pcap}.txt)"
+}
+
+# An unmodified rdma_cm program on ferroce (its librdmacm.so.1 and libibverbs.so.1) against the
+# same program on rxe0 under the kernel's rdma_cm, ROLE ferroce-server | rxe-server. SARGS are
+# the server's arguments (@ stands for its own address), CARGS the client's (@ for the
+# server's). Passes when both exit 0, the output shows WANT, and every packet of the run,
+# CM MADs included, decodes with a right ICRC (`ferroce pcap --strict`).
+cm_pair() { # ROLE PROG WANT SARGS CARGS
+  local role=$1 prog=$2 want=$3 sargs=$4 cargs=$5 fo="$OUT/cm.$$.ferroce" go ok=0
+  local name="rdma_cm $prog $role"
+  if [ -z "$IBV_DIR" ]; then result "$name" 0 "(ferroce's libraries did not build: $OUT/ibverbs.build.log)"; return; fi
+  local pcap="$OUT/$(echo "$name" | tr ' =' '_-')-mtu$mtu.pcap"
+  local fenv="LD_LIBRARY_PATH=$IBV_DIR FERROCE_DEVICES=10.77.0.1"
+  cap_start "$pcap"
+  if [ "$role" = ferroce-server ]; then
+    local fs=${sargs//@/10.77.0.1} gc=${cargs//@/10.77.0.1}
+    nsexec env $fenv timeout 120 $prog ${fs//DEV/ferroce0} >"$fo" 2>&1 &
+    local fp=$!
+    sleep 1.5
+    go=$(gexec 1 "timeout 100 $prog ${gc//DEV/rxe0}" 120); local grc=$?
+    wait $fp; local frc=$?
+  else
+    local gs=${sargs//@/$G} fc=${cargs//@/$G}
+    local id; id=$(gspawn 1 "timeout 100 $prog ${gs//DEV/rxe0}")
+    sleep 2
+    nsexec env $fenv timeout 120 $prog ${fc//DEV/ferroce0} >"$fo" 2>&1; local frc=$?
+    go=$(gwait 1 "$id" 120); local grc=$?
+  fi
+  cap_stop
+  local pc; pc=$("$FERROCE" pcap --strict "$pcap" 2>&1 | tail -n 1)
+  local mads; mads=$("$FERROCE" pcap "$pcap" 2>/dev/null | grep -c '^  CM ')
+  if [ $frc = 0 ] && [ $grc = 0 ] && grep -q -- "$want" "$fo" && echo "$go" | grep -q -- "$want" \
+     && [ "$mads" -ge 3 ] && echo "$pc" | grep -Eq '^[1-9][0-9]* packets, [0-9]+ icrc ok, 0 icrc bad, 0 malformed$'; then
+    ok=1; rm -f "$pcap"
+  else
+    { echo "== ferroce (rc=$frc)"; cat "$fo"; echo "== rxe (rc=$grc)"; echo "$go"; echo "== ferroce pcap ($mads CM MADs)"; "$FERROCE" pcap "$pcap" | tail -n 20; } > "${pcap%.pcap}.txt" 2>&1
+  fi
+  rm -f "$fo"
+  result "$name mtu $mtu" $ok "(see ${pcap%.pcap}.txt)"
+}
+
+# A REQ for a port nobody listens on: the other side's CM answers REJ "invalid service ID"
+# (8) at once, and the client reports REJECTED 8. CLIENT_SIDE ferroce | rxe; on ferroce's
+# address a ferroce rping server on another port keeps a CM running there.
+cm_closed_port() { # CLIENT_SIDE
+  local side=$1 fo="$OUT/cmc.$$.ferroce" out ok=0 name="rdma_cm REQ to a closed port, $1 client"
+  if [ -z "$IBV_DIR" ]; then result "$name" 0 "(no libraries)"; return; fi
+  local pcap="$OUT/cm_closed_port_$side-mtu$mtu.pcap"
+  local fenv="LD_LIBRARY_PATH=$IBV_DIR FERROCE_DEVICES=10.77.0.1"
+  cap_start "$pcap"
+  if [ "$side" = ferroce ]; then
+    nsexec env $fenv timeout 60 rping -c -a $G -p 7999 -C 1 >"$fo" 2>&1
+    out=$(cat "$fo")
+  else
+    nsexec env $fenv timeout 60 rping -s -a 10.77.0.1 -p 7998 -C 1 >"$fo" 2>&1 &
+    local fp=$!
+    sleep 1.5
+    out=$(gexec 1 "timeout 50 rping -c -a 10.77.0.1 -p 7999 -C 1" 60)
+    kill $fp 2>/dev/null; wait $fp 2>/dev/null
+  fi
+  cap_stop
+  local rej; rej=$("$FERROCE" pcap "$pcap" 2>/dev/null | grep -c ' reason=8')
+  if echo "$out" | grep -q 'REJECTED, error 8' && [ "$rej" -ge 1 ]; then
+    ok=1; rm -f "$pcap"
+  else
+    { echo "== client"; echo "$out"; echo "== pcap"; "$FERROCE" pcap "$pcap" | tail -n 20; } > "${pcap%.pcap}.txt" 2>&1
+  fi
+  rm -f "$fo"
+  result "$name mtu $mtu" $ok "(see ${pcap%.pcap}.txt)"
 }
 
 # Two ferroce processes sharing the host's address at once, each with its own rxe program in
@@ -221,6 +291,16 @@ for mtu_link in 1500 4200; do
         port=$((port+1))
       done
     done
+  fi
+  if want cm; then
+    for role in ferroce-server rxe-server; do
+      cm_pair $role rping "ping data: rdma-ping-19" "-s -a @ -v -C 20 -S 4096" "-c -a @ -v -C 20 -S 4096"
+      cm_pair $role ucmatose "return status 0" "-c 2 -C 10" "-s @ -c 2 -C 10"
+      cm_pair $role udaddy "return status 0" "" "-s @"
+      cm_pair $role ib_write_bw "#bytes" "-R -d DEV -n 50" "-R -d DEV -n 50 @"
+    done
+    cm_closed_port ferroce
+    cm_closed_port rxe
   fi
   if [ $mtu_link = 1500 ] && want loss; then
     # Loss: netem 5 % on the guest's eth0 (rxe -> ferroce), and ferroce's own fault injection
