@@ -58,10 +58,16 @@ fn structures_match_rdma_cma_h() {
     }
     macro_rules! o {
         ($t:ident, $f:ident) => {
-            check(concat!(stringify!($t), ".", stringify!($f)), offset_of!($t, $f))
+            check(
+                concat!(stringify!($t), ".", stringify!($f)),
+                offset_of!($t, $f),
+            )
         };
         ($t:ident, $f:ident => $rf:ident) => {
-            check(concat!(stringify!($t), ".", stringify!($f)), offset_of!($t, $rf))
+            check(
+                concat!(stringify!($t), ".", stringify!($f)),
+                offset_of!($t, $rf),
+            )
         };
     }
     s!(rdma_event_channel);

@@ -35,7 +35,10 @@ fn main() -> Result<(), ferroce::Error> {
 
     // The server's side: a new ID for the request, with the client's private data.
     let req = next(&sch, CmEventType::ConnectRequest);
-    println!("request with {:?}", String::from_utf8_lossy(&req.param.private_data[..5]));
+    println!(
+        "request with {:?}",
+        String::from_utf8_lossy(&req.param.private_data[..5])
+    );
     let conn = req.id;
     let spd = conn.context().expect("a device").alloc_pd();
     let sqp = conn.create_qp(&spd, None)?;
@@ -48,11 +51,22 @@ fn main() -> Result<(), ferroce::Error> {
     // The client's QP is connected: a SEND reaches the server's receive.
     let cmr = cpd.reg_mr(64, ferroce::AccessFlags::LOCAL_WRITE)?;
     cmr.write(0, b"over rdma_cm")?;
-    client.qp().expect("its QP").post_send(&SendWr::send(2, cmr.sge(0, 12)))?;
-    let wc = conn.recv_cq().expect("its CQ").wait(t).expect("the SEND arrives");
+    client
+        .qp()
+        .expect("its QP")
+        .post_send(&SendWr::send(2, cmr.sge(0, 12)))?;
+    let wc = conn
+        .recv_cq()
+        .expect("its CQ")
+        .wait(t)
+        .expect("the SEND arrives");
     let mut got = [0u8; 12];
     smr.read(0, &mut got)?;
-    println!("received {:?} ({} bytes)", String::from_utf8_lossy(&got), wc.byte_len);
+    println!(
+        "received {:?} ({} bytes)",
+        String::from_utf8_lossy(&got),
+        wc.byte_len
+    );
     assert_eq!(&got, b"over rdma_cm");
 
     client.disconnect()?;

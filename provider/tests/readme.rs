@@ -19,7 +19,11 @@ fn readme_shows_the_loopback_example() {
 fn readme_shows_the_cm_example() {
     let readme = include_str!("../../README.md");
     let example = include_str!("../examples/cm.rs");
-    let body = example.split("\n#[test]").next().unwrap_or(example).trim_end();
+    let body = example
+        .split("\n#[test]")
+        .next()
+        .unwrap_or(example)
+        .trim_end();
     assert!(
         readme.contains(body),
         "README.md's connection manager example must be provider/examples/cm.rs (without its test)"
