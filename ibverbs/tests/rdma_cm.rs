@@ -184,6 +184,24 @@ fn rping_of_several_sizes() {
     }
 }
 
+/// `rping -q`: both sides create and bring up their QPs themselves (`rdma_init_qp_attr`,
+/// `rdma_establish` on the client).
+#[test]
+fn rping_with_self_managed_qps() {
+    if !have("rping", "rdmacm-utils") {
+        return;
+    }
+    let a = "127.0.71.6";
+    let (s, c) = pair(
+        "rping",
+        &["-s", "-q", "-a", a, "-v", "-C", "20"],
+        &["-c", "-q", "-a", a, "-v", "-C", "20"],
+        a,
+    );
+    assert_eq!(c.matches("ping data: rdma-ping-").count(), 20, "{c}");
+    assert_eq!(s.matches("server ping data: rdma-ping-").count(), 20, "{s}");
+}
+
 #[test]
 fn ucmatose_with_four_connections() {
     if !have("ucmatose", "rdmacm-utils") {

@@ -241,7 +241,15 @@ fn a_connection_goes_up_with_crossed_values_and_closes() {
     );
     assert_eq!(pd.len(), 92);
     assert_eq!(&pd[..5], b"hello");
+    // Before the accept the plan is the request's (a program bringing its own QP up reads it
+    // first); the PSN it advertises stays the same through the accept.
+    let early = n.cm[1].qp_plan(b).unwrap();
+    assert_eq!(
+        (early.rtr.0.max_dest_rd_atomic, early.rts.0.max_rd_atomic),
+        (2, 4)
+    );
     n.accept(b);
+    assert_eq!(n.cm[1].qp_plan(b).unwrap().rtr.0.rq_psn, early.rtr.0.rq_psn);
     n.run_for(10 * MS);
     let info = match n.take_events(0).remove(0) {
         CmEvent::ConnectResponse {

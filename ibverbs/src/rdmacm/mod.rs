@@ -340,6 +340,7 @@ unsafe fn complete(id: *mut rdma_cm_id, want: CmEventType) -> c_int {
 /// `rdma_create_event_channel`.
 #[unsafe(no_mangle)]
 pub extern "C" fn ferroce_rdma_create_event_channel() -> *mut rdma_event_channel {
+    crate::init_logging();
     match EventChannel::new() {
         Ok(ch) => Chan::into_raw(rdma_event_channel { fd: ch.fd() }, ch),
         Err(e) => {

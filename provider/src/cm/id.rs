@@ -67,6 +67,9 @@ pub(crate) struct IdState {
     owns_qp: bool,
     /// A UD ID's peer (from SIDR).
     ud: Option<UdParam>,
+    /// The caller sent the RTU itself (`rdma_establish` after CONNECT_RESPONSE): its
+    /// connection event was the CONNECT_RESPONSE, no ESTABLISHED follows (as librdmacm).
+    self_established: bool,
 }
 
 pub(crate) struct IdInner {
@@ -617,6 +620,7 @@ impl CmId {
             ));
         };
         drop(st);
+        self.inner.st.lock().self_established = true;
         let now = agent.now();
         agent
             .engine
@@ -857,8 +861,13 @@ impl IdInner {
                 }
             }
             EngineEvent::Established { .. } => {
+                let mut st = self.st.lock();
+                if std::mem::take(&mut st.self_established) {
+                    return;
+                }
                 let mut e = event(CmEventType::Established, self, 0);
-                e.param.private_data = std::mem::take(&mut self.st.lock().rep_private);
+                e.param.private_data = std::mem::take(&mut st.rep_private);
+                drop(st);
                 e
             }
             EngineEvent::Rejected {

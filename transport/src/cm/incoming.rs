@@ -197,6 +197,12 @@ impl CmEngine {
         c.remote_flow_control = r.end_to_end_flow_control;
         c.transport_service_type = r.transport_service_type;
         c.ack_timeout = r.primary_local_ack_timeout;
+        // The PSN this side will advertise, and until the accept the request's depths: a
+        // program that brings its own QP up reads RTR and RTS before accepting
+        // (`rdma_init_qp_attr`), as the kernel's CM answers from the REQ.
+        c.local_psn = self.next_psn();
+        c.param.responder_resources = r.initiator_depth;
+        c.param.initiator_depth = r.responder_resources;
         let info = RequestInfo {
             service_id: r.service_id,
             remote_qpn: r.local_qpn,

@@ -426,7 +426,6 @@ impl CmEngine {
                 max: wire_cm::rep::PRIVATE_DATA_LEN,
             });
         }
-        c.local_psn = self.next_psn();
         c.local_qpn = param.qp_num;
         if c.remote_initiator_depth > param.responder_resources {
             log::warn!(
@@ -451,13 +450,18 @@ impl CmEngine {
         Ok(n.plan())
     }
 
-    /// The QP plan of a connection whose values are both known (active side after the REP,
-    /// passive side after accepting).
+    /// The QP plan of a connection whose values are both known (active side after the REP;
+    /// passive side once the REQ is in, with the request's depths until the accept).
     pub fn qp_plan(&self, id: CommId) -> Option<QpPlan> {
         let c = self.conns.get(&id)?;
         matches!(
             c.state,
-            State::RepRcvd | State::MraRepSent | State::RepSent | State::Established
+            State::ReqRcvd
+                | State::MraReqSent
+                | State::RepRcvd
+                | State::MraRepSent
+                | State::RepSent
+                | State::Established
         )
         .then(|| c.negotiated().plan())
     }
@@ -467,7 +471,12 @@ impl CmEngine {
         let c = self.conns.get(&id)?;
         matches!(
             c.state,
-            State::RepRcvd | State::MraRepSent | State::RepSent | State::Established
+            State::ReqRcvd
+                | State::MraReqSent
+                | State::RepRcvd
+                | State::MraRepSent
+                | State::RepSent
+                | State::Established
         )
         .then(|| c.negotiated())
     }
