@@ -174,9 +174,9 @@ pub unsafe extern "C" fn ferroce_rdma_getaddrinfo(
     if addr.is_null() {
         return libc::EAI_MEMORY;
     }
-    // SAFETY: malloc of the struct's size; every field is written below.
-    let r =
-        unsafe { libc::calloc(1, core::mem::size_of::<rdma_addrinfo>()) }.cast::<rdma_addrinfo>();
+    let size = core::mem::size_of::<rdma_addrinfo>();
+    // SAFETY: calloc of the struct's size (zeroed: every pointer NULL); the fields are set below.
+    let r = unsafe { libc::calloc(1, size) }.cast::<rdma_addrinfo>();
     if r.is_null() {
         // SAFETY: `addr` came from malloc above.
         unsafe { libc::free(addr.cast()) };
