@@ -19,6 +19,12 @@ if ! [ -f /usr/include/infiniband/verbs.h ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libibverbs-dev >/dev/null 2>&1 || true
 fi
 cc -O2 -Wall -o "$PEER_BIN" "$HERE/peer/rdma_peer.c" -libverbs 2>"$OUT/rdma_peer.build.log" || PEER_BIN=
+# The reject peer of the cm group (a librdmacm program; librdmacm-dev's header).
+REJECT_BIN=$OUT/cm_reject
+if ! [ -f /usr/include/rdma/rdma_cma.h ]; then
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq librdmacm-dev >/dev/null 2>&1 || true
+fi
+cc -O2 -Wall -o "$REJECT_BIN" "$HERE/peer/cm_reject.c" -lrdmacm -libverbs 2>"$OUT/cm_reject.build.log" || REJECT_BIN=
 # The ferroce side of the operation matrix (tests/tests/rxe_interop.rs).
 MATRIX_BIN=$(cd "$TOP" && cargo test -q --release -p ferroce-tests --test rxe_interop --no-run 2>&1 | grep -o '/[^ ]*target/release/deps/rxe_interop-[0-9a-f]*' | head -n 1)
 [ -n "$MATRIX_BIN" ] || MATRIX_BIN=$(ls -t "$TOP"/target/release/deps/rxe_interop-* 2>/dev/null | grep -v '\.d$' | head -n 1)
@@ -124,28 +130,29 @@ program() { # ROLE PROG PORT ARGS...
 # the server's arguments (@ stands for its own address), CARGS the client's (@ for the
 # server's). Passes when both exit 0, the output shows WANT, and every packet of the run,
 # CM MADs included, decodes with a right ICRC (`ferroce pcap --strict`).
-cm_pair() { # ROLE PROG WANT SARGS CARGS
+cm_pair() { # ROLE PROG WANT SARGS CARGS   (PROG: one program, or SERVER|CLIENT)
   local role=$1 prog=$2 want=$3 sargs=$4 cargs=$5 fo="$OUT/cm.$$.ferroce" go ok=0
-  local name="rdma_cm $prog $role"
+  local sprog=${prog%%|*} cprog=${prog##*|}
+  local name="rdma_cm ${prog//|//} $role"
   if [ -z "$IBV_DIR" ]; then result "$name" 0 "(ferroce's libraries did not build: $OUT/ibverbs.build.log)"; return; fi
-  local pcap="$OUT/$(echo "$name" | tr ' =' '_-')-mtu$mtu.pcap"
+  local pcap="$OUT/$(echo "$name" | tr ' =/' '_-_')-mtu$mtu.pcap"
   local fenv="LD_LIBRARY_PATH=$IBV_DIR FERROCE_DEVICES=10.77.0.1"
   cap_start "$pcap"
   if [ "$role" = ferroce-server ]; then
     local fs=${sargs//@/10.77.0.1} gc=${cargs//@/10.77.0.1}
-    nsexec env $fenv timeout 120 $prog ${fs//DEV/ferroce0} >"$fo" 2>&1 &
+    nsexec env $fenv timeout 120 $sprog ${fs//DEV/ferroce0} >"$fo" 2>&1 &
     local fp=$!
     sleep 1.5
-    go=$(gexec 1 "timeout 100 $prog ${gc//DEV/rxe0}" 120); local grc=$?
+    go=$(gexec 1 "timeout 100 $cprog ${gc//DEV/rxe0}" 120); local grc=$?
     wait $fp; local frc=$?
   else
     local gs=${sargs//@/$G} fc=${cargs//@/$G} try frc
-    local id; id=$(gspawn 1 "timeout 100 $prog ${gs//DEV/rxe0}")
+    local id; id=$(gspawn 1 "timeout 100 $sprog ${gs//DEV/rxe0}")
     sleep 2
     # rdma_cm listeners are not in ss: a REQ before the guest's (slow, emulated) server
     # listens is rejected (8) by its kernel CM, and the client is tried again.
     for try in 1 2 3 4 5 6 7 8 9 10; do
-      nsexec env $fenv timeout 120 $prog ${fc//DEV/ferroce0} >"$fo" 2>&1; frc=$?
+      nsexec env $fenv timeout 120 $cprog ${fc//DEV/ferroce0} >"$fo" 2>&1; frc=$?
       { [ $frc != 0 ] && grep -q 'REJECTED' "$fo"; } || break
       sleep 1
     done
@@ -164,6 +171,36 @@ cm_pair() { # ROLE PROG WANT SARGS CARGS
   result "$name mtu $mtu" $ok "(see ${pcap%.pcap}.txt)"
 }
 
+# A reject with private data: the server (cm_reject, a plain librdmacm program) refuses the
+# request with its own string; the client must see REJECTED 28 with the whole 148-byte REJ
+# area and the string in it. ROLE ferroce-server | rxe-server.
+cm_reject() { # ROLE
+  local role=$1 out ok=0 name="rdma_cm reject with private data, $1" fo="$OUT/cmr.$$.ferroce"
+  if [ -z "$IBV_DIR" ] || [ -z "$REJECT_BIN" ]; then result "$name" 0 "(no libraries or cm_reject: $OUT/cm_reject.build.log)"; return; fi
+  local fenv="LD_LIBRARY_PATH=$IBV_DIR FERROCE_DEVICES=10.77.0.1" try
+  if [ "$role" = ferroce-server ]; then
+    nsexec env $fenv timeout 60 "$REJECT_BIN" server 10.77.0.1 7900 ferroce-says-no >"$fo" 2>&1 &
+    local fp=$!
+    sleep 1.5
+    out=$(gexec 1 "timeout 50 /host/cm_reject client 10.77.0.1 7900" 60)
+    wait $fp
+    echo "$out" | grep -q 'REJECTED status 28 len 148 data ferroce-says-no' && ok=1
+  else
+    local id; id=$(gspawn 1 "timeout 60 /host/cm_reject server $G 7901 rxe-says-no")
+    sleep 2
+    for try in 1 2 3 4 5 6 7 8 9 10; do
+      nsexec env $fenv timeout 50 "$REJECT_BIN" client $G 7901 >"$fo" 2>&1
+      grep -q 'status 8 ' "$fo" || break
+      sleep 1
+    done
+    out=$(cat "$fo")
+    gwait 1 "$id" 60 >/dev/null
+    echo "$out" | grep -q 'REJECTED status 28 len 148 data rxe-says-no' && ok=1
+  fi
+  rm -f "$fo"
+  result "$name mtu $mtu" $ok "(client said: $out)"
+}
+
 # A REQ for a port nobody listens on: the other side's CM answers REJ "invalid service ID"
 # (8) at once, and the client reports REJECTED 8. CLIENT_SIDE ferroce | rxe; on ferroce's
 # address a ferroce rping server on another port keeps a CM running there.
@@ -173,6 +210,7 @@ cm_closed_port() { # CLIENT_SIDE
   local pcap="$OUT/cm_closed_port_$side-mtu$mtu.pcap"
   local fenv="LD_LIBRARY_PATH=$IBV_DIR FERROCE_DEVICES=10.77.0.1"
   cap_start "$pcap"
+  sleep 1
   if [ "$side" = ferroce ]; then
     nsexec env $fenv timeout 60 rping -c -a $G -p 7999 -C 1 >"$fo" 2>&1
     out=$(cat "$fo")
@@ -299,11 +337,20 @@ for mtu_link in 1500 4200; do
     done
   fi
   if want cm; then
+    [ -n "$REJECT_BIN" ] && cp "$REJECT_BIN" "$RUN/g1/cm_reject"
     for role in ferroce-server rxe-server; do
-      cm_pair $role rping "ping data: rdma-ping-19" "-s -a @ -v -C 20 -S 4096" "-c -a @ -v -C 20 -S 4096"
+      cm_pair $role rping "ping data: rdma-ping-19" "-s -a @ -v -C 20 -S 64" "-c -a @ -v -C 20 -S 64"
       cm_pair $role ucmatose "return status 0" "-c 2 -C 10" "-s @ -c 2 -C 10"
       cm_pair $role udaddy "return status 0" "" "-s @"
-      cm_pair $role ib_write_bw "#bytes" "-R -d DEV -n 50" "-R -d DEV -n 50 @"
+      # perftest's -R client opens its data connection right after the exchange on its
+      # first one, and an emulated guest's server may not listen again yet (REJ 8): only
+      # ferroce serves here (rxe clients against it pass).
+      if [ $role = ferroce-server ]; then
+        cm_pair $role ib_write_bw "#bytes" "-R -d DEV -n 50" "-R -d DEV -n 50 @"
+        cm_pair $role ib_send_lat "#bytes" "-R -d DEV -n 50" "-R -d DEV -n 50 @"
+      fi
+      cm_pair $role "rdma_server|rdma_client" ": end 0" "-s @" "-s @"
+      cm_reject $role
     done
     cm_closed_port ferroce
     cm_closed_port rxe

@@ -1,0 +1,94 @@
+/*
+ * cm_reject: the rdma_cm side of the interop suite's reject scenario, a plain librdmacm
+ * program (built against Debian's librdmacm-dev; on ferroce through its librdmacm.so.1, in the
+ * guest on the kernel's rdma_cm).
+ *
+ *   cm_reject server ADDR PORT DATA   listen; reject the first request with DATA as the REJ's
+ *                                     private data; exit 0
+ *   cm_reject client ADDR PORT        connect; print "REJECTED status S len L data D" (D: the
+ *                                     private data up to its first NUL); exit 0 if rejected
+ */
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <rdma/rdma_cma.h>
+
+static struct rdma_cm_event *next(struct rdma_event_channel *ch, enum rdma_cm_event_type want) {
+	struct rdma_cm_event *e;
+	if (rdma_get_cm_event(ch, &e)) {
+		perror("rdma_get_cm_event");
+		exit(2);
+	}
+	if (e->event != want && want != (enum rdma_cm_event_type)-1) {
+		printf("unexpected %s status %d\n", rdma_event_str(e->event), e->status);
+		exit(3);
+	}
+	return e;
+}
+
+int main(int argc, char **argv) {
+	if (argc < 4) {
+		fprintf(stderr, "usage: cm_reject server|client ADDR PORT [DATA]\n");
+		return 1;
+	}
+	struct addrinfo *ai;
+	if (getaddrinfo(argv[2], argv[3], NULL, &ai)) {
+		fprintf(stderr, "bad address\n");
+		return 1;
+	}
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	struct rdma_cm_id *id;
+	if (!ch || rdma_create_id(ch, &id, NULL, RDMA_PS_TCP)) {
+		perror("rdma_create_id");
+		return 1;
+	}
+	if (!strcmp(argv[1], "server")) {
+		const char *data = argc > 4 ? argv[4] : "no";
+		if (rdma_bind_addr(id, ai->ai_addr) || rdma_listen(id, 1)) {
+			perror("listen");
+			return 1;
+		}
+		struct rdma_cm_event *e = next(ch, RDMA_CM_EVENT_CONNECT_REQUEST);
+		if (rdma_reject(e->id, data, (uint8_t)(strlen(data) + 1))) {
+			perror("rdma_reject");
+			return 1;
+		}
+		printf("rejected with %s\n", data);
+		rdma_ack_cm_event(e);
+		sleep(1);
+		return 0;
+	}
+	if (rdma_resolve_addr(id, NULL, ai->ai_addr, 2000)) {
+		perror("rdma_resolve_addr");
+		return 1;
+	}
+	rdma_ack_cm_event(next(ch, RDMA_CM_EVENT_ADDR_RESOLVED));
+	if (rdma_resolve_route(id, 2000)) {
+		perror("rdma_resolve_route");
+		return 1;
+	}
+	rdma_ack_cm_event(next(ch, RDMA_CM_EVENT_ROUTE_RESOLVED));
+	struct ibv_qp_init_attr qa = {.qp_type = IBV_QPT_RC,
+				       .cap = {.max_send_wr = 1, .max_recv_wr = 1, .max_send_sge = 1, .max_recv_sge = 1}};
+	if (rdma_create_qp(id, NULL, &qa)) {
+		perror("rdma_create_qp");
+		return 1;
+	}
+	struct rdma_conn_param p = {.responder_resources = 1, .initiator_depth = 1, .retry_count = 7, .rnr_retry_count = 7};
+	if (rdma_connect(id, &p)) {
+		perror("rdma_connect");
+		return 1;
+	}
+	struct rdma_cm_event *e = next(ch, (enum rdma_cm_event_type)-1);
+	char data[256] = {0};
+	if (e->param.conn.private_data && e->param.conn.private_data_len)
+		memcpy(data, e->param.conn.private_data, e->param.conn.private_data_len);
+	data[255] = 0;
+	printf("%s status %d len %u data %s\n", e->event == RDMA_CM_EVENT_REJECTED ? "REJECTED" : rdma_event_str(e->event),
+	       e->status, e->param.conn.private_data_len, data);
+	int rejected = e->event == RDMA_CM_EVENT_REJECTED;
+	rdma_ack_cm_event(e);
+	return rejected ? 0 : 4;
+}
