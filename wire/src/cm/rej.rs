@@ -1,5 +1,5 @@
 //! ConnectReject, REJ (IBTA §12.6.7 Table 108): a REQ or REP refused, with a reason
-//! ([`super::RejReason`]), additional rejection information (ARI) and private data.
+//! ([`super::rej_reason`]), additional rejection information (ARI) and private data.
 
 cm_message! {
     name: "REJ";
