@@ -2,7 +2,7 @@
 //! connected — and what happens to it when the engine's events arrive.
 
 use std::net::{IpAddr, SocketAddr};
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::Duration;
 
 use ferroce_transport::cm::{
@@ -734,22 +734,21 @@ fn program(qp: &QueuePair, plan: &QpPlan) -> Result<()> {
 impl IdInner {
     /// A request for a listened ServiceID: a new ID on the listener's channel.
     pub(crate) fn on_request(agent: &Arc<Agent>, listener: Option<Arc<IdInner>>, ev: EngineEvent) {
-        let (comm, peer_ip, pd, sidr) = match &ev {
+        let (comm, peer_ip, pd) = match &ev {
             EngineEvent::ConnectRequest {
                 id,
                 peer,
                 private_data,
                 ..
-            } => (*id, *peer, private_data.clone(), false),
-            EngineEvent::SidrRequest {
+            }
+            | EngineEvent::SidrRequest {
                 id,
                 peer,
                 private_data,
                 ..
-            } => (*id, *peer, private_data.clone(), true),
+            } => (*id, *peer, private_data.clone()),
             _ => return,
         };
-        let now = agent.now();
         let Some(l) = listener else {
             log::debug!("rdma_cm: a request for a listener gone: rejected");
             let _ = agent.engine.lock().reject(comm, &[]);
@@ -803,7 +802,6 @@ impl IdInner {
             }
         }
         agent.conns.lock().insert(comm, Arc::downgrade(&child));
-        let _ = (now, sidr);
         let mut e = event(CmEventType::ConnectRequest, &child, 0);
         e.listen_id = Some(CmId { inner: l.clone() });
         e.param = param;
@@ -940,6 +938,5 @@ impl Drop for IdInner {
             agent.conns.lock().remove(&comm);
             agent.flush();
         }
-        let _: Weak<IdInner> = Weak::new();
     }
 }

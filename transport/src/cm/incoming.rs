@@ -347,9 +347,7 @@ impl CmEngine {
             }
             State::RepSent | State::RepRcvd | State::MraRepSent | State::Established => {
                 self.events.push_back(event);
-                let remote = (c.remote_id, c.remote_guid);
                 c.enter_timewait(now);
-                let _ = remote;
             }
             s => self.drop_msg("REJ", id, Some(s)),
         }
