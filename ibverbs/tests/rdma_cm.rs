@@ -1,7 +1,8 @@
 //! Unmodified rdma_cm programs on ferroce's librdmacm.so.1 and libibverbs.so.1, over
 //! loopback: rping (several sizes, each ping checked with `-v`), ucmatose with several
 //! connections, udaddy (UD over SIDR), rdma_server/rdma_client, and perftest with `-R`
-//! (`ib_write_bw`, `ib_send_lat`, `ib_read_bw`). Server and client are two processes sharing
+//! (`ib_write_bw`, `ib_send_lat`, `ib_read_bw`); rping, ucmatose and udaddy over IPv6 (`::1`).
+//! Server and client are two processes sharing
 //! one device address, each with its own CM (the address's QP1 routes each MAD to its process).
 //!
 //! Debian's rdmacm-utils and perftest provide the programs; where they are missing the tests
@@ -259,5 +260,37 @@ fn perftest_over_rdma_cm() {
         assert!(c.contains("rdma_cm QPs\t : ON"), "{c}");
         assert!(c.contains("#bytes"), "{prog}: {c}");
         let _ = s;
+    }
+}
+
+/// The same programs over IPv6: the device on `::1`, GIDs and GRHs of IPv6, the CM's
+/// addresses of family AF_INET6 (rping and ucmatose connect RC, udaddy resolves UD by SIDR).
+#[test]
+fn ipv6_rping_ucmatose_udaddy() {
+    if !have("rping", "rdmacm-utils") {
+        return;
+    }
+    let a = "::1";
+    let (s, c) = pair(
+        "rping",
+        &["-s", "-a", a, "-p", "7310", "-v", "-C", "20"],
+        &["-c", "-a", a, "-p", "7310", "-v", "-C", "20"],
+        a,
+    );
+    assert_eq!(c.matches("ping data: rdma-ping-").count(), 20, "{c}");
+    assert_eq!(s.matches("server ping data: rdma-ping-").count(), 20, "{s}");
+    let (s, c) = pair(
+        "ucmatose",
+        &["-b", a, "-p", "7311", "-c", "2", "-C", "10"],
+        &["-s", a, "-p", "7311", "-c", "2", "-C", "10"],
+        a,
+    );
+    for out in [&s, &c] {
+        assert!(out.contains("return status 0"), "{out}");
+    }
+    // udaddy's -p is the port space; its port is fixed (7174).
+    let (s, c) = pair("udaddy", &["-b", a], &["-s", a], a);
+    for out in [&s, &c] {
+        assert!(out.contains("return status 0"), "{out}");
     }
 }

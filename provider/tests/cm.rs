@@ -228,3 +228,76 @@ fn ud_service_resolution() {
     );
     assert_eq!(ud.ah_attr.dest, sa("127.0.64.1:0").ip());
 }
+
+/// Listens on `bind` (port 0: rdma_cm picks one), connects a client from `src` to the port
+/// the listener got, accepts, sends one message over the connected QPs and disconnects.
+/// Returns the listener's port.
+fn listen_connect_send(bind: &str, src: Option<&str>) -> u16 {
+    let sch = EventChannel::new().unwrap();
+    let server = CmId::new(&sch, PortSpace::Tcp).unwrap();
+    server.bind_addr(sa(bind)).unwrap();
+    server.listen(1).unwrap();
+    let at = server
+        .local_addr()
+        .expect("a bound listener has an address");
+    assert_eq!(at.ip(), sa(bind).ip());
+    assert_ne!(at.port(), 0, "port 0 is replaced by the port given");
+
+    let cch = EventChannel::new().unwrap();
+    let c = CmId::new(&cch, PortSpace::Tcp).unwrap();
+    c.resolve_addr(src.map(sa), at, T).unwrap();
+    next(&cch, CmEventType::AddrResolved);
+    c.resolve_route(T).unwrap();
+    next(&cch, CmEventType::RouteResolved);
+    let cpd = c.context().unwrap().alloc_pd();
+    let cqp = c.create_qp(&cpd, None).unwrap();
+    let cmr = cpd.reg_mr(64, ferroce::AccessFlags(1)).unwrap();
+    c.connect(&ConnParam::defaults()).unwrap();
+
+    let req = next(&sch, CmEventType::ConnectRequest);
+    let s = req.id;
+    assert_eq!(s.local_addr(), Some(at));
+    let spd = s.context().unwrap().alloc_pd();
+    let sqp = s.create_qp(&spd, None).unwrap();
+    let smr = spd.reg_mr(64, ferroce::AccessFlags(1)).unwrap();
+    sqp.post_recv(&RecvWr::new(1, smr.sge(0, 64))).unwrap();
+    s.accept(&ConnParam::defaults()).unwrap();
+    next(&cch, CmEventType::Established);
+    next(&sch, CmEventType::Established);
+    assert_eq!(cqp.query().dest_qp_num, sqp.qp_num());
+
+    cmr.write(0, b"port and family").unwrap();
+    cqp.post_send(&SendWr::send(2, cmr.sge(0, 15))).unwrap();
+    let wc = (0..2000)
+        .find_map(|_| {
+            let wc = s.recv_cq().unwrap().poll_one();
+            if wc.is_none() {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            wc
+        })
+        .expect("the SEND arrived");
+    assert_eq!((wc.status, wc.byte_len), (WcStatus::Success, 15));
+    let mut b = [0u8; 15];
+    smr.read(0, &mut b).unwrap();
+    assert_eq!(&b, b"port and family");
+
+    c.disconnect().unwrap();
+    next(&sch, CmEventType::Disconnected);
+    at.port()
+}
+
+#[test]
+fn listen_on_port_zero_takes_an_ephemeral_port() {
+    let a = listen_connect_send("127.0.64.1:0", Some("127.0.64.2:0"));
+    let b = listen_connect_send("127.0.64.1:0", Some("127.0.64.2:0"));
+    assert!(ferroce::cm::PORT_RANGE.contains(&a), "{a}");
+    assert!(ferroce::cm::PORT_RANGE.contains(&b), "{b}");
+}
+
+#[test]
+fn ipv6_loopback() {
+    assert_eq!(listen_connect_send("[::1]:7477", None), 7477);
+    // Port 0 over IPv6 too; the client's source picked by the host's routing (::1).
+    assert!(ferroce::cm::PORT_RANGE.contains(&listen_connect_send("[::1]:0", None)));
+}
