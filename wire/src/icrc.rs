@@ -191,6 +191,63 @@ impl IcrcContext {
     }
 }
 
+/// How the ICRC of an IPv4 packet changes with its Identification, for one packet length.
+///
+/// CRC-32 is linear over GF(2): the ICRC of a packet sent with IPv4 ID `k` is its ICRC for ID 0
+/// XOR a value that depends only on `k` and the packet's length. A sender whose datagrams the
+/// kernel numbers itself (segment `k` of a `UDP_SEGMENT` train leaves an unconnected DF socket
+/// with ID `k`) computes each packet's ICRC once, for ID 0, and corrects it with
+/// [`Ipv4IdentDelta::delta`]; a receiver that knows a segment's ID does the same. No CRC over the
+/// payload is recomputed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ipv4IdentDelta {
+    /// The CRC change of each ID bit, in the order bit 7..0 then 15..8.
+    columns: [u32; 16],
+}
+
+impl Ipv4IdentDelta {
+    /// The deltas for packets whose UDP payload (BTH through ICRC) is `udp_payload_len` bytes;
+    /// `None` if that is shorter than the ICRC.
+    pub fn new(udp_payload_len: usize) -> Option<Self> {
+        let covered = udp_payload_len.checked_sub(ICRC_LEN)?;
+        let msg_len = LRH_ONES.len() + IPV4_HEADER_LEN + UDP_HEADER_LEN + covered;
+        // As in `solve_u16_at`: the ID is the big-endian u16 at byte 12 of the message; the
+        // lowest-degree term is bit 7 of its second byte.
+        let mut column = mul_mod_p(x_pow_8n(msg_len - (LRH_ONES.len() + 4) - 2), POLY);
+        let mut columns = [0u32; 16];
+        for c in &mut columns {
+            *c = column;
+            column = mul_x(column);
+        }
+        Some(Ipv4IdentDelta { columns })
+    }
+
+    /// The value to XOR into the ICRC computed for ID 0 to get the ICRC for ID `ident`.
+    pub fn delta(&self, ident: u16) -> u32 {
+        const BITS: [u32; 16] = [7, 6, 5, 4, 3, 2, 1, 0, 15, 14, 13, 12, 11, 10, 9, 8];
+        let mut d = 0;
+        for (c, bit) in self.columns.iter().zip(BITS) {
+            if ident & (1 << bit) != 0 {
+                d ^= c;
+            }
+        }
+        d
+    }
+
+    /// Rewrites the ICRC at the end of `udp_payload` (computed for `from`) for ID `to`.
+    /// A payload shorter than the ICRC is left alone.
+    pub fn rewrite(&self, udp_payload: &mut [u8], from: u16, to: u16) {
+        let Some(split) = udp_payload.len().checked_sub(ICRC_LEN) else {
+            return;
+        };
+        let tail = &mut udp_payload[split..];
+        let mut b = [0u8; ICRC_LEN];
+        b.copy_from_slice(tail);
+        let icrc = u32::from_le_bytes(b) ^ self.delta(from) ^ self.delta(to);
+        tail.copy_from_slice(&icrc.to_le_bytes());
+    }
+}
+
 /// The ICRC of a captured packet, from its raw IP header (IPv4 without options, or IPv6
 /// without extension headers), its UDP header and `covered` (BTH up to the pad). All 32 bits
 /// of the result are meaningful: the whole IP header is known.
@@ -448,6 +505,36 @@ mod tests {
     }
 
     #[test]
+    fn ident_delta_gives_the_icrc_of_every_id() {
+        let (_, _, mut roce) = rxe_send_only();
+        let ctx = |ident| {
+            IcrcContext::v4(
+                Ipv4Addr::new(10, 77, 0, 12),
+                Ipv4Addr::new(10, 77, 0, 11),
+                ident,
+                0xc169,
+                4791,
+            )
+        };
+        let d = Ipv4IdentDelta::new(roce.len()).unwrap();
+        assert_eq!(d.delta(0), 0);
+        let zero = ctx(0).compute(&roce[..76]).unwrap();
+        for ident in [1u16, 2, 7, 14, 127, 0x8f62, 0xffff] {
+            assert_eq!(
+                zero ^ d.delta(ident),
+                ctx(ident).compute(&roce[..76]).unwrap()
+            );
+        }
+        ctx(0).fill(&mut roce);
+        d.rewrite(&mut roce, 0, 9);
+        assert!(ctx(9).verify(&roce));
+        assert!(!ctx(0).verify(&roce));
+        d.rewrite(&mut roce, 9, 3);
+        assert!(ctx(3).verify(&roce));
+        assert!(Ipv4IdentDelta::new(3).is_none());
+    }
+
+    #[test]
     fn solve_finds_the_wire_ident() {
         let (ip, udp, mut roce) = rxe_send_only();
         let icrc = compute_from_headers(&ip, &udp, &roce[..76]).unwrap();
@@ -545,6 +632,20 @@ mod tests {
             prop_assert!(ctx.verify(&pkt));
             let unknown = IcrcContext::v4(a.into(), b.into(), 0, sport, 4791);
             prop_assert_eq!(unknown.solve_ipv4_ident(&pkt), Some(ident));
+        }
+
+        #[test]
+        fn ident_delta_matches_a_full_computation(
+            ident in any::<u16>(),
+            body in proptest::collection::vec(any::<u8>(), 12..5000),
+            a in any::<[u8; 4]>(),
+        ) {
+            let mut pkt = body.clone();
+            pkt.extend_from_slice(&[0; 4]);
+            let at = |id| IcrcContext::v4(a.into(), Ipv4Addr::new(10, 0, 0, 2), id, 4791, 4791);
+            at(0).fill(&mut pkt);
+            Ipv4IdentDelta::new(pkt.len()).unwrap().rewrite(&mut pkt, 0, ident);
+            prop_assert!(at(ident).verify(&pkt));
         }
 
         #[test]
