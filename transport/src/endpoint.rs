@@ -240,6 +240,12 @@ pub struct EndpointConfig {
     /// rxe peers, whose IDs a UDP socket cannot see). This checks only 16 bits of the ICRC, so
     /// an endpoint whose peers are all ferroce (ID 0) turns it off.
     pub solve_unknown_ident: bool,
+    /// The most request PSNs all RC QPs together may have unacknowledged (READ responses
+    /// asked for included). Sized to the receive buffers, it keeps a device from overrunning
+    /// its own path: with many QPs the windows add up far beyond what a socket holds, every
+    /// QP loses packets and times out at once, and go-back-N makes it worse. A QP held back
+    /// waits for ACKs of any QP; one QP's own window (128 PSNs) always fits.
+    pub inflight_budget: u32,
 }
 
 impl EndpointConfig {
@@ -253,6 +259,7 @@ impl EndpointConfig {
             first_qpn: 0x11,
             qpn_slot: None,
             solve_unknown_ident: true,
+            inflight_budget: u32::MAX,
         }
     }
 }
@@ -277,6 +284,10 @@ pub struct Endpoint {
     deadlines: QpnMap<Instant>,
     /// Scratch for `handle_timeout` (kept to avoid an allocation per call).
     due: Vec<u32>,
+    /// Unacknowledged request PSNs of all QPs (the sum of their `counted_inflight`).
+    inflight: u32,
+    /// QPs whose requester waits for in-flight budget.
+    blocked: VecDeque<u32>,
 }
 
 /// Hashes a QP or SRQ number (small, mostly sequential integers) by one multiply that spreads
@@ -310,6 +321,7 @@ macro_rules! ctx {
             events: &mut $self.events,
             completions: &mut $self.completions,
             srq: $srq,
+            budget_open: $self.inflight < $self.cfg.inflight_budget,
         }
     };
 }
@@ -327,6 +339,8 @@ impl Endpoint {
             events: VecDeque::new(),
             completions: VecDeque::new(),
             active: VecDeque::new(),
+            inflight: 0,
+            blocked: VecDeque::new(),
             timer_heap: BinaryHeap::new(),
             deadlines: QpnMap::default(),
             due: Vec::new(),
@@ -393,10 +407,47 @@ impl Endpoint {
     /// [`VerbError::NoSuchQp`].
     pub fn destroy_qp(&mut self, qpn: u32) -> Result<(), VerbError> {
         self.deadlines.remove(&qpn);
-        self.qps
-            .remove(&qpn)
-            .map(|_| ())
-            .ok_or(VerbError::NoSuchQp(qpn))
+        let qp = self.qps.remove(&qpn).ok_or(VerbError::NoSuchQp(qpn))?;
+        self.inflight -= qp.counted_inflight;
+        self.release_blocked();
+        Ok(())
+    }
+
+    /// Re-counts a QP's unacknowledged PSNs in the in-flight total (after anything that may
+    /// have sent, acknowledged, rewound or reset), and lets blocked QPs go when there is room.
+    fn account(&mut self, qpn: u32) {
+        let Some(qp) = self.qps.get_mut(&qpn) else {
+            return;
+        };
+        let now = qp.unacked_psns();
+        self.inflight = self.inflight - qp.counted_inflight + now;
+        qp.counted_inflight = now;
+        if qp.budget_blocked && !qp.scheduled {
+            qp.budget_blocked = false;
+            self.blocked.push_back(qpn);
+        }
+        self.release_blocked();
+    }
+
+    /// Puts the QPs waiting for budget back into the rotation while there is room.
+    fn release_blocked(&mut self) {
+        while self.inflight < self.cfg.inflight_budget {
+            let Some(qpn) = self.blocked.pop_front() else {
+                break;
+            };
+            if let Some(qp) = self.qps.get_mut(&qpn) {
+                if !qp.scheduled {
+                    qp.scheduled = true;
+                    self.active.push_back(qpn);
+                }
+            }
+        }
+    }
+
+    /// Unacknowledged request PSNs of all QPs together (what
+    /// [`EndpointConfig::inflight_budget`] limits).
+    pub fn inflight(&self) -> u32 {
+        self.inflight
     }
 
     /// Whether a QP reports to CQ `cq` (its `send_cq` or `recv_cq`): what makes
@@ -545,15 +596,18 @@ impl Endpoint {
         qp.post_recv(wr, &mut ctx).map_err(VerbError::Post)
     }
 
-    /// After any call that touched the QP: into the transmit rotation, timer re-entered.
+    /// After any call that touched the QP: into the transmit rotation, timer re-entered,
+    /// its in-flight PSNs re-counted.
     fn schedule(&mut self, qpn: u32) {
         if let Some(qp) = self.qps.get_mut(&qpn) {
             if !qp.scheduled {
                 qp.scheduled = true;
+                qp.budget_blocked = false;
                 self.active.push_back(qpn);
             }
         }
         self.rearm(qpn);
+        self.account(qpn);
     }
 
     /// Makes sure the timer heap holds an entry for the QP at or before its deadline. A
@@ -591,7 +645,23 @@ impl Endpoint {
         datagram: &[u8],
         mem: &M,
     ) {
-        if !self.icrc_ok(src, dst, datagram) {
+        self.handle_segment(now, src, dst, datagram, 0, mem);
+    }
+
+    /// As [`Endpoint::handle`] for a datagram expected to carry IPv4 ID `ident`: segment
+    /// `ident` of a coalesced (`UDP_GRO`) read of a ferroce sender's `UDP_SEGMENT` train, whose
+    /// ICRC covers that ID. All 32 ICRC bits are checked for the expected ID (and for 0, a
+    /// plain datagram in the read); other senders' IDs are solved as in [`Endpoint::handle`].
+    pub fn handle_segment<M: Memory + ?Sized>(
+        &mut self,
+        now: Instant,
+        src: SocketAddr,
+        dst: IpAddr,
+        datagram: &[u8],
+        ident: u16,
+        mem: &M,
+    ) {
+        if !self.icrc_ok(src, dst, datagram, ident) {
             self.counters.icrc_errors += 1;
             return;
         }
@@ -634,17 +704,27 @@ impl Endpoint {
     }
 
     /// Checks the ICRC of a datagram received through a UDP socket: fully when the sender used
-    /// IP ID 0 (ferroce) or IPv6; modulo the unknown ID otherwise (kernel rxe), counted.
-    fn icrc_ok(&mut self, src: SocketAddr, dst: IpAddr, datagram: &[u8]) -> bool {
+    /// the expected IP ID (ferroce: 0, or the segment's index in a train) or IPv6; modulo the
+    /// unknown ID otherwise (kernel rxe), counted.
+    fn icrc_ok(&mut self, src: SocketAddr, dst: IpAddr, datagram: &[u8], ident: u16) -> bool {
         let ctx = match (src.ip(), dst) {
             (IpAddr::V4(s), IpAddr::V4(d)) => {
-                IcrcContext::v4(s, d, 0, src.port(), self.cfg.dst_port)
+                IcrcContext::v4(s, d, ident, src.port(), self.cfg.dst_port)
             }
             (IpAddr::V6(s), IpAddr::V6(d)) => IcrcContext::v6(s, d, src.port(), self.cfg.dst_port),
             _ => return false,
         };
         if ctx.verify(datagram) {
             return true;
+        }
+        if ident != 0 {
+            if let IpAddr::V4(s) = src.ip() {
+                if let IpAddr::V4(d) = dst {
+                    if IcrcContext::v4(s, d, 0, src.port(), self.cfg.dst_port).verify(datagram) {
+                        return true;
+                    }
+                }
+            }
         }
         if self.cfg.solve_unknown_ident
             && matches!(src.ip(), IpAddr::V4(_))
@@ -692,6 +772,7 @@ impl Endpoint {
             }
             // Sending arms the retransmit timer; a failed request may have stopped it.
             self.rearm(qpn);
+            self.account(qpn);
             if let Some(tx) = tx {
                 // More may follow: back to the end of the rotation.
                 self.active.push_back(qpn);

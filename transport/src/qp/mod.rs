@@ -171,6 +171,10 @@ pub struct Qp {
     pub(crate) resp: Responder,
     /// Whether the endpoint has this QP in its transmit rotation.
     pub(crate) scheduled: bool,
+    /// The unacknowledged PSNs of this QP counted in the endpoint's in-flight total.
+    pub(crate) counted_inflight: u32,
+    /// The requester stopped because the endpoint's in-flight budget was used up.
+    pub(crate) budget_blocked: bool,
 }
 
 /// What the QP needs from its endpoint while it works.
@@ -181,6 +185,8 @@ pub(crate) struct Ctx<'a, M: Memory + ?Sized> {
     pub(crate) events: &'a mut VecDeque<AsyncEvent>,
     pub(crate) completions: &'a mut VecDeque<Completion>,
     pub(crate) srq: Option<&'a mut Srq>,
+    /// Whether a new request PSN may go out (the endpoint's in-flight budget is not used up).
+    pub(crate) budget_open: bool,
 }
 
 impl Qp {
@@ -231,7 +237,20 @@ impl Qp {
             timers: TimerTable::default(),
             resp: Responder::default(),
             scheduled: false,
+            counted_inflight: 0,
+            budget_blocked: false,
         }
+    }
+
+    /// Request PSNs not yet acknowledged of the messages started (RC in RTS or SQD; 0
+    /// otherwise), at most one window: what this QP may have in the network, or has asked the
+    /// peer to send back (READ responses), without asking its endpoint's budget again.
+    pub(crate) fn unacked_psns(&self) -> u32 {
+        if self.qp_type != QpType::Rc || !matches!(self.state, QpState::Rts | QpState::Sqd) {
+            return 0;
+        }
+        let n = self.comp.psn().distance_to(self.req.committed_psn());
+        u32::try_from(n.min(MAX_UNACKED_PSNS)).unwrap_or(0)
     }
 
     /// The QP number.

@@ -40,6 +40,9 @@ pub(crate) struct Requester {
     off: u32,
     /// The PSN of the next new request packet.
     next_psn: Psn,
+    /// The PSN after the last one of the latest message started (`next_psn` when none is
+    /// part-sent).
+    committed: Psn,
     /// Packets sent since the last one with AckReq.
     noack_pkts: u32,
     /// SQD: the send queue is draining (no new WQE starts).
@@ -52,6 +55,7 @@ impl Default for Requester {
             idx: 0,
             off: 0,
             next_psn: Psn::new(0),
+            committed: Psn::new(0),
             noack_pkts: 0,
             draining: false,
         }
@@ -62,6 +66,17 @@ impl Requester {
     /// RTR → RTS: new requests start at `sq_psn`.
     pub(crate) fn start(&mut self, sq_psn: Psn) {
         self.next_psn = sq_psn;
+        self.committed = sq_psn;
+    }
+
+    /// The PSN after the last one of the latest message started, or the next PSN if that is
+    /// further.
+    pub(crate) fn committed_psn(&self) -> Psn {
+        if self.next_psn.is_before(self.committed) {
+            self.committed
+        } else {
+            self.next_psn
+        }
     }
 
     /// The PSN the next new request gets.
@@ -136,6 +151,14 @@ impl Qp {
             {
                 return None;
             }
+            // A message starts only while the endpoint's in-flight budget has room; once
+            // started it runs to its end (its PSNs are counted from here, see
+            // `Qp::unacked_psns`), so a stop never leaves packets waiting for an ACK that
+            // only a later packet of the message would ask for.
+            if self.qp_type == QpType::Rc && !ctx.budget_open {
+                self.budget_blocked = true;
+                return None;
+            }
         }
         let read_continues =
             w.wr.opcode == WrOpcode::RdmaRead && w.started && self.req.off > w.read_done;
@@ -153,6 +176,7 @@ impl Qp {
         {
             return None;
         }
+
         // Every READ request message (each chunk of a long READ) and every atomic holds a
         // responder resource until its response is in: never more than max_rd_atomic of them
         // (the responder NAKs one beyond its max_dest_rd_atomic).
@@ -170,6 +194,7 @@ impl Qp {
             w.last_psn = first + (npkts - 1);
             w.started = true;
             self.req.off = 0;
+            self.req.committed = first + npkts;
         }
         let result = match self.sq[idx].wr.opcode {
             WrOpcode::RdmaRead => self.build_read(buf),
