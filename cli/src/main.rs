@@ -258,16 +258,24 @@ fn bw(a: &PerfArgs, out: &mut dyn Write) -> ferroce::Result<()> {
             let pkts_per_s = r.msgs_per_s() * f64::from(r.size.div_ceil(a.mtu).max(1));
             let _ = writeln!(
                 out,
-                "raw UDP sendmmsg/recvmmsg ceiling at {dgram} B: {:.0} datagrams/s, {:.1} MB/s; ferroce: {:.0} data packets/s = {:.0}% of the ceiling",
+                "raw UDP sendmmsg/recvmmsg ceiling at {dgram} B: {:.0} datagrams/s, {:.1} MB/s; ferroce: {:.0} data packets/s = {:.2}x",
                 c.udp_dgrams_per_s,
                 c.udp_bytes_per_s / 1e6,
                 pkts_per_s,
-                100.0 * pkts_per_s / c.udp_dgrams_per_s
+                pkts_per_s / c.udp_dgrams_per_s
             );
             let _ = writeln!(
                 out,
-                "TCP over loopback: {:.1} MB/s",
-                c.tcp_bytes_per_s / 1e6
+                "raw UDP GSO/GRO ceiling at {dgram} B: {:.0} datagrams/s, {:.1} MB/s; ferroce = {:.2}x",
+                c.gso_dgrams_per_s,
+                c.gso_bytes_per_s / 1e6,
+                pkts_per_s / c.gso_dgrams_per_s
+            );
+            let _ = writeln!(
+                out,
+                "TCP over loopback: {:.1} MB/s; ferroce = {:.2}x",
+                c.tcp_bytes_per_s / 1e6,
+                r.mb_per_s() * 1e6 / c.tcp_bytes_per_s
             );
         }
     }
@@ -332,6 +340,13 @@ fn ceiling(size: usize, duration: f64, out: &mut dyn Write) -> ferroce::Result<(
         c.size,
         c.udp_dgrams_per_s,
         c.udp_bytes_per_s / 1e6
+    );
+    let _ = writeln!(
+        out,
+        "UDP GSO trains/GRO reads, {} B datagrams: {:.0} datagrams/s, {:.1} MB/s",
+        c.size,
+        c.gso_dgrams_per_s,
+        c.gso_bytes_per_s / 1e6
     );
     let _ = writeln!(
         out,

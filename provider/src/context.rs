@@ -151,6 +151,9 @@ pub struct OpenOptions {
     pub pcap: Option<std::path::PathBuf>,
     /// Spin instead of sleeping (default: `FERROCE_BUSY_POLL=1`).
     pub busy_poll: Option<bool>,
+    /// Send runs of equal packets as `UDP_SEGMENT` trains and read coalesced trains with
+    /// `UDP_GRO` (default: on, unless `FERROCE_TRAINS=0`).
+    pub trains: Option<bool>,
 }
 
 pub(crate) struct ContextInner {
@@ -196,6 +199,9 @@ impl Context {
         let busy_poll = opts
             .busy_poll
             .unwrap_or_else(|| std::env::var("FERROCE_BUSY_POLL").is_ok_and(|v| v == "1"));
+        let trains = opts
+            .trains
+            .unwrap_or_else(|| std::env::var("FERROCE_TRAINS").map_or(true, |v| v != "0"));
         let local = device.socket_addr(port);
         let mut engine = EndpointConfig::new(device.addr);
         engine.src_port = port;
@@ -210,6 +216,7 @@ impl Context {
             faults,
             pcap_path,
             busy_poll,
+            trains,
         })?;
         log::debug!(
             "opened {} on {local} (active MTU {})",

@@ -193,6 +193,8 @@ pub(crate) struct RuntimeConfig {
     pub(crate) faults: Option<crate::faults::FaultConfig>,
     pub(crate) pcap_path: Option<std::path::PathBuf>,
     pub(crate) busy_poll: bool,
+    /// `UDP_SEGMENT` trains out and `UDP_GRO` in.
+    pub(crate) trains: bool,
 }
 
 impl Shared {
@@ -206,6 +208,15 @@ impl Shared {
         // This process's QPNs carry its slot: the group steers them here.
         cfg.engine.qpn_slot = Some(membership.slot);
         cfg.engine.first_qpn = (u32::from(membership.slot) << 16) | 0x11;
+        // Unacknowledged request PSNs of all QPs together: what the receive buffer holds at
+        // ~8 KiB of buffer per 4 KiB packet (a peer's buffer is taken to be like ours).
+        cfg.engine.inflight_budget = (rx.capacity() / 8192).clamp(256, 4096) as u32;
+        log::debug!(
+            "{}: receive buffer {} bytes: at most {} request PSNs in flight over all QPs",
+            cfg.local,
+            rx.capacity(),
+            cfg.engine.inflight_budget
+        );
         let rx_fd = rx.ready_fd();
         let shared = Arc::new(Shared {
             local: cfg.local,
@@ -420,7 +431,9 @@ impl Shared {
         let now = self.now();
         {
             let ep = &mut st.ep;
-            rx.deliver(&mut |from, bytes| ep.handle(now, from, local_ip, bytes, &self.mrs));
+            rx.deliver(&mut |from, bytes, ident| {
+                ep.handle_segment(now, from, local_ip, bytes, ident, &self.mrs)
+            });
         }
         if st.ep.poll_timeout().is_some_and(|t| t <= now) {
             st.ep.handle_timeout(now, &self.mrs);

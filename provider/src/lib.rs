@@ -59,6 +59,7 @@ mod error;
 mod events;
 pub mod faults;
 pub mod gsi;
+mod mmsg;
 mod mr;
 pub mod mw;
 pub mod pcap;

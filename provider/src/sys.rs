@@ -53,7 +53,7 @@ pub(crate) fn set_no_check6_rx(fd: RawFd) -> io::Result<()> {
     setsockopt_int(fd, libc::IPPROTO_UDP, UDP_NO_CHECK6_RX, 1)
 }
 
-fn sockaddr_from(sa: &libc::sockaddr_storage) -> Option<SocketAddr> {
+pub(crate) fn sockaddr_from(sa: &libc::sockaddr_storage) -> Option<SocketAddr> {
     match i32::from(sa.ss_family) {
         libc::AF_INET => {
             // SAFETY: the family says the storage holds a sockaddr_in, which is smaller.
@@ -77,7 +77,7 @@ fn sockaddr_from(sa: &libc::sockaddr_storage) -> Option<SocketAddr> {
     }
 }
 
-fn sockaddr_into(addr: SocketAddr, out: &mut libc::sockaddr_storage) -> libc::socklen_t {
+pub(crate) fn sockaddr_into(addr: SocketAddr, out: &mut libc::sockaddr_storage) -> libc::socklen_t {
     match addr {
         SocketAddr::V4(a) => {
             // SAFETY: sockaddr_storage is large and aligned enough for a sockaddr_in.
@@ -99,198 +99,6 @@ fn sockaddr_into(addr: SocketAddr, out: &mut libc::sockaddr_storage) -> libc::so
             s.sin6_scope_id = a.scope_id();
             size_of::<libc::sockaddr_in6>() as libc::socklen_t
         }
-    }
-}
-
-/// Buffers for batched receive: `n` slots of `size` bytes.
-pub struct RecvBatch {
-    bufs: Vec<Vec<u8>>,
-    addrs: Vec<libc::sockaddr_storage>,
-    iovs: Vec<libc::iovec>,
-    hdrs: Vec<libc::mmsghdr>,
-}
-
-// SAFETY: the raw pointers inside the headers point into the batch's own vectors and are only used by the thread that owns the batch.
-unsafe impl Send for RecvBatch {}
-
-impl RecvBatch {
-    /// `n` receive slots of `size` bytes each.
-    pub fn new(n: usize, size: usize) -> RecvBatch {
-        RecvBatch {
-            bufs: (0..n).map(|_| vec![0u8; size]).collect(),
-            // SAFETY: all-zero is a valid sockaddr_storage.
-            addrs: (0..n).map(|_| unsafe { zeroed() }).collect(),
-            iovs: Vec::with_capacity(n),
-            hdrs: Vec::with_capacity(n),
-        }
-    }
-
-    /// `recvmmsg` without blocking; returns how many datagrams arrived (0 if none).
-    pub fn recv(&mut self, fd: RawFd) -> io::Result<usize> {
-        let n = self.bufs.len();
-        self.iovs.clear();
-        self.hdrs.clear();
-        for b in &mut self.bufs {
-            self.iovs.push(libc::iovec {
-                iov_base: b.as_mut_ptr().cast(),
-                iov_len: b.len(),
-            });
-        }
-        for i in 0..n {
-            // SAFETY: all-zero is a valid mmsghdr; the fields set next point at live buffers.
-            let mut h: libc::mmsghdr = unsafe { zeroed() };
-            h.msg_hdr.msg_name = (&raw mut self.addrs[i]).cast();
-            h.msg_hdr.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-            h.msg_hdr.msg_iov = &raw mut self.iovs[i];
-            h.msg_hdr.msg_iovlen = 1;
-            self.hdrs.push(h);
-        }
-        // SAFETY: `hdrs` holds `n` headers whose name and iovec pointers point into `self.addrs`, `self.iovs` and `self.bufs`, all alive and unaliased for the call.
-        let r = unsafe {
-            libc::recvmmsg(
-                fd,
-                self.hdrs.as_mut_ptr(),
-                n as u32,
-                libc::MSG_DONTWAIT,
-                std::ptr::null_mut(),
-            )
-        };
-        if r < 0 {
-            let e = io::Error::last_os_error();
-            return if e.kind() == io::ErrorKind::WouldBlock {
-                Ok(0)
-            } else {
-                Err(e)
-            };
-        }
-        Ok(r as usize)
-    }
-
-    /// Datagram `i` of the last `recv`: its source and bytes.
-    pub fn get(&self, i: usize) -> Option<(SocketAddr, &[u8])> {
-        let len = self.hdrs.get(i)?.msg_len as usize;
-        let from = sockaddr_from(&self.addrs[i])?;
-        Some((from, &self.bufs[i][..len]))
-    }
-}
-
-/// Datagrams queued for one `sendmmsg`. Every buffer, address and header is allocated once,
-/// here: sending allocates nothing.
-pub struct SendBatch {
-    pub(crate) bufs: Vec<Vec<u8>>,
-    lens: Vec<usize>,
-    dests: Vec<SocketAddr>,
-    count: usize,
-    addrs: Vec<libc::sockaddr_storage>,
-    iovs: Vec<libc::iovec>,
-    hdrs: Vec<libc::mmsghdr>,
-}
-
-// SAFETY: the raw pointers inside `iovs` and `hdrs` point into the batch's own vectors, are rebuilt before every use and are only used by the thread that owns the batch.
-unsafe impl Send for SendBatch {}
-
-impl SendBatch {
-    /// Room for `n` datagrams of up to `size` bytes.
-    pub fn new(n: usize, size: usize) -> SendBatch {
-        SendBatch {
-            bufs: (0..n).map(|_| vec![0u8; size]).collect(),
-            lens: vec![0; n],
-            dests: Vec::with_capacity(n),
-            count: 0,
-            // SAFETY: all-zero is a valid sockaddr_storage.
-            addrs: (0..n).map(|_| unsafe { zeroed() }).collect(),
-            iovs: Vec::with_capacity(n),
-            hdrs: Vec::with_capacity(n),
-        }
-    }
-
-    /// Whether the batch holds `n` datagrams.
-    pub fn is_full(&self) -> bool {
-        self.count == self.bufs.len()
-    }
-
-    /// Whether no datagram is queued.
-    pub fn is_empty(&self) -> bool {
-        self.count == 0
-    }
-
-    /// Datagrams queued.
-    pub fn len(&self) -> usize {
-        self.count
-    }
-
-    /// The last datagram committed.
-    pub fn last(&self) -> &[u8] {
-        let i = self.count.saturating_sub(1);
-        &self.bufs[i][..self.lens[i]]
-    }
-
-    /// The buffer for the next datagram.
-    pub fn next_buf(&mut self) -> &mut [u8] {
-        &mut self.bufs[self.count]
-    }
-
-    /// Commits the datagram written into `next_buf`.
-    pub fn commit(&mut self, len: usize, dest: SocketAddr) {
-        self.lens[self.count] = len;
-        if self.dests.len() > self.count {
-            self.dests[self.count] = dest;
-        } else {
-            self.dests.push(dest);
-        }
-        self.count += 1;
-    }
-
-    /// Sends everything queued with `sendmmsg` (retrying on EAGAIN by polling for
-    /// writability), then empties the batch. Datagrams the kernel refuses are dropped and
-    /// counted, as a NIC drops on a full queue; the transport recovers them.
-    pub fn flush(&mut self, fd: RawFd) -> io::Result<usize> {
-        let n = self.count;
-        self.iovs.clear();
-        self.hdrs.clear();
-        for i in 0..n {
-            self.iovs.push(libc::iovec {
-                iov_base: self.bufs[i].as_mut_ptr().cast(),
-                iov_len: self.lens[i],
-            });
-        }
-        for i in 0..n {
-            // SAFETY: all-zero is a valid mmsghdr; the fields set next point at live buffers.
-            let mut h: libc::mmsghdr = unsafe { zeroed() };
-            h.msg_hdr.msg_namelen = sockaddr_into(self.dests[i], &mut self.addrs[i]);
-            h.msg_hdr.msg_name = (&raw mut self.addrs[i]).cast();
-            h.msg_hdr.msg_iov = &raw mut self.iovs[i];
-            h.msg_hdr.msg_iovlen = 1;
-            self.hdrs.push(h);
-        }
-        let hdrs = &mut self.hdrs;
-        let mut sent = 0;
-        let mut failures = 0;
-        while sent < n {
-            // SAFETY: `hdrs[sent..]` are valid headers pointing at `addrs`, `iovs` and
-            // `self.bufs`, which outlive the call.
-            let r =
-                unsafe { libc::sendmmsg(fd, hdrs.as_mut_ptr().add(sent), (n - sent) as u32, 0) };
-            if r > 0 {
-                sent += r as usize;
-                continue;
-            }
-            let e = io::Error::last_os_error();
-            match e.kind() {
-                io::ErrorKind::WouldBlock => {
-                    let _ = poll_fds(&[fd], libc::POLLOUT, Some(Duration::from_millis(10)));
-                }
-                io::ErrorKind::Interrupted => {}
-                _ => {
-                    // This datagram cannot be sent (no route, message too long, ...): skip it.
-                    failures += 1;
-                    sent += 1;
-                    log::debug!("sendmmsg: {e}");
-                }
-            }
-        }
-        self.count = 0;
-        Ok(failures)
     }
 }
 
@@ -537,32 +345,5 @@ mod tests {
         e.drain();
         assert!(!poll_fds(&[e.raw()], libc::POLLIN, Some(Duration::ZERO)).unwrap());
         e.drain();
-    }
-
-    #[test]
-    fn batches_over_loopback() {
-        let a = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-        let b = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-        let mut s = SendBatch::new(4, 64);
-        for i in 0..3u8 {
-            s.next_buf()[..3].copy_from_slice(&[i, i, i]);
-            s.commit(3, b.local_addr().unwrap());
-        }
-        assert_eq!(s.flush(a.as_raw_fd()).unwrap(), 0);
-        let mut r = RecvBatch::new(8, 64);
-        let mut got = Vec::new();
-        for _ in 0..100 {
-            let n = r.recv(b.as_raw_fd()).unwrap();
-            for i in 0..n {
-                let (from, bytes) = r.get(i).unwrap();
-                assert_eq!(from, a.local_addr().unwrap());
-                got.push(bytes.to_vec());
-            }
-            if got.len() == 3 {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        assert_eq!(got, vec![vec![0, 0, 0], vec![1, 1, 1], vec![2, 2, 2]]);
     }
 }

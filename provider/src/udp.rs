@@ -1,5 +1,9 @@
-//! The UDP datagram path the runtime sends and receives through: batched `sendmmsg` and
-//! `recvmmsg` over a socket's descriptor, and `poll`. Public for tools that measure the same
+//! The UDP datagram path the runtime sends and receives through: batched `sendmmsg` (with `UDP_SEGMENT`
+//! trains) and `recvmmsg` (with `UDP_GRO`) over a socket's descriptor, and `poll`. Public for tools that measure the same
 //! path without the transport (`ferroce udp-ceiling`).
 
-pub use crate::sys::{RecvBatch, SendBatch, poll_fds};
+pub use crate::mmsg::{
+    GRO_SLOT, MAX_SEGMENTS, MAX_TRAIN_BYTES, RecvBatch, Segmentation, Segments, SendBatch,
+    enable_gro,
+};
+pub use crate::sys::poll_fds;

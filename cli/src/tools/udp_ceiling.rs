@@ -1,6 +1,7 @@
 //! `ferroce udp-ceiling`: the raw limits of the path ferroce runs on, measured the same way:
-//! a sendmmsg/recvmmsg UDP blaster at a given datagram size, a 64-byte UDP ping-pong, and a
-//! TCP stream, all on loopback.
+//! a sendmmsg/recvmmsg UDP blaster at a given datagram size, plain and as `UDP_SEGMENT` trains
+//! read with `UDP_GRO` (what ferroce's own socket does), a 64-byte UDP ping-pong, and a TCP
+//! stream, all on loopback.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
@@ -10,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use ferroce::Result;
-use ferroce::udp::{RecvBatch, SendBatch};
+use ferroce::udp::{GRO_SLOT, RecvBatch, Segmentation, SendBatch};
 
 /// Figures of one run.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -21,23 +22,34 @@ pub struct Ceiling {
     pub udp_dgrams_per_s: f64,
     /// UDP payload bytes received per second.
     pub udp_bytes_per_s: f64,
+    /// Datagrams received per second when sent as trains and read coalesced.
+    pub gso_dgrams_per_s: f64,
+    /// UDP payload bytes received per second, trains and coalesced reads.
+    pub gso_bytes_per_s: f64,
     /// Median 64-byte UDP round trip.
     pub udp_rtt: Duration,
     /// TCP stream bytes per second.
     pub tcp_bytes_per_s: f64,
 }
 
-fn udp_blast(size: usize, dur: Duration) -> Result<(f64, f64)> {
+/// Blasts `size`-byte datagrams for `dur`: 32 per `sendmmsg`, or with `trains` as trains of
+/// up to [`ferroce::udp::MAX_TRAIN_BYTES`] read with `UDP_GRO`. Returns what arrived per second.
+fn udp_blast(size: usize, dur: Duration, trains: bool) -> Result<(f64, f64)> {
     let rx = UdpSocket::bind("127.0.0.1:0")?;
     let tx = UdpSocket::bind("127.0.0.1:0")?;
     rx.set_nonblocking(true)?;
+    if trains {
+        ferroce::udp::enable_gro(rx.as_raw_fd())?;
+    }
+    let per_train =
+        (ferroce::udp::MAX_TRAIN_BYTES / size.max(1)).clamp(1, ferroce::udp::MAX_SEGMENTS);
     let _ = socket2::SockRef::from(&rx).set_recv_buffer_size(8 << 20);
     let dst: SocketAddr = rx.local_addr()?;
     let stop = Arc::new(AtomicBool::new(false));
     let got = Arc::new(AtomicU64::new(0));
     let (s2, g2) = (stop.clone(), got.clone());
     let receiver = std::thread::spawn(move || {
-        let mut b = RecvBatch::new(32, size + 64);
+        let mut b = RecvBatch::new(32, if trains { GRO_SLOT } else { size + 64 });
         while !s2.load(Ordering::Relaxed) {
             match b.recv(rx.as_raw_fd()) {
                 Ok(0) => {
@@ -48,13 +60,19 @@ fn udp_blast(size: usize, dur: Duration) -> Result<(f64, f64)> {
                     );
                 }
                 Ok(n) => {
-                    g2.fetch_add(n as u64, Ordering::Relaxed);
+                    let segs: usize = (0..n).map(|i| b.segments(i).count()).sum();
+                    g2.fetch_add(segs as u64, Ordering::Relaxed);
                 }
                 Err(_) => break,
             }
         }
     });
-    let mut batch = SendBatch::new(32, size);
+    // Two trains per call (as a 64 KiB WRITE's packets go), or 32 datagrams.
+    let n = if trains { 2 * per_train } else { 32 };
+    let mut batch = SendBatch::new(n, size);
+    if trains {
+        batch.set_segmentation(Segmentation::Udp);
+    }
     let start = Instant::now();
     while start.elapsed() < dur {
         while !batch.is_full() {
@@ -126,11 +144,14 @@ fn tcp_stream(dur: Duration) -> Result<f64> {
 /// # Errors
 /// Socket failures.
 pub fn measure(size: usize, dur: Duration) -> Result<Ceiling> {
-    let (dps, bps) = udp_blast(size, dur)?;
+    let (dps, bps) = udp_blast(size, dur, false)?;
+    let (gdps, gbps) = udp_blast(size, dur, true)?;
     Ok(Ceiling {
         size,
         udp_dgrams_per_s: dps,
         udp_bytes_per_s: bps,
+        gso_dgrams_per_s: gdps,
+        gso_bytes_per_s: gbps,
         udp_rtt: udp_rtt(2000)?,
         tcp_bytes_per_s: tcp_stream(dur)?,
     })

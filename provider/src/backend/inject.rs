@@ -95,14 +95,14 @@ impl<R: Receiver> Receiver for FaultyReceiver<R> {
         self.inner.receive()
     }
 
-    fn deliver(&mut self, deliver: &mut dyn FnMut(SocketAddr, &[u8])) {
+    fn deliver(&mut self, deliver: &mut dyn FnMut(SocketAddr, &[u8], u16)) {
         let FaultyReceiver {
             inner,
             faults,
             scratch,
             stats,
         } = self;
-        inner.deliver(&mut |from, bytes| {
+        inner.deliver(&mut |from, bytes, ident| {
             if faults.lose() {
                 DatapathStats::add(&stats.injected_losses, 1);
                 return;
@@ -110,7 +110,7 @@ impl<R: Receiver> Receiver for FaultyReceiver<R> {
             scratch.clear();
             scratch.extend_from_slice(bytes);
             faults.corrupt(scratch);
-            deliver(from, scratch);
+            deliver(from, scratch, ident);
         });
     }
 
@@ -120,5 +120,9 @@ impl<R: Receiver> Receiver for FaultyReceiver<R> {
 
     fn ready_fd(&self) -> RawFd {
         self.inner.ready_fd()
+    }
+
+    fn capacity(&self) -> usize {
+        self.inner.capacity()
     }
 }

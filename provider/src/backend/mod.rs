@@ -37,14 +37,20 @@ pub(crate) trait Receiver: Send {
     /// Takes what is waiting, at most one batch, without blocking; returns how many datagrams
     /// were taken from the network. Called without the engine lock.
     fn receive(&mut self) -> usize;
-    /// Hands each datagram of the last [`Receiver::receive`] (source, UDP payload) to
-    /// `deliver`, in arrival order. Called with the engine lock held.
-    fn deliver(&mut self, deliver: &mut dyn FnMut(SocketAddr, &[u8]));
+    /// Hands each datagram of the last [`Receiver::receive`] (source, UDP payload, the IPv4 ID
+    /// a ferroce sender gave it: its index in a coalesced train, else 0) to `deliver`, in
+    /// arrival order. Called with the engine lock held.
+    fn deliver(&mut self, deliver: &mut dyn FnMut(SocketAddr, &[u8], u16));
     /// The most datagrams one [`Receiver::receive`] takes: a full batch means more may wait.
     fn batch(&self) -> usize;
     /// A descriptor that polls readable while datagrams wait; it stays valid as long as the
     /// receiver lives.
     fn ready_fd(&self) -> RawFd;
+    /// Bytes of datagrams the network buffers for this receiver before it drops (the
+    /// socket's receive buffer); what the engine's in-flight budget is sized to.
+    fn capacity(&self) -> usize {
+        1 << 20
+    }
 }
 
 /// Counters every backend layer adds to (relaxed atomics: read for reporting only).
@@ -84,7 +90,7 @@ pub(crate) fn open(
     cfg: &crate::driver::RuntimeConfig,
     stats: &std::sync::Arc<DatapathStats>,
 ) -> crate::Result<Opened> {
-    let (tx, rx, membership) = udp::open(cfg.local, stats)?;
+    let (tx, rx, membership) = udp::open(cfg.local, cfg.trains, stats)?;
     let writer = cfg.pcap_path.as_deref().map(record::create).transpose()?;
     let faults = cfg.faults.map(|f| {
         let seed = f.seed.unwrap_or_else(crate::faults::seed_from_clock);

@@ -28,8 +28,8 @@ fn wall_clock() -> Duration {
         .unwrap_or_default()
 }
 
-fn write(w: &SharedWriter, src: SocketAddr, dst: SocketAddr, payload: &[u8]) {
-    let frame = pcap::encapsulate(src, dst, 0, payload);
+fn write(w: &SharedWriter, src: SocketAddr, dst: SocketAddr, ident: u16, payload: &[u8]) {
+    let frame = pcap::encapsulate(src, dst, ident, payload);
     if let Err(e) = w.lock().write_record(wall_clock(), &frame) {
         log::debug!("pcap record not written: {e}");
     }
@@ -69,7 +69,15 @@ impl<T: Transmitter> Transmitter for RecordingTransmitter<T> {
     }
 
     fn commit(&mut self, len: usize, dst: SocketAddr) {
-        write(&self.writer, self.local, dst, &self.inner.buffer()[..len]);
+        // Recorded as the engine built it, for IPv4 ID 0 (a train's segment k leaves with ID k
+        // and its ICRC corrected to match: the same packet on the wire).
+        write(
+            &self.writer,
+            self.local,
+            dst,
+            0,
+            &self.inner.buffer()[..len],
+        );
         self.inner.commit(len, dst);
     }
 
@@ -101,13 +109,13 @@ impl<R: Receiver> Receiver for RecordingReceiver<R> {
         self.inner.receive()
     }
 
-    fn deliver(&mut self, deliver: &mut dyn FnMut(SocketAddr, &[u8])) {
+    fn deliver(&mut self, deliver: &mut dyn FnMut(SocketAddr, &[u8], u16)) {
         let (writer, local) = (&self.writer, self.local);
         let mut any = false;
-        self.inner.deliver(&mut |from, bytes| {
-            write(writer, from, local, bytes);
+        self.inner.deliver(&mut |from, bytes, ident| {
+            write(writer, from, local, ident, bytes);
             any = true;
-            deliver(from, bytes);
+            deliver(from, bytes, ident);
         });
         if any {
             flush(writer);
@@ -120,5 +128,9 @@ impl<R: Receiver> Receiver for RecordingReceiver<R> {
 
     fn ready_fd(&self) -> RawFd {
         self.inner.ready_fd()
+    }
+
+    fn capacity(&self) -> usize {
+        self.inner.capacity()
     }
 }

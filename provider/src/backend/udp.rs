@@ -1,5 +1,6 @@
 //! The UDP backend: one socket bound to the device's address and port, `sendmmsg` and
-//! `recvmmsg` in batches.
+//! `recvmmsg` in batches; with trains on, runs of equal packets leave as `UDP_SEGMENT` trains
+//! and coalesced trains are read with `UDP_GRO` (see [`crate::mmsg`]).
 
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, RawFd};
@@ -8,19 +9,21 @@ use std::sync::Arc;
 use super::group::{Membership, PROBE_LEN, Registry};
 use super::gsi;
 use super::{DatapathStats, MAX_PACKET, Receiver, Transmitter};
-use crate::sys::{self, RecvBatch, SendBatch};
+use crate::mmsg::{self, GRO_SLOT, RecvBatch, Segmentation, SendBatch};
+use crate::sys;
 
 /// Datagrams per `recvmmsg`/`sendmmsg`.
 pub(crate) const BATCH: usize = 32;
 
 /// Opens the socket of a device at `local`: DF set, 8 MiB buffers, IPv6 only for IPv6
-/// (accepting UDP checksum 0, as rxe sends), non-blocking.
+/// (accepting UDP checksum 0, as rxe sends), non-blocking; `UDP_GRO` and trains if `trains`.
 ///
 /// # Errors
 /// [`crate::Error::AddressInUse`] if the address and port are taken, [`crate::Error::NoDevice`]
 /// if the address is not this host's, [`crate::Error::Io`] otherwise.
 pub(crate) fn open(
     local: SocketAddr,
+    trains: bool,
     stats: &Arc<DatapathStats>,
 ) -> crate::Result<(UdpTransmitter, UdpReceiver, Membership)> {
     let domain = if local.is_ipv4() {
@@ -51,18 +54,26 @@ pub(crate) fn open(
         std::io::ErrorKind::AddrNotAvailable => crate::Error::NoDevice(local.ip().to_string()),
         _ => crate::Error::Io(e),
     })?;
+    let gro = trains
+        && mmsg::enable_gro(fd)
+            .map_err(|e| log::debug!("{local}: no UDP_GRO ({e}): one datagram per read"))
+            .is_ok();
+    let mut send = SendBatch::new(BATCH, MAX_PACKET);
+    if trains {
+        send.set_segmentation(Segmentation::RoceV2);
+    }
     let socket = Arc::new(socket);
     let membership = Membership::join(local, socket.clone())?;
     let probes = (membership.registry.clone(), membership.slot);
     Ok((
         UdpTransmitter {
             socket: socket.clone(),
-            batch: SendBatch::new(BATCH, MAX_PACKET),
+            batch: send,
             stats: stats.clone(),
         },
         UdpReceiver {
             socket,
-            batch: RecvBatch::new(BATCH, MAX_PACKET),
+            batch: RecvBatch::new(BATCH, if gro { GRO_SLOT } else { MAX_PACKET }),
             received: 0,
             local,
             stats: stats.clone(),
@@ -125,20 +136,28 @@ impl Receiver for UdpReceiver {
             }
         };
         self.received = n;
-        DatapathStats::add(&self.stats.rcvd, n as u64);
+        let segments: usize = (0..n)
+            .map(|i| {
+                self.batch
+                    .segment_size(i)
+                    .zip(self.batch.get(i))
+                    .map_or(1, |(size, (_, b))| b.len().div_ceil(size))
+            })
+            .sum();
+        DatapathStats::add(&self.stats.rcvd, segments as u64);
         n
     }
 
-    fn deliver(&mut self, deliver: &mut dyn FnMut(SocketAddr, &[u8])) {
+    fn deliver(&mut self, deliver: &mut dyn FnMut(SocketAddr, &[u8], u16)) {
         let (registry, slot) = (&self.probes.0, self.probes.1);
         for i in 0..std::mem::take(&mut self.received) {
-            if let Some((from, bytes)) = self.batch.get(i) {
+            for (from, bytes, ident) in self.batch.segments(i) {
                 if bytes.len() == PROBE_LEN && registry.answer(slot, bytes) {
                     continue;
                 }
                 match bytes.first() {
                     Some(&gsi::FORWARD_OPCODE) => match gsi::unwrap(bytes, registry.nonce()) {
-                        Ok((to, from, inner)) if to == slot => deliver(from, inner),
+                        Ok((to, from, inner)) if to == slot => deliver(from, inner, 0),
                         Ok((to, ..)) => log::debug!(
                             "{}: a forwarded MAD for slot {to} reached slot {slot}: dropped                              (the steering table is changing)",
                             self.local
@@ -159,11 +178,11 @@ impl Receiver for UdpReceiver {
                                  holds: to this role holder's QP1",
                                 self.local
                             );
-                            deliver(from, bytes);
+                            deliver(from, bytes, ident);
                         }
-                        _ => deliver(from, bytes),
+                        _ => deliver(from, bytes, ident),
                     },
-                    _ => deliver(from, bytes),
+                    _ => deliver(from, bytes, ident),
                 }
             }
         }
@@ -175,6 +194,10 @@ impl Receiver for UdpReceiver {
 
     fn ready_fd(&self) -> RawFd {
         self.socket.as_raw_fd()
+    }
+
+    fn capacity(&self) -> usize {
+        self.socket.recv_buffer_size().unwrap_or(1 << 20)
     }
 }
 
