@@ -44,6 +44,10 @@ pub struct RuntimeCounters {
     pub cq_overflows: u64,
     /// Progress-thread wake-ups.
     pub wakeups: u64,
+    /// `sendmmsg` calls made.
+    pub send_calls: u64,
+    /// `UDP_SEGMENT` trains sent.
+    pub trains: u64,
 }
 
 /// An asynchronous event with the object it concerns.
@@ -106,7 +110,7 @@ pub(crate) struct Runtime {
 
 impl RuntimeCounters {
     /// Every counter with its name, in a fixed order.
-    pub fn named(&self) -> [(&'static str, u64); 6] {
+    pub fn named(&self) -> [(&'static str, u64); 8] {
         [
             ("udp_sent", self.udp_sent),
             ("udp_rcvd", self.udp_rcvd),
@@ -114,6 +118,8 @@ impl RuntimeCounters {
             ("injected_losses", self.injected_losses),
             ("cq_overflows", self.cq_overflows),
             ("wakeups", self.wakeups),
+            ("send_calls", self.send_calls),
+            ("trains", self.trains),
         ]
     }
 }
@@ -313,7 +319,25 @@ impl Shared {
         let mut st = self.engine.lock();
         let now = self.now();
         let r = f(&mut st, &self.mrs, now);
-        self.pump(&mut st, now);
+        self.pump(&mut st, now, true);
+        r
+    }
+
+    /// `ibv_post_send`'s way in: runs `f` (the posts) on the engine. If RC QP `qpn` already
+    /// had requests unacknowledged, what the posts produce waits for the acknowledgement (or
+    /// the retransmit timer), whose processing sends it with everything else queued by then:
+    /// a deep queue of small messages leaves in trains, one system call for many. A post to
+    /// a QP with nothing in flight (a lone message) leaves at once, in the caller's thread.
+    pub(crate) fn with_engine_post<R>(
+        &self,
+        qpn: u32,
+        f: impl FnOnce(&mut EngineState, &MrTable, Instant) -> R,
+    ) -> R {
+        let mut st = self.engine.lock();
+        let now = self.now();
+        let in_flight = st.ep.unacked_psns(qpn) > 0;
+        let r = f(&mut st, &self.mrs, now);
+        self.pump(&mut st, now, !in_flight);
         r
     }
 
@@ -323,11 +347,15 @@ impl Shared {
         self.wake.signal();
     }
 
-    /// Drains the engine's outputs: datagrams to the socket, completions to CQs, events to the
-    /// context; wakes the progress thread if the next deadline moved earlier.
-    fn pump(&self, st: &mut EngineState, now: Instant) {
-        let mut budget = PUMP_BUDGET;
+    /// Drains the engine's outputs: datagrams to the socket (unless `transmit` is false: then
+    /// they wait for the next pump), completions to CQs, events to the context; wakes the
+    /// progress thread if the next deadline moved earlier.
+    fn pump(&self, st: &mut EngineState, now: Instant, transmit: bool) {
+        let mut budget = if transmit { PUMP_BUDGET } else { 0 };
         loop {
+            if !transmit {
+                break;
+            }
             if budget == 0 {
                 // More to send: the progress thread carries on without sleeping.
                 self.wake.signal();
@@ -439,7 +467,7 @@ impl Shared {
             st.ep.handle_timeout(now, &self.mrs);
         }
         // Always drain: a timer may have failed a QP (completions, no packets).
-        self.pump(&mut st, now);
+        self.pump(&mut st, now, true);
         n
     }
 
@@ -450,6 +478,8 @@ impl Shared {
             udp_rcvd: DatapathStats::get(&self.stats.rcvd),
             udp_send_errors: DatapathStats::get(&self.stats.send_errors),
             injected_losses: DatapathStats::get(&self.stats.injected_losses),
+            send_calls: DatapathStats::get(&self.stats.send_calls),
+            trains: DatapathStats::get(&self.stats.trains),
             ..st.counters
         }
     }

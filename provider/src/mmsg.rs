@@ -248,6 +248,8 @@ pub struct SendBatch {
     runs: Vec<Run>,
     iovs: Vec<libc::iovec>,
     hdrs: Vec<libc::mmsghdr>,
+    /// `sendmmsg` calls made and trains sent, since the last [`SendBatch::take_counts`].
+    counts: (u64, u64),
 }
 
 // SAFETY: the raw pointers inside `iovs` and `hdrs` point into the batch's own vectors, are rebuilt before every use and are only used by the thread that owns the batch.
@@ -269,7 +271,13 @@ impl SendBatch {
             runs: Vec::with_capacity(n),
             iovs: Vec::with_capacity(n),
             hdrs: Vec::with_capacity(n),
+            counts: (0, 0),
         }
+    }
+
+    /// (`sendmmsg` calls, trains sent) since the last call.
+    pub fn take_counts(&mut self) -> (u64, u64) {
+        std::mem::take(&mut self.counts)
     }
 
     /// Sets what [`SendBatch::flush`] does with runs of equal datagrams.
@@ -430,8 +438,12 @@ impl SendBatch {
                         0,
                     )
                 };
+                self.counts.0 += 1;
                 if r > 0 {
-                    sent += r as usize;
+                    let done = sent + r as usize;
+                    let trains = self.runs[sent..done].iter().filter(|r| r.count > 1).count();
+                    self.counts.1 += trains as u64;
+                    sent = done;
                     continue;
                 }
                 let e = io::Error::last_os_error();

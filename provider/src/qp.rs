@@ -424,17 +424,21 @@ impl QueuePair {
     /// [`QueuePair::post_send`]); the WRs before it were posted.
     pub fn post_send_batch(&self, wrs: &[SendWr]) -> Result<()> {
         let qpn = self.inner.qpn;
-        self.inner.pd.ctx.shared.with_engine(|st, mrs, now| {
-            for (index, wr) in wrs.iter().enumerate() {
-                st.ep
-                    .post_send(qpn, wr.clone(), mrs, now)
-                    .map_err(|e| Error::Refused {
-                        index,
-                        error: Box::new(Error::from(e)),
-                    })?;
-            }
-            Ok(())
-        })
+        self.inner
+            .pd
+            .ctx
+            .shared
+            .with_engine_post(qpn, |st, mrs, now| {
+                for (index, wr) in wrs.iter().enumerate() {
+                    st.ep
+                        .post_send(qpn, wr.clone(), mrs, now)
+                        .map_err(|e| Error::Refused {
+                            index,
+                            error: Box::new(Error::from(e)),
+                        })?;
+                }
+                Ok(())
+            })
     }
 
     /// `ibv_post_recv` for one work request.

@@ -444,6 +444,14 @@ impl Endpoint {
         }
     }
 
+    /// Request PSNs of QP `qpn` sent (or committed to a message being sent) and not yet
+    /// acknowledged; 0 for an unknown QP or one that is not RC in RTS/SQD. While it is not 0
+    /// an acknowledgement (or a retransmit timer) is coming that will send whatever is posted
+    /// now: the driver's cue to let posts join the next train instead of sending each alone.
+    pub fn unacked_psns(&self, qpn: u32) -> u32 {
+        self.qps.get(&qpn).map_or(0, Qp::unacked_psns)
+    }
+
     /// Unacknowledged request PSNs of all QPs together (what
     /// [`EndpointConfig::inflight_budget`] limits).
     pub fn inflight(&self) -> u32 {

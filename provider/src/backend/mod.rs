@@ -64,6 +64,10 @@ pub(crate) struct DatapathStats {
     pub(crate) send_errors: AtomicU64,
     /// Datagrams fault injection dropped.
     pub(crate) injected_losses: AtomicU64,
+    /// `sendmmsg` calls.
+    pub(crate) send_calls: AtomicU64,
+    /// `UDP_SEGMENT` trains sent (each one message of several datagrams).
+    pub(crate) trains: AtomicU64,
 }
 
 impl DatapathStats {

@@ -111,6 +111,9 @@ impl Transmitter for UdpTransmitter {
             Ok(failed) => DatapathStats::add(&self.stats.send_errors, failed as u64),
             Err(e) => log::warn!("sendmmsg: {e}"),
         }
+        let (calls, trains) = self.batch.take_counts();
+        DatapathStats::add(&self.stats.send_calls, calls);
+        DatapathStats::add(&self.stats.trains, trains);
     }
 }
 

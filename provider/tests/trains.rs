@@ -1,0 +1,120 @@
+//! The datapath's batching over real UDP on loopback: a 64 KiB WRITE's packets leave as
+//! `UDP_SEGMENT` trains and arrive as coalesced reads whose every segment passes the full ICRC
+//! check; a deep queue of small WRITEs leaves in far fewer system calls than messages (posts
+//! behind unacknowledged ones join the next train), while a lone message still goes at once;
+//! `FERROCE_TRAINS=0`-style opening turns trains off.
+
+#![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
+
+mod common;
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use common::*;
+use ferroce::transport::{Mtu, QpType, WcStatus, WrOpcode};
+use ferroce::{Device, OpenOptions};
+
+const T: Duration = Duration::from_secs(20);
+
+#[test]
+fn a_large_write_leaves_in_trains_and_every_segment_checks() {
+    let (x, y) = pair(
+        [127, 0, 81, 1],
+        [127, 0, 81, 2],
+        QpType::Rc,
+        Mtu::Mtu4096,
+        1 << 20,
+    );
+    let data = pattern(1 << 20, 3);
+    x.mr.write(0, &data).unwrap();
+    for i in 0..16u64 {
+        let off = (i as usize) << 16;
+        x.qp.post_send(&wr(&x, &y, i, WrOpcode::RdmaWrite, off, 1 << 16, off))
+            .unwrap();
+    }
+    let wcs = wait(&x.cq, 16, T);
+    assert_eq!(wcs.len(), 16);
+    assert!(wcs.iter().all(|w| w.status == WcStatus::Success));
+    let mut got = vec![0u8; 1 << 20];
+    y.mr.read(0, &mut got).unwrap();
+    assert_eq!(got, data);
+    let (_, rx) = x.ctx.counters();
+    assert!(rx.trains >= 16, "one train per WRITE at least: {rx:?}");
+    let (engine, _) = y.ctx.counters();
+    assert_eq!(engine.icrc_errors, 0);
+    assert_eq!(
+        engine.icrc_partial, 0,
+        "every segment checked with all 32 bits"
+    );
+}
+
+#[test]
+fn a_deep_queue_of_small_writes_shares_system_calls_and_a_lone_one_goes_at_once() {
+    let (x, y) = pair(
+        [127, 0, 82, 1],
+        [127, 0, 82, 2],
+        QpType::Rc,
+        Mtu::Mtu4096,
+        1 << 16,
+    );
+    // A lone WRITE: nothing in flight, so it leaves in the posting call.
+    let before = x.ctx.counters().1.send_calls;
+    x.qp.post_send(&wr(&x, &y, 0, WrOpcode::RdmaWrite, 0, 8, 0))
+        .unwrap();
+    assert_eq!(x.ctx.counters().1.send_calls, before + 1);
+    assert_eq!(wait(&x.cq, 1, T).len(), 1);
+
+    // 4,000 WRITEs of 8 bytes, up to 128 outstanding.
+    let (n, depth) = (4000u64, 128u64);
+    let before = x.ctx.counters().1.send_calls;
+    let (mut posted, mut done) = (0u64, 0u64);
+    let deadline = std::time::Instant::now() + T;
+    while done < n && std::time::Instant::now() < deadline {
+        while posted < n && posted - done < depth {
+            let off = (posted as usize % 1000) * 8;
+            x.qp.post_send(&wr(&x, &y, posted, WrOpcode::RdmaWrite, off, 8, off))
+                .unwrap();
+            posted += 1;
+        }
+        while let Some(wc) = x.cq.poll_one() {
+            assert_eq!(wc.status, WcStatus::Success);
+            done += 1;
+        }
+    }
+    assert_eq!(done, n);
+    let calls = x.ctx.counters().1.send_calls - before;
+    assert!(
+        calls * 4 < n,
+        "{calls} sendmmsg calls for {n} messages: posts behind outstanding ones should share them"
+    );
+}
+
+#[test]
+fn trains_can_be_turned_off() {
+    let open = |a: [u8; 4]| {
+        Device::for_addr(IpAddr::from(a))
+            .unwrap()
+            .open_with(OpenOptions {
+                trains: Some(false),
+                ..OpenOptions::default()
+            })
+            .unwrap()
+    };
+    let cx = open([127, 0, 83, 1]);
+    let cy = open([127, 0, 83, 2]);
+    // The sides below share the runtimes just opened (the first opener's options).
+    let (x, y) = pair(
+        [127, 0, 83, 1],
+        [127, 0, 83, 2],
+        QpType::Rc,
+        Mtu::Mtu4096,
+        1 << 18,
+    );
+    x.qp.post_send(&wr(&x, &y, 1, WrOpcode::RdmaWrite, 0, 1 << 18, 0))
+        .unwrap();
+    assert_eq!(wait(&x.cq, 1, T)[0].status, WcStatus::Success);
+    assert_eq!(x.ctx.counters().1.trains, 0);
+    assert!(x.ctx.counters().1.udp_sent >= 64);
+    drop((cx, cy));
+}
