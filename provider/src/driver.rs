@@ -29,6 +29,11 @@ use crate::sys::{self, EventFd};
 /// not hold the engine while a retry request waits behind it).
 const PUMP_BUDGET: usize = 128;
 
+/// Unacknowledged PSNs of a QP from which a post waits for the next acknowledgement's pump
+/// rather than sending alone: a deep queue, not a ping-pong (whose next message may be posted
+/// before the last one's ACK is in, and must not wait for it).
+const DEFER_MIN_PSNS: u32 = 8;
+
 /// Runtime counters the engine does not keep.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RuntimeCounters {
@@ -324,7 +329,7 @@ impl Shared {
     }
 
     /// `ibv_post_send`'s way in: runs `f` (the posts) on the engine. If RC QP `qpn` already
-    /// had requests unacknowledged, what the posts produce waits for the acknowledgement (or
+    /// had [`DEFER_MIN_PSNS`] requests unacknowledged, what the posts produce waits for the acknowledgement (or
     /// the retransmit timer), whose processing sends it with everything else queued by then:
     /// a deep queue of small messages leaves in trains, one system call for many. A post to
     /// a QP with nothing in flight (a lone message) leaves at once, in the caller's thread.
@@ -335,7 +340,7 @@ impl Shared {
     ) -> R {
         let mut st = self.engine.lock();
         let now = self.now();
-        let in_flight = st.ep.unacked_psns(qpn) > 0;
+        let in_flight = st.ep.unacked_psns(qpn) >= DEFER_MIN_PSNS;
         let r = f(&mut st, &self.mrs, now);
         self.pump(&mut st, now, !in_flight);
         r
@@ -487,13 +492,30 @@ impl Shared {
     /// Progress driven by a program polling an empty CQ (a poll-mode driver's loop): receives
     /// and processes whatever is waiting, unless another thread is doing so right now.
     pub(crate) fn poll_inline(&self) {
+        /// Polls that find the receive path busy before one yields the CPU.
+        const SPINS_PER_YIELD: u32 = 64;
+        thread_local! {
+            static BUSY: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+        }
         if let Some(mut rx) = self.rx.try_lock() {
+            BUSY.with(|b| b.set(0));
             self.receive_once(&mut **rx);
         } else {
-            // The progress thread is receiving. If it was preempted holding the batch (likely
-            // when busy-polling threads outnumber cores), spinning here would keep it off
-            // this CPU for a whole time slice; yielding lets it finish.
-            std::thread::yield_now();
+            // The progress thread is receiving: usually for a few microseconds, on another
+            // core, so the poller spins. If it stays busy, it may have been preempted holding
+            // the batch (likely when busy-polling threads outnumber cores), and spinning
+            // would keep it off this CPU for a whole time slice: every SPINS_PER_YIELD busy
+            // polls in a row, yield and let it finish.
+            let n = BUSY.with(|b| {
+                let n = b.get().wrapping_add(1);
+                b.set(n);
+                n
+            });
+            if n % SPINS_PER_YIELD == 0 {
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
         }
     }
 

@@ -429,7 +429,10 @@ impl Endpoint {
         self.release_blocked();
     }
 
-    /// Puts the QPs waiting for budget back into the rotation while there is room.
+    /// Puts the next QP waiting for budget back into the rotation if there is room. One at a
+    /// time: the room may be one message's, and waking every waiter to find that out costs a
+    /// poll of each (a thousand QPs per ACK). The one released is accounted again after its
+    /// poll, which releases the next while room is left.
     fn release_blocked(&mut self) {
         while self.inflight < self.cfg.inflight_budget {
             let Some(qpn) = self.blocked.pop_front() else {
@@ -439,6 +442,7 @@ impl Endpoint {
                 if !qp.scheduled {
                     qp.scheduled = true;
                     self.active.push_back(qpn);
+                    break;
                 }
             }
         }
