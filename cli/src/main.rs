@@ -324,9 +324,15 @@ fn lat(a: &PerfArgs, out: &mut dyn Write) -> ferroce::Result<()> {
         let c = udp_ceiling::measure(64, Duration::from_millis(200))?;
         let _ = writeln!(
             out,
-            "raw UDP 64 B ping-pong: median round trip {:.2} us (one way {:.2} us)",
+            "raw UDP 64 B ping-pong, blocking: median round trip {:.2} us (one way {:.2} us)",
             c.udp_rtt.as_secs_f64() * 1e6,
             c.udp_rtt.as_secs_f64() * 5e5
+        );
+        let _ = writeln!(
+            out,
+            "raw UDP 64 B ping-pong, busy-polling: median round trip {:.2} us (one way {:.2} us)",
+            c.udp_rtt_spin.as_secs_f64() * 1e6,
+            c.udp_rtt_spin.as_secs_f64() * 5e5
         );
     }
     Ok(())
@@ -352,6 +358,11 @@ fn ceiling(size: usize, duration: f64, out: &mut dyn Write) -> ferroce::Result<(
         out,
         "UDP 64 B ping-pong (blocking): median round trip {:.2} us",
         c.udp_rtt.as_secs_f64() * 1e6
+    );
+    let _ = writeln!(
+        out,
+        "UDP 64 B ping-pong (busy-polling): median round trip {:.2} us",
+        c.udp_rtt_spin.as_secs_f64() * 1e6
     );
     let _ = writeln!(
         out,

@@ -43,7 +43,8 @@ fn ten_thousand_idle_qps_cost_at_most_16_kib_each() {
     for i in 0..N {
         let qp = pd.create_qp(&init).unwrap();
         let peer = IpAddr::from([127, 0, 84, 2]);
-        qp.connect_to(peer, 0x100 + i as u32, Mtu::Mtu4096, 1, 1).unwrap();
+        qp.connect_to(peer, 0x100 + i as u32, Mtu::Mtu4096, 1, 1)
+            .unwrap();
         qps.push(qp);
     }
     let per_qp = (rss_bytes().saturating_sub(before)) / N;

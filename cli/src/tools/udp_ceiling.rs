@@ -26,8 +26,10 @@ pub struct Ceiling {
     pub gso_dgrams_per_s: f64,
     /// UDP payload bytes received per second, trains and coalesced reads.
     pub gso_bytes_per_s: f64,
-    /// Median 64-byte UDP round trip.
+    /// Median 64-byte UDP round trip, blocking reads.
     pub udp_rtt: Duration,
+    /// Median 64-byte UDP round trip, both ends spinning on non-blocking reads.
+    pub udp_rtt_spin: Duration,
     /// TCP stream bytes per second.
     pub tcp_bytes_per_s: f64,
 }
@@ -113,6 +115,52 @@ fn udp_rtt(iters: usize) -> Result<Duration> {
     Ok(samples[samples.len() / 2])
 }
 
+/// The round trip with both ends busy-polling their non-blocking sockets (what a poll-mode
+/// RDMA program does to its CQ).
+fn udp_rtt_spin(iters: usize) -> Result<Duration> {
+    let a = UdpSocket::bind("127.0.0.1:0")?;
+    let b = UdpSocket::bind("127.0.0.1:0")?;
+    a.set_nonblocking(true)?;
+    b.set_nonblocking(true)?;
+    let (aa, ba) = (a.local_addr()?, b.local_addr()?);
+    let spin_recv = |s: &UdpSocket, buf: &mut [u8], until: Instant| -> bool {
+        loop {
+            match s.recv(buf) {
+                Ok(_) => return true,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    if Instant::now() > until {
+                        return false;
+                    }
+                    std::hint::spin_loop();
+                }
+                Err(_) => return false,
+            }
+        }
+    };
+    let until = Instant::now() + Duration::from_secs(10);
+    let echo = std::thread::spawn(move || {
+        let mut buf = [0u8; 64];
+        for _ in 0..iters {
+            if !spin_recv(&b, &mut buf, until) || b.send_to(&buf, aa).is_err() {
+                break;
+            }
+        }
+    });
+    let mut buf = [0u8; 64];
+    let mut samples = Vec::with_capacity(iters);
+    for _ in 0..iters {
+        let t = Instant::now();
+        a.send_to(&buf, ba)?;
+        if !spin_recv(&a, &mut buf, until) {
+            break;
+        }
+        samples.push(t.elapsed());
+    }
+    let _ = echo.join();
+    samples.sort_unstable();
+    Ok(samples.get(samples.len() / 2).copied().unwrap_or_default())
+}
+
 fn tcp_stream(dur: Duration) -> Result<f64> {
     let l = TcpListener::bind("127.0.0.1:0")?;
     let addr = l.local_addr()?;
@@ -153,6 +201,7 @@ pub fn measure(size: usize, dur: Duration) -> Result<Ceiling> {
         gso_dgrams_per_s: gdps,
         gso_bytes_per_s: gbps,
         udp_rtt: udp_rtt(2000)?,
+        udp_rtt_spin: udp_rtt_spin(2000)?,
         tcp_bytes_per_s: tcp_stream(dur)?,
     })
 }
