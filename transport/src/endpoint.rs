@@ -14,6 +14,7 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
 
+use ferroce_wire::icrc::{Ipv4IdentDelta, split_icrc};
 use ferroce_wire::{IcrcContext, Opcode, PacketRepr, Transport};
 
 use crate::memory::Memory;
@@ -288,7 +289,18 @@ pub struct Endpoint {
     inflight: u32,
     /// QPs whose requester waits for in-flight budget.
     blocked: VecDeque<u32>,
+    /// The last IPv4 ID solved or predicted for each peer that does not send ID 0 (kernel rxe
+    /// numbers a source's packets consecutively): its next packet is checked for last + 1
+    /// with all 32 ICRC bits before the 16-bit solve is tried. Bounded (cleared when full).
+    peer_idents: HashMap<IpAddr, u16>,
+    /// ICRC ID deltas for the last few UDP payload lengths seen (packets come in few sizes).
+    ident_deltas: Vec<(usize, Ipv4IdentDelta)>,
 }
+
+/// Peers whose IPv4 IDs an endpoint remembers.
+const MAX_PEER_IDENTS: usize = 4096;
+/// Payload lengths whose ICRC ID deltas an endpoint keeps.
+const MAX_IDENT_DELTAS: usize = 8;
 
 /// Hashes a QP or SRQ number (small, mostly sequential integers) by one multiply that spreads
 /// it over 64 bits. A peer chooses which numbers it looks up but never what is in the table,
@@ -341,6 +353,8 @@ impl Endpoint {
             active: VecDeque::new(),
             inflight: 0,
             blocked: VecDeque::new(),
+            peer_idents: HashMap::new(),
+            ident_deltas: Vec::new(),
             timer_heap: BinaryHeap::new(),
             deadlines: QpnMap::default(),
             due: Vec::new(),
@@ -715,37 +729,69 @@ impl Endpoint {
         self.schedule(qpn);
     }
 
-    /// Checks the ICRC of a datagram received through a UDP socket: fully when the sender used
-    /// the expected IP ID (ferroce: 0, or the segment's index in a train) or IPv6; modulo the
-    /// unknown ID otherwise (kernel rxe), counted.
+    /// Checks the ICRC of a datagram received through a UDP socket, computing one CRC: all 32
+    /// bits when the sender used the expected IP ID (ferroce: 0, or the segment's index `ident`
+    /// in a coalesced train), over IPv6, or when the ID is the one predicted for the peer (the
+    /// last one + 1, as kernel rxe numbers its packets); otherwise, for peers with unknown IDs,
+    /// modulo the ID (16 bits, counted as `icrc_partial`), which also resets the prediction.
     fn icrc_ok(&mut self, src: SocketAddr, dst: IpAddr, datagram: &[u8], ident: u16) -> bool {
-        let ctx = match (src.ip(), dst) {
-            (IpAddr::V4(s), IpAddr::V4(d)) => {
-                IcrcContext::v4(s, d, ident, src.port(), self.cfg.dst_port)
+        let (s, d) = match (src.ip(), dst) {
+            (IpAddr::V4(s), IpAddr::V4(d)) => (s, d),
+            (IpAddr::V6(s), IpAddr::V6(d)) => {
+                return IcrcContext::v6(s, d, src.port(), self.cfg.dst_port).verify(datagram);
             }
-            (IpAddr::V6(s), IpAddr::V6(d)) => IcrcContext::v6(s, d, src.port(), self.cfg.dst_port),
             _ => return false,
         };
-        if ctx.verify(datagram) {
+        let Some((covered, got)) = split_icrc(datagram) else {
+            return false;
+        };
+        let Ok(zero) = IcrcContext::v4(s, d, 0, src.port(), self.cfg.dst_port).compute(covered)
+        else {
+            return false;
+        };
+        if zero == got {
             return true;
         }
-        if ident != 0 {
-            if let IpAddr::V4(s) = src.ip() {
-                if let IpAddr::V4(d) = dst {
-                    if IcrcContext::v4(s, d, 0, src.port(), self.cfg.dst_port).verify(datagram) {
-                        return true;
-                    }
-                }
+        // What the packet's ID changed in its ICRC, relative to ID 0.
+        let diff = zero ^ got;
+        let Some(deltas) = self.ident_delta(datagram.len()) else {
+            return false;
+        };
+        if ident != 0 && deltas.delta(ident) == diff {
+            return true;
+        }
+        if let Some(&last) = self.peer_idents.get(&src.ip()) {
+            let next = last.wrapping_add(1);
+            if deltas.delta(next) == diff {
+                self.peer_idents.insert(src.ip(), next);
+                return true;
             }
         }
-        if self.cfg.solve_unknown_ident
-            && matches!(src.ip(), IpAddr::V4(_))
-            && ctx.solve_ipv4_ident(datagram).is_some()
-        {
-            self.counters.icrc_partial += 1;
-            return true;
+        if !self.cfg.solve_unknown_ident {
+            return false;
         }
-        false
+        let Some(solved) = deltas.solve(diff) else {
+            return false;
+        };
+        if self.peer_idents.len() >= MAX_PEER_IDENTS {
+            self.peer_idents.clear();
+        }
+        self.peer_idents.insert(src.ip(), solved);
+        self.counters.icrc_partial += 1;
+        true
+    }
+
+    /// The ICRC ID deltas of a UDP payload length, from the small cache.
+    fn ident_delta(&mut self, len: usize) -> Option<Ipv4IdentDelta> {
+        if let Some(&(_, d)) = self.ident_deltas.iter().find(|(l, _)| *l == len) {
+            return Some(d);
+        }
+        let d = Ipv4IdentDelta::new(len)?;
+        if self.ident_deltas.len() >= MAX_IDENT_DELTAS {
+            self.ident_deltas.remove(0);
+        }
+        self.ident_deltas.push((len, d));
+        Some(d)
     }
 
     /// Builds the next datagram to send into `buf`, with its ICRC; `Ok(None)` when nothing is

@@ -234,6 +234,38 @@ impl Ipv4IdentDelta {
         d
     }
 
+    /// The ID whose [`Ipv4IdentDelta::delta`] is `delta`, if one is (at most one is: the 16
+    /// columns are independent). With `delta` = the ICRC computed for ID 0 XOR the ICRC a
+    /// packet carries, this is the ID it was sent with, if its other bits are right.
+    pub fn solve(&self, delta: u32) -> Option<u16> {
+        const BITS: [u32; 16] = [7, 6, 5, 4, 3, 2, 1, 0, 15, 14, 13, 12, 11, 10, 9, 8];
+        // Gaussian elimination over GF(2): basis[b] has highest set bit b; `.1` records which
+        // ID bits combine into it.
+        let mut basis = [(0u32, 0u16); 32];
+        for (&c, bit) in self.columns.iter().zip(BITS) {
+            let (mut v, mut combo) = (c, 1u16 << bit);
+            while v != 0 {
+                let top = 31 - v.leading_zeros() as usize;
+                if basis[top].0 == 0 {
+                    basis[top] = (v, combo);
+                    break;
+                }
+                v ^= basis[top].0;
+                combo ^= basis[top].1;
+            }
+        }
+        let (mut t, mut value) = (delta, 0u16);
+        while t != 0 {
+            let top = 31 - t.leading_zeros() as usize;
+            if basis[top].0 == 0 {
+                return None;
+            }
+            t ^= basis[top].0;
+            value ^= basis[top].1;
+        }
+        Some(value)
+    }
+
     /// Rewrites the ICRC at the end of `udp_payload` (computed for `from`) for ID `to`.
     /// A payload shorter than the ICRC is left alone.
     pub fn rewrite(&self, udp_payload: &mut [u8], from: u16, to: u16) {
@@ -532,6 +564,9 @@ mod tests {
         d.rewrite(&mut roce, 9, 3);
         assert!(ctx(3).verify(&roce));
         assert!(Ipv4IdentDelta::new(3).is_none());
+        for ident in [0u16, 1, 0x8f62, 0xffff] {
+            assert_eq!(d.solve(d.delta(ident)), Some(ident));
+        }
     }
 
     #[test]
@@ -644,8 +679,10 @@ mod tests {
             pkt.extend_from_slice(&[0; 4]);
             let at = |id| IcrcContext::v4(a.into(), Ipv4Addr::new(10, 0, 0, 2), id, 4791, 4791);
             at(0).fill(&mut pkt);
-            Ipv4IdentDelta::new(pkt.len()).unwrap().rewrite(&mut pkt, 0, ident);
+            let d = Ipv4IdentDelta::new(pkt.len()).unwrap();
+            d.rewrite(&mut pkt, 0, ident);
             prop_assert!(at(ident).verify(&pkt));
+            prop_assert_eq!(d.solve(d.delta(ident)), Some(ident));
         }
 
         #[test]
