@@ -108,13 +108,15 @@ pub(crate) fn route(bytes: &[u8], owners: &dyn Owners) -> Route {
     }
 }
 
-/// Writes the forward of `packet` (received from `from`) to `slot` into `out`; returns its
-/// length, or `None` if `out` is too small.
+/// Writes the forward of `packet` (received from `from`, expected to carry IPv4 ID `ident`:
+/// its index in a coalesced train) to `slot` into `out`; returns its length, or `None` if
+/// `out` is too small.
 pub(crate) fn wrap(
     out: &mut [u8],
     slot: u8,
     nonce: u64,
     from: SocketAddr,
+    ident: u16,
     packet: &[u8],
 ) -> Option<usize> {
     let len = ENVELOPE_LEN + packet.len();
@@ -122,6 +124,7 @@ pub(crate) fn wrap(
     out[..ENVELOPE_LEN].fill(0);
     out[0] = FORWARD_OPCODE;
     out[1] = slot;
+    out[2..4].copy_from_slice(&ident.to_be_bytes());
     out[4..12].copy_from_slice(&nonce.to_le_bytes());
     out[14..16].copy_from_slice(&from.port().to_be_bytes());
     match from.ip() {
@@ -138,8 +141,12 @@ pub(crate) fn wrap(
     Some(len)
 }
 
-/// Reads a forward: (target slot, original source, original datagram), or why it is refused.
-pub(crate) fn unwrap(bytes: &[u8], nonce: u64) -> Result<(u8, SocketAddr, &[u8]), &'static str> {
+/// A forward read by [`unwrap`]: (target slot, original source, the IPv4 ID expected of the
+/// original, original datagram).
+pub(crate) type Unwrapped<'a> = (u8, SocketAddr, u16, &'a [u8]);
+
+/// Reads a forward, or says why it is refused.
+pub(crate) fn unwrap(bytes: &[u8], nonce: u64) -> Result<Unwrapped<'_>, &'static str> {
     if bytes.len() < ENVELOPE_LEN || bytes[0] != FORWARD_OPCODE {
         return Err("not a forwarded MAD");
     }
@@ -156,7 +163,13 @@ pub(crate) fn unwrap(bytes: &[u8], nonce: u64) -> Result<(u8, SocketAddr, &[u8])
         }
         _ => return Err("a forwarded MAD with an unknown address family"),
     };
-    Ok((bytes[1], SocketAddr::new(ip, port), &bytes[ENVELOPE_LEN..]))
+    let ident = u16::from_be_bytes([bytes[2], bytes[3]]);
+    Ok((
+        bytes[1],
+        SocketAddr::new(ip, port),
+        ident,
+        &bytes[ENVELOPE_LEN..],
+    ))
 }
 
 /// Why a GSI registration was refused.
@@ -395,9 +408,9 @@ mod tests {
         for from in ["10.1.2.3:4791", "[fe80::1:2]:49152"] {
             let from: SocketAddr = from.parse().unwrap();
             let mut out = [0u8; 64];
-            let n = wrap(&mut out, 4, 0xABCD, from, &pkt).unwrap();
+            let n = wrap(&mut out, 4, 0xABCD, from, 9, &pkt).unwrap();
             assert_eq!(n, ENVELOPE_LEN + pkt.len());
-            assert_eq!(unwrap(&out[..n], 0xABCD), Ok((4, from, &pkt[..])));
+            assert_eq!(unwrap(&out[..n], 0xABCD), Ok((4, from, 9, &pkt[..])));
             assert!(
                 unwrap(&out[..n], 0xABCE).is_err(),
                 "a wrong secret is refused"
@@ -406,7 +419,7 @@ mod tests {
         }
         let mut small = [0u8; 8];
         assert_eq!(
-            wrap(&mut small, 1, 0, "1.2.3.4:1".parse().unwrap(), &pkt),
+            wrap(&mut small, 1, 0, "1.2.3.4:1".parse().unwrap(), 0, &pkt),
             None
         );
     }

@@ -160,16 +160,25 @@ impl Receiver for UdpReceiver {
                 }
                 match bytes.first() {
                     Some(&gsi::FORWARD_OPCODE) => match gsi::unwrap(bytes, registry.nonce()) {
-                        Ok((to, from, inner)) if to == slot => deliver(from, inner, 0),
+                        Ok((to, from, ident, inner)) if to == slot => deliver(from, inner, ident),
                         Ok((to, ..)) => log::debug!(
-                            "{}: a forwarded MAD for slot {to} reached slot {slot}: dropped                              (the steering table is changing)",
+                            "{}: a forwarded packet for slot {to} reached slot {slot}: dropped \
+                             (the steering table is changing)",
                             self.local
                         ),
                         Err(why) => log::debug!("{}: {why} from {from}: dropped", self.local),
                     },
                     _ if gsi::is_gsi(bytes) => match gsi::route(bytes, &**registry) {
                         gsi::Route::Slot(to) if to != slot && registry.is_live(to, slot) => {
-                            forward(&self.socket, registry, slot, to, from, bytes, self.local);
+                            forward(
+                                &self.socket,
+                                registry,
+                                slot,
+                                to,
+                                (from, ident),
+                                bytes,
+                                self.local,
+                            );
                         }
                         gsi::Route::Slot(to) if to != slot => {
                             // Its owner is gone: like anything without an owner, the MAD goes
@@ -185,7 +194,23 @@ impl Receiver for UdpReceiver {
                         }
                         _ => deliver(from, bytes, ident),
                     },
-                    _ => deliver(from, bytes, ident),
+                    // A data packet for another process's QP (DestQP's high byte is its slot)
+                    // that the kernel's steering sent here, while the group's table changes:
+                    // on to its owner, not lost to a retransmission.
+                    _ => match bytes.get(5) {
+                        Some(&to) if to != slot && registry.is_live(to, slot) => {
+                            forward(
+                                &self.socket,
+                                registry,
+                                slot,
+                                to,
+                                (from, ident),
+                                bytes,
+                                self.local,
+                            );
+                        }
+                        _ => deliver(from, bytes, ident),
+                    },
                 }
             }
         }
@@ -204,13 +229,15 @@ impl Receiver for UdpReceiver {
     }
 }
 
-/// Sends a QP1 datagram on to the process in slot `to` (the routing point, see `gsi`).
+/// Sends a datagram (from `from`, expected to carry IPv4 ID `ident`) on to the process in
+/// slot `to`: a QP1 MAD (the routing point, see `gsi`) or a data packet steered to the wrong
+/// member.
 fn forward(
     socket: &socket2::Socket,
     registry: &Registry,
     mine: u8,
     to: u8,
-    from: SocketAddr,
+    (from, ident): (SocketAddr, u16),
     bytes: &[u8],
     local: SocketAddr,
 ) {
@@ -221,11 +248,11 @@ fn forward(
         return;
     }
     let mut out = vec![0u8; gsi::ENVELOPE_LEN + bytes.len()];
-    let Some(n) = gsi::wrap(&mut out, to, registry.nonce(), from, bytes) else {
+    let Some(n) = gsi::wrap(&mut out, to, registry.nonce(), from, ident, bytes) else {
         return;
     };
     match socket.send_to(&out[..n], &local.into()) {
-        Ok(_) => log::trace!("{local}: a MAD from {from} forwarded to slot {to}"),
-        Err(e) => log::debug!("{local}: forwarding a MAD to slot {to}: {e}"),
+        Ok(_) => log::trace!("{local}: a datagram from {from} forwarded to slot {to}"),
+        Err(e) => log::debug!("{local}: forwarding a datagram to slot {to}: {e}"),
     }
 }
