@@ -29,6 +29,9 @@ use crate::sys::{self, EventFd};
 /// not hold the engine while a retry request waits behind it).
 const PUMP_BUDGET: usize = 128;
 
+/// How long after a program's last inline poll the progress thread leaves the socket to it.
+const INLINE_WINDOW: Duration = Duration::from_micros(200);
+
 /// Unacknowledged PSNs of a QP from which a post waits for the next acknowledgement's pump
 /// rather than sending alone: a deep queue, not a ping-pong (whose next message may be posted
 /// before the last one's ACK is in, and must not wait for it).
@@ -104,6 +107,9 @@ pub(crate) struct Shared {
     membership: backend::group::Membership,
     /// Moderated CQs waiting for their period to run out: (deadline in engine ns, CQ).
     cq_timers: Mutex<Vec<(u64, Weak<CqInner>)>>,
+    /// When a program last polled an empty CQ of this device and drove the socket itself
+    /// (engine ns).
+    last_inline: AtomicU64,
 }
 
 /// A device's running runtime: the [`Shared`] state and its progress thread, stopped and
@@ -251,6 +257,7 @@ impl Shared {
             stats,
             membership,
             cq_timers: Mutex::new(Vec::new()),
+            last_inline: AtomicU64::new(0),
         });
         let s2 = shared.clone();
         let progress = std::thread::Builder::new()
@@ -497,6 +504,10 @@ impl Shared {
         thread_local! {
             static BUSY: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
         }
+        // Whether or not it gets the receive path now, a poller is here: the progress thread
+        // leaves the socket to it.
+        self.last_inline
+            .store(self.now().as_nanos(), Ordering::Relaxed);
         if let Some(mut rx) = self.rx.try_lock() {
             BUSY.with(|b| b.set(0));
             self.receive_once(&mut **rx);
@@ -524,7 +535,16 @@ impl Shared {
         let fd = self.rx_fd;
         while !self.shutdown.load(Ordering::SeqCst) {
             let cq_deadline = self.run_cq_timers();
-            if !self.busy_poll {
+            // While a program polls a CQ of this device, its polls take the datagrams off the
+            // socket: this thread then sleeps on its wake-up and timers only, for at most the
+            // window, instead of waking (or spinning) for every datagram and racing the poller
+            // for the receive path.
+            let inline = self
+                .now()
+                .as_nanos()
+                .saturating_sub(self.last_inline.load(Ordering::Relaxed))
+                < INLINE_WINDOW.as_nanos() as u64;
+            if inline || !self.busy_poll {
                 let deadline = self.engine.lock().ep.poll_timeout();
                 let now = self.now();
                 let timeout = deadline.map(|t| t.saturating_duration_since(now));
@@ -534,17 +554,23 @@ impl Shared {
                     (Some(a), Some(b)) => Some(a.min(b)),
                     (a, b) => a.or(b),
                 };
+                // A pump that makes the next deadline earlier than this one wakes the thread.
                 self.sleep_until.store(
                     deadline.map_or(u64::MAX, Instant::as_nanos),
                     Ordering::SeqCst,
                 );
                 // Cap the sleep so a missed wake-up can never stall a timer for long.
-                let timeout = Some(
-                    timeout
-                        .unwrap_or(Duration::from_millis(100))
-                        .min(Duration::from_millis(100)),
-                );
-                let _ = sys::poll_fds(&[fd, self.wake.raw()], libc::POLLIN, timeout);
+                let cap = if inline {
+                    INLINE_WINDOW
+                } else {
+                    Duration::from_millis(100)
+                };
+                let timeout = Some(timeout.unwrap_or(cap).min(cap));
+                if inline {
+                    let _ = sys::poll_fds(&[self.wake.raw()], libc::POLLIN, timeout);
+                } else {
+                    let _ = sys::poll_fds(&[fd, self.wake.raw()], libc::POLLIN, timeout);
+                }
                 self.wake.drain();
             }
             // Receive everything that is there, in batches. One receiver at a time (the
