@@ -31,6 +31,9 @@ const PUMP_BUDGET: usize = 128;
 
 /// How long after a program's last inline poll the progress thread leaves the socket to it.
 const INLINE_WINDOW: Duration = Duration::from_micros(200);
+/// Unacknowledged request PSNs of the device below which the progress thread leaves the socket
+/// to a polling program (above, a stream: both receive).
+const INLINE_MAX_INFLIGHT: u32 = 16;
 
 /// Unacknowledged PSNs of a QP from which a post waits for the next acknowledgement's pump
 /// rather than sending alone: a deep queue, not a ping-pong (whose next message may be posted
@@ -535,17 +538,22 @@ impl Shared {
         let fd = self.rx_fd;
         while !self.shutdown.load(Ordering::SeqCst) {
             let cq_deadline = self.run_cq_timers();
-            // While a program polls a CQ of this device, its polls take the datagrams off the
-            // socket: this thread then sleeps on its wake-up and timers only, for at most the
-            // window, instead of waking (or spinning) for every datagram and racing the poller
-            // for the receive path.
-            let inline = self
-                .now()
-                .as_nanos()
-                .saturating_sub(self.last_inline.load(Ordering::Relaxed))
-                < INLINE_WINDOW.as_nanos() as u64;
+            // While a program polls a CQ of this device and little is in flight (a ping-pong,
+            // not a stream), its polls take the datagrams off the socket: this thread then
+            // sleeps on its wake-up and timers only, for at most the window, instead of waking
+            // (or spinning) for every datagram and racing the poller for the receive path. A
+            // stream keeps this thread receiving beside the poller (two cores at work).
+            let (deadline, inflight) = {
+                let mut st = self.engine.lock();
+                (st.ep.poll_timeout(), st.ep.inflight())
+            };
+            let inline = inflight < INLINE_MAX_INFLIGHT
+                && self
+                    .now()
+                    .as_nanos()
+                    .saturating_sub(self.last_inline.load(Ordering::Relaxed))
+                    < INLINE_WINDOW.as_nanos() as u64;
             if inline || !self.busy_poll {
-                let deadline = self.engine.lock().ep.poll_timeout();
                 let now = self.now();
                 let timeout = deadline.map(|t| t.saturating_duration_since(now));
                 let cq_wait =
