@@ -4,7 +4,7 @@
 # lab's namespace); kernel rxe in guest g1 (10.77.0.11). A failing scenario keeps its pcap under
 # $FERROCE_LAB_OUT (default /tmp/ferroce-interop) and `ferroce pcap` decodes it.
 #   tests/interop/suite.sh            build (or reuse) the image, run every scenario
-#   SCENARIOS="pingpong matrix loss programs shared cm"  a subset of these groups (default: all six)
+#   SCENARIOS="pingpong matrix loss programs shared cm bench"  a subset of these groups (default: all)
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 TOP=$(cd "$HERE/../.." && pwd)
@@ -36,11 +36,11 @@ result() { # NAME OK DETAIL
   if [ "$2" = 1 ]; then PASS=$((PASS+1)); echo "PASS $1"; else FAIL=$((FAIL+1)); echo "FAIL $1 $3"; fi
 }
 G=10.77.0.11
-SCENARIOS=${SCENARIOS:-pingpong matrix loss programs shared cm}
+SCENARIOS=${SCENARIOS:-pingpong matrix loss programs shared cm bench}
 want() { [[ " $SCENARIOS " == *" $1 "* ]]; }
 # ferroce's libibverbs.so.1 (ibverbs/build.sh) for the unmodified-programs group.
 IBV_DIR=
-if want programs || want cm; then
+if want programs || want cm || want bench; then
   IBV_DIR=$OUT/ibverbs
   # Both drop-in libraries: libibverbs.so.1 and librdmacm.so.1 (the cm group's programs).
   "$TOP/librdmacm/build.sh" "$IBV_DIR" >"$OUT/ibverbs.build.log" 2>&1 || IBV_DIR=
@@ -311,6 +311,8 @@ matrix() { # MTU TAG [ENV...]
 }
 
 for mtu_link in 1500 4200; do
+  # The one-guest groups (bench boots a lab of its own).
+  { want pingpong || want matrix || want loss || want programs || want shared || want cm; } || break
   mtu=1024; [ $mtu_link = 4200 ] && mtu=4096
   if ! lab_up 1 $mtu_link; then result "lab boot (bridge MTU $mtu_link)" 0 ""; lab_down; continue; fi
   gexec 1 "ibv_devinfo -d rxe0 | grep -q 'active_mtu:.*$mtu'" 30 >/dev/null; result "rxe0 active MTU $mtu on bridge MTU $mtu_link" $([ $? = 0 ] && echo 1 || echo 0) ""
@@ -389,5 +391,52 @@ for mtu_link in 1500 4200; do
   fi
   lab_down
 done
+# perftest between two emulated guests on equal footing: first on kernel rxe, then on ferroce's
+# libibverbs.so.1 in the same guests with rxe0 and its module removed (ferroce's socket takes
+# UDP 4791). Prints the figures and ferroce's ratios to rxe; a run that fails is a failure, the
+# ratios are figures (speed is measured here, not asserted).
+bench_run() { # LABEL ENV DEV PROG ARGS; the client's result row into $OUT/bench.LABEL.row
+  local label=$1 env=$2 dev=$3 prog=$4 args=$5 try out sid rc
+  for try in 1 2 3 4 5; do
+    sid=$(gspawn 1 "${env//@/$(gip 1)} timeout 150 $prog -d $dev $args")
+    sleep 4
+    out=$(gexec 2 "${env//@/$(gip 2)} timeout 120 $prog -d $dev $args $(gip 1)" 140); rc=$?
+    gwait 1 "$sid" 150 >"$OUT/bench.server.txt"; local src=$?
+    if [ $rc = 0 ] && [ $src = 0 ]; then break; fi
+    # The client may have come before the (slow, emulated) server listened.
+    echo "$out" | grep -qE "Couldn't connect|Unable to init the socket" || break
+  done
+  echo "$out" > "$OUT/bench.$label.txt"
+  [ $rc = 0 ] && [ $src = 0 ] || { result "bench $label" 0 "(see $OUT/bench.$label.txt)"; return 1; }
+  echo "$out" | awk '$1 ~ /^[0-9]+$/ && NF >= 4 {row=$0} END {print row}' > "$OUT/bench.$label.row"
+}
+
+bench() {
+  if ! lab_up 2 1500; then result "bench lab boot (2 guests)" 0 ""; lab_down; return; fi
+  local k; for k in 1 2; do mkdir -p "$RUN/g$k/ibv"; cp "$IBV_DIR"/lib*.so.1 "$RUN/g$k/ibv/"; done
+  local rxe_env="" fe_env="LD_LIBRARY_PATH=/host/ibv FERROCE_DEVICES=@"
+  local rw rl fw fl
+  bench_run rxe-write "$rxe_env" rxe0 ib_write_bw "-x 1 -s 65536 -D 5" || { lab_down; return; }
+  bench_run rxe-send-lat "$rxe_env" rxe0 ib_send_lat "-x 1 -n 500" || { lab_down; return; }
+  for k in 1 2; do
+    gexec $k "rdma link delete rxe0 && modprobe -r rdma_rxe" 60 >/dev/null \
+      || { result "bench: rxe0 and rdma_rxe removed in g$k" 0 ""; lab_down; return; }
+  done
+  bench_run ferroce-write "$fe_env" ferroce0 ib_write_bw "-x 1 -s 65536 -D 5" || { lab_down; return; }
+  bench_run ferroce-send-lat "$fe_env" ferroce0 ib_send_lat "-x 1 -n 500" || { lab_down; return; }
+  lab_down
+  rw=$(cat "$OUT/bench.rxe-write.row"); rl=$(cat "$OUT/bench.rxe-send-lat.row")
+  fw=$(cat "$OUT/bench.ferroce-write.row"); fl=$(cat "$OUT/bench.ferroce-send-lat.row")
+  # ib_write_bw: #bytes #iterations BW-peak BW-average MsgRate; ib_send_lat: #bytes
+  # #iterations t_min t_max t_typical ...
+  local rbw fbw rlat flat
+  rbw=$(echo "$rw" | awk '{print $4}'); fbw=$(echo "$fw" | awk '{print $4}')
+  rlat=$(echo "$rl" | awk '{print $5}'); flat=$(echo "$fl" | awk '{print $5}')
+  echo "bench (two emulated guests, 1 vCPU each, MTU 1024): ib_write_bw 64 KiB average rxe $rbw MiB/s, ferroce $fbw MiB/s ($(awk -v a="$fbw" -v b="$rbw" 'BEGIN{printf "%.2f", a/b}')x); ib_send_lat typical rxe $rlat us, ferroce $flat us ($(awk -v a="$flat" -v b="$rlat" 'BEGIN{printf "%.2f", a/b}')x)" | tee "$OUT/bench.txt"
+  result "bench: perftest on rxe, then on ferroce, between the same two guests" \
+    $([ -n "$rbw" ] && [ -n "$fbw" ] && [ -n "$rlat" ] && [ -n "$flat" ] && echo 1 || echo 0) "(figures: $OUT/bench.txt)"
+}
+
+want bench && bench
 echo "$PASS passed, $FAIL failed"
 [ $FAIL = 0 ]
