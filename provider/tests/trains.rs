@@ -2,7 +2,8 @@
 //! `UDP_SEGMENT` trains and arrive as coalesced reads whose every segment passes the full ICRC
 //! check; a deep queue of small WRITEs leaves in far fewer system calls than messages (posts
 //! behind unacknowledged ones join the next train), while a lone message still goes at once;
-//! `FERROCE_TRAINS=0`-style opening turns trains off.
+//! `FERROCE_TRAINS=0`-style opening turns trains off; a train the kernel refuses goes again as
+//! plain datagrams.
 
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
@@ -117,4 +118,59 @@ fn trains_can_be_turned_off() {
     assert_eq!(x.ctx.counters().1.trains, 0);
     assert!(x.ctx.counters().1.udp_sent >= 64);
     drop((cx, cy));
+}
+
+/// A train the kernel refuses (EIO: a kernel without `UDP_SEGMENT`, a path through IPsec, or
+/// here a UDP-Lite socket, which Linux never lets send one) turns trains off, and the same
+/// datagrams go plain, each with its ICRC restored for ID 0.
+#[test]
+fn trains_fall_back_to_plain_datagrams_where_the_kernel_refuses_them() {
+    use ferroce::udp::{Segmentation, SendBatch};
+    use ferroce_wire::icrc::IcrcContext;
+    use socket2::{Domain, Protocol, Socket, Type};
+    use std::os::fd::AsRawFd;
+
+    const UDPLITE: i32 = 136;
+    let lite = || {
+        let s = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::from(UDPLITE))).unwrap();
+        s.bind(
+            &"127.0.0.1:0"
+                .parse::<std::net::SocketAddr>()
+                .unwrap()
+                .into(),
+        )
+        .unwrap();
+        std::net::UdpSocket::from(s)
+    };
+    let (a, b) = (lite(), lite());
+    b.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let (src, dst) = (a.local_addr().unwrap(), b.local_addr().unwrap());
+    let ctx = |id| {
+        IcrcContext::v4(
+            [127, 0, 0, 1].into(),
+            [127, 0, 0, 1].into(),
+            id,
+            src.port(),
+            dst.port(),
+        )
+    };
+    let mut s = SendBatch::new(8, 1500);
+    s.set_segmentation(Segmentation::RoceV2);
+    for i in 0..5u8 {
+        let buf = &mut s.next_buf()[..1400];
+        buf.fill(i);
+        ctx(0).fill(buf);
+        s.commit(1400, dst);
+    }
+    assert_eq!(s.flush(a.as_raw_fd()).unwrap(), 0, "nothing lost");
+    assert_eq!(s.segmentation(), Segmentation::Off, "trains turned off");
+    let mut buf = [0u8; 2000];
+    for i in 0..5u8 {
+        let n = b.recv(&mut buf).unwrap();
+        assert_eq!((n, buf[0]), (1400, i));
+        assert!(
+            ctx(0).verify(&buf[..n]),
+            "datagram {i}: its ICRC restored for ID 0"
+        );
+    }
 }
