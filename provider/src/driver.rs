@@ -470,6 +470,21 @@ impl Shared {
         let local_ip: IpAddr = self.local.ip();
         // The system call runs before the engine lock is taken: verbs calls need not wait.
         let n = rx.receive();
+        self.process(rx, n, local_ip)
+    }
+
+    /// As [`Shared::receive_once`] for a program's poll of an empty CQ: a poll that finds
+    /// nothing takes no lock (timers are the progress thread's, which sleeps until the next).
+    fn receive_inline(&self, rx: &mut dyn Receiver) -> usize {
+        let n = rx.receive();
+        if n == 0 {
+            return 0;
+        }
+        self.process(rx, n, self.local.ip())
+    }
+
+    /// Feeds the `n` datagrams just received to the engine, fires expired timers and pumps.
+    fn process(&self, rx: &mut dyn Receiver, n: usize, local_ip: IpAddr) -> usize {
         let mut st = self.engine.lock();
         let now = self.now();
         {
@@ -513,7 +528,7 @@ impl Shared {
             .store(self.now().as_nanos(), Ordering::Relaxed);
         if let Some(mut rx) = self.rx.try_lock() {
             BUSY.with(|b| b.set(0));
-            self.receive_once(&mut **rx);
+            self.receive_inline(&mut **rx);
         } else {
             // The progress thread is receiving: usually for a few microseconds, on another
             // core, so the poller spins. If it stays busy, it may have been preempted holding

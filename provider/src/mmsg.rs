@@ -104,40 +104,46 @@ unsafe impl Send for RecvBatch {}
 impl RecvBatch {
     /// `n` receive slots of `size` bytes each ([`GRO_SLOT`] for a socket with `UDP_GRO`).
     pub fn new(n: usize, size: usize) -> RecvBatch {
-        RecvBatch {
+        let mut b = RecvBatch {
             bufs: (0..n).map(|_| vec![0u8; size]).collect(),
             // SAFETY: all-zero is a valid sockaddr_storage.
             addrs: (0..n).map(|_| unsafe { zeroed() }).collect(),
             ctrl: vec![Cmsg::empty(); n],
             iovs: Vec::with_capacity(n),
             hdrs: Vec::with_capacity(n),
+        };
+        // The headers and iovecs are laid out once: they point into the heap buffers of the
+        // vectors above, which never grow or move (a move of the batch moves only the
+        // vectors' handles). Each `recv` resets only what the kernel writes back.
+        for buf in &mut b.bufs {
+            b.iovs.push(libc::iovec {
+                iov_base: buf.as_mut_ptr().cast(),
+                iov_len: buf.len(),
+            });
         }
+        for i in 0..n {
+            // SAFETY: all-zero is a valid mmsghdr; the fields set next point at live buffers.
+            let mut h: libc::mmsghdr = unsafe { zeroed() };
+            h.msg_hdr.msg_name = (&raw mut b.addrs[i]).cast();
+            h.msg_hdr.msg_iov = &raw mut b.iovs[i];
+            h.msg_hdr.msg_iovlen = 1;
+            h.msg_hdr.msg_control = (&raw mut b.ctrl[i]).cast();
+            b.hdrs.push(h);
+        }
+        b
     }
 
     /// `recvmmsg` without blocking; returns how many reads arrived (0 if none). A read is a
     /// datagram, or a train with `UDP_GRO`.
     pub fn recv(&mut self, fd: RawFd) -> io::Result<usize> {
         let n = self.bufs.len();
-        self.iovs.clear();
-        self.hdrs.clear();
-        for b in &mut self.bufs {
-            self.iovs.push(libc::iovec {
-                iov_base: b.as_mut_ptr().cast(),
-                iov_len: b.len(),
-            });
-        }
-        for i in 0..n {
-            // SAFETY: all-zero is a valid mmsghdr; the fields set next point at live buffers.
-            let mut h: libc::mmsghdr = unsafe { zeroed() };
-            h.msg_hdr.msg_name = (&raw mut self.addrs[i]).cast();
+        for h in &mut self.hdrs {
             h.msg_hdr.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-            h.msg_hdr.msg_iov = &raw mut self.iovs[i];
-            h.msg_hdr.msg_iovlen = 1;
-            h.msg_hdr.msg_control = (&raw mut self.ctrl[i]).cast();
             h.msg_hdr.msg_controllen = size_of::<Cmsg>() as _;
-            self.hdrs.push(h);
+            h.msg_hdr.msg_flags = 0;
+            h.msg_len = 0;
         }
-        // SAFETY: `hdrs` holds `n` headers whose name, iovec and control pointers point into `self.addrs`, `self.iovs`, `self.bufs` and `self.ctrl`, all alive and unaliased for the call.
+        // SAFETY: `hdrs` holds `n` headers whose name, iovec and control pointers point into the heap buffers of `self.addrs`, `self.iovs`, `self.bufs` and `self.ctrl` (set up in `new`, never reallocated), all alive and unaliased for the call.
         let r = unsafe {
             libc::recvmmsg(
                 fd,
