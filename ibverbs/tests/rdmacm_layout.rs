@@ -6,32 +6,17 @@
 
 use std::collections::HashMap;
 use std::mem::{offset_of, size_of};
-use std::process::Command;
 
 use ferroce_ibverbs::rdmacm::abi::*;
 
 mod common;
 
 fn c_layout() -> HashMap<String, usize> {
-    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
-    let exe = dir.join("ferroce-rdmacm-layout");
-    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/c/rdmacm_layout.c");
-    let st = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
-        .args([src, "-o"])
-        .arg(&exe)
-        .status()
-        .expect("a C compiler (cc)");
-    assert!(st.success(), "compiling {src}");
-    let out = Command::new(&exe).output().unwrap();
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| {
-            let mut w = l.split_whitespace();
-            let (_, name, v) = (w.next(), w.next().unwrap(), w.next().unwrap());
-            (name.to_string(), v.parse().unwrap())
-        })
-        .collect()
+    common::c_layout(
+        "rdmacm_layout.c",
+        "ferroce-rdmacm-layout",
+        "<rdma/rdma_cma.h>",
+    )
 }
 
 #[test]
