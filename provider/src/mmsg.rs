@@ -434,8 +434,7 @@ impl SendBatch {
             let mut sent = 0;
             let mut again = None;
             while sent < msgs {
-                // SAFETY: `hdrs[sent..]` are valid headers pointing at `addrs`, `iovs`, `ctrl`
-                // and `self.bufs`, which outlive the call.
+                // SAFETY: `hdrs[sent..]` are valid headers pointing at `addrs`, `iovs`, `ctrl` and `self.bufs`, which outlive the call.
                 let r = unsafe {
                     libc::sendmmsg(
                         fd,
