@@ -185,9 +185,7 @@ impl IcrcContext {
             ..*self
         };
         let target = zero_id.compute(covered).ok()? ^ got;
-        // The message is LRH(8) ‖ IPv4(20) ‖ UDP(8) ‖ covered; the ID is bytes 12 and 13.
-        let msg_len = LRH_ONES.len() + IPV4_HEADER_LEN + UDP_HEADER_LEN + covered.len();
-        solve_u16_at(target, LRH_ONES.len() + 4, msg_len)
+        Ipv4IdentDelta::new(udp_payload.len())?.solve(target)
     }
 }
 
@@ -211,7 +209,8 @@ impl Ipv4IdentDelta {
     pub fn new(udp_payload_len: usize) -> Option<Self> {
         let covered = udp_payload_len.checked_sub(ICRC_LEN)?;
         let msg_len = LRH_ONES.len() + IPV4_HEADER_LEN + UDP_HEADER_LEN + covered;
-        // As in `solve_u16_at`: the ID is the big-endian u16 at byte 12 of the message; the
+        // The message is LRH(8) ‖ IPv4(20) ‖ UDP(8) ‖ covered; the ID is the big-endian u16 at
+        // byte 12. The CRC change of one ID bit is its term times x^(8 · bytes after it); the
         // lowest-degree term is bit 7 of its second byte.
         let mut column = mul_mod_p(x_pow_8n(msg_len - (LRH_ONES.len() + 4) - 2), POLY);
         let mut columns = [0u32; 16];
@@ -443,43 +442,6 @@ fn byte_register(v: u8) -> u32 {
 /// Multiplies a reflected polynomial by x modulo the CRC-32 polynomial.
 const fn mul_x(b: u32) -> u32 {
     if b & 1 != 0 { (b >> 1) ^ POLY } else { b >> 1 }
-}
-
-/// Finds the big-endian 16-bit value at byte `offset` of a `msg_len`-byte message that changes
-/// the CRC by `target` relative to the message with zeros there, or `None` if none does.
-fn solve_u16_at(target: u32, offset: usize, msg_len: usize) -> Option<u16> {
-    // The CRC change made by setting one bit of the value is that bit's polynomial term times
-    // x^(8 · bytes after it). Reflected CRC feeds bit 0 of each byte first, so from the lowest
-    // degree up the value bits are 7, 6, ..., 0 (low byte) then 15, 14, ..., 8 (high byte), each
-    // one degree (a factor x) above the previous. Bit 7 alone in the last byte is x^32 mod P,
-    // i.e. POLY, times x^(8 · bytes after the value).
-    let mut column = mul_mod_p(x_pow_8n(msg_len - offset - 2), POLY);
-    let mut basis = [(0u32, 0u16); 32];
-    for k in [7u32, 6, 5, 4, 3, 2, 1, 0, 15, 14, 13, 12, 11, 10, 9, 8] {
-        // Gaussian elimination over GF(2): basis[b] has highest set bit b; `.1` records which
-        // value bits combine into it.
-        let (mut v, mut combo) = (column, 1u16 << k);
-        while v != 0 {
-            let top = 31 - v.leading_zeros() as usize;
-            if basis[top].0 == 0 {
-                basis[top] = (v, combo);
-                break;
-            }
-            v ^= basis[top].0;
-            combo ^= basis[top].1;
-        }
-        column = mul_x(column);
-    }
-    let (mut t, mut value) = (target, 0u16);
-    while t != 0 {
-        let top = 31 - t.leading_zeros() as usize;
-        if basis[top].0 == 0 {
-            return None;
-        }
-        t ^= basis[top].0;
-        value ^= basis[top].1;
-    }
-    Some(value)
 }
 
 #[cfg(test)]
