@@ -17,8 +17,9 @@ use std::net::{IpAddr, SocketAddr};
 use ferroce_wire::icrc::{Ipv4IdentDelta, split_icrc};
 use ferroce_wire::{IcrcContext, Opcode, PacketRepr, Transport};
 
+use crate::congestion::{CongestionConfig, Ecn};
 use crate::memory::Memory;
-use crate::qp::{Ctx, PostError, Qp, QpInitAttr};
+use crate::qp::{Ctx, PostError, Qp, QpInitAttr, Timer};
 use crate::srq::{Srq, SrqAttr};
 use crate::state::{ModifyLimits, ModifyQpError};
 use crate::time::Instant;
@@ -115,12 +116,22 @@ pub struct Counters {
     /// READ/atomic requests beyond the responder's `max_dest_rd_atomic` (a new one is NAKed
     /// invalid request; a duplicate is dropped).
     pub rd_atomic_exceeded: u64,
+    /// Packets received marked Congestion Experienced (IP ECN 11) by a queue on the path
+    /// (mlx5's `np_ecn_marked_roce_packets`).
+    pub ecn_marked_pkts: u64,
+    /// CNPs sent, answering CE marks (mlx5's `np_cnp_sent`).
+    pub cnp_sent: u64,
+    /// CNPs received for this endpoint's QPs (mlx5's `rp_cnp_handled`).
+    pub cnp_handled: u64,
+    /// CNPs received for a QP that does not exist or does not take them (UD), or while the
+    /// reaction point is off: ignored, as rxe ignores every CNP (mlx5's `rp_cnp_ignored`).
+    pub cnp_ignored: u64,
 }
 
 impl Counters {
     /// Every counter with its name, in a fixed order (what a kernel device lists under
     /// `/sys/class/infiniband/<dev>/ports/1/hw_counters/`).
-    pub fn named(&self) -> [(&'static str, u64); 20] {
+    pub fn named(&self) -> [(&'static str, u64); 24] {
         [
             ("sent_pkts", self.sent_pkts),
             ("rcvd_pkts", self.rcvd_pkts),
@@ -142,6 +153,10 @@ impl Counters {
             ("duplicate_responses", self.duplicate_responses),
             ("dropped", self.dropped),
             ("rd_atomic_exceeded", self.rd_atomic_exceeded),
+            ("ecn_marked_pkts", self.ecn_marked_pkts),
+            ("cnp_sent", self.cnp_sent),
+            ("cnp_handled", self.cnp_handled),
+            ("cnp_ignored", self.cnp_ignored),
         ]
     }
 }
@@ -247,6 +262,8 @@ pub struct EndpointConfig {
     /// QP loses packets and times out at once, and go-back-N makes it worse. A QP held back
     /// waits for ACKs of any QP; one QP's own window (128 PSNs) always fits.
     pub inflight_budget: u32,
+    /// ECN and CNPs (DCQCN's notification and reaction points); both on by default.
+    pub congestion: CongestionConfig,
 }
 
 impl EndpointConfig {
@@ -261,6 +278,7 @@ impl EndpointConfig {
             qpn_slot: None,
             solve_unknown_ident: true,
             inflight_budget: u32::MAX,
+            congestion: CongestionConfig::default(),
         }
     }
 }
@@ -364,6 +382,13 @@ impl Endpoint {
     /// The configuration.
     pub fn config(&self) -> &EndpointConfig {
         &self.cfg
+    }
+
+    /// Turns the notification and reaction points on or off, or retunes them, at any time
+    /// (what writing mlx5's `ecn/roce_np/enable` and `ecn/roce_rp/enable` does). A QP being
+    /// paced keeps its limiter until it recovers.
+    pub fn set_congestion(&mut self, congestion: CongestionConfig) {
+        self.cfg.congestion = congestion;
     }
 
     /// The counters.
@@ -687,6 +712,24 @@ impl Endpoint {
         ident: u16,
         mem: &M,
     ) {
+        self.handle_marked(now, src, dst, datagram, ident, Ecn::NotEct, mem);
+    }
+
+    /// As [`Endpoint::handle_segment`], with the ECN field of the datagram's IP header: a
+    /// packet marked [`Ecn::Ce`] for a connected QP is answered with a CNP to the sender's QP
+    /// (at most one per QP per [`CongestionConfig::cnp_interval`]), when the notification
+    /// point is on.
+    #[allow(clippy::too_many_arguments)]
+    pub fn handle_marked<M: Memory + ?Sized>(
+        &mut self,
+        now: Instant,
+        src: SocketAddr,
+        dst: IpAddr,
+        datagram: &[u8],
+        ident: u16,
+        ecn: Ecn,
+        mem: &M,
+    ) {
         if !self.icrc_ok(src, dst, datagram, ident) {
             self.counters.icrc_errors += 1;
             return;
@@ -701,6 +744,10 @@ impl Endpoint {
             return;
         }
         let qpn = pkt.bth.dest_qp;
+        if pkt.bth.opcode == Opcode::CNP {
+            self.handle_cnp(now, src, qpn);
+            return;
+        }
         let Some(qp) = self.qps.get_mut(&qpn) else {
             self.counters.no_qp += 1;
             return;
@@ -716,6 +763,15 @@ impl Endpoint {
             return;
         }
         self.counters.rcvd_pkts += 1;
+        if ecn == Ecn::Ce {
+            self.counters.ecn_marked_pkts += 1;
+            if self.cfg.congestion.np
+                && qp.qp_type != QpType::Ud
+                && qp.on_ce(now, &self.cfg.congestion)
+            {
+                log::trace!("QP {qpn:#x}: CE-marked packet from {src}: a CNP is due");
+            }
+        }
         let srq = match qp.srq {
             Some(s) => self.srqs.get_mut(&s),
             None => None,
@@ -723,10 +779,38 @@ impl Endpoint {
         let mut ctx = ctx!(self, mem, now, srq);
         if pkt.bth.opcode.is_request() {
             qp.handle_request(&mut ctx, &pkt, src.ip(), dst);
-        } else if pkt.bth.opcode != Opcode::CNP {
+        } else {
             qp.handle_response(&mut ctx, &pkt);
         }
         self.schedule(qpn);
+    }
+
+    /// A CNP (BTH opcode 0x81) for `qpn` from `src`: the reaction point cuts the QP's rate.
+    /// CNPs for UD QPs, unknown QPs, another peer's QPs or with the reaction point off are
+    /// counted and ignored.
+    fn handle_cnp(&mut self, now: Instant, src: SocketAddr, qpn: u32) {
+        let cfg = self.cfg.congestion;
+        let qp = self
+            .qps
+            .get_mut(&qpn)
+            .filter(|qp| qp.qp_type != QpType::Ud && qp.peer() == Some(src.ip()));
+        match qp {
+            Some(qp) if cfg.rp => {
+                self.counters.cnp_handled += 1;
+                qp.on_cnp(now, &cfg);
+            }
+            _ => {
+                self.counters.cnp_ignored += 1;
+                log::debug!(
+                    "CNP from {src} for QP {qpn:#x} ignored ({})",
+                    if cfg.rp {
+                        "no connected QP of that number with that peer"
+                    } else {
+                        "the reaction point is off"
+                    }
+                );
+            }
+        }
     }
 
     /// Checks the ICRC of a datagram received through a UDP socket, computing one CRC: all 32
@@ -821,10 +905,32 @@ impl Endpoint {
             let Some(qp) = self.qps.get_mut(&qpn) else {
                 continue;
             };
+            let cc = self.cfg.congestion;
             let mut ctx = ctx!(self, mem, now, None);
-            let tx = qp
-                .poll_response(&mut ctx, buf)
-                .or_else(|| qp.poll_request(&mut ctx, buf));
+            // A CNP first (never paced), then what the QP's pacing allows: everything, or
+            // only bare acknowledgements while it waits.
+            let tx = if let Some(cnp) = qp.poll_cnp(now, buf) {
+                ctx.counters.cnp_sent += 1;
+                Some(cnp)
+            } else if let Some(until) = qp.pace(now, &cc) {
+                let ack = if qp.resp.ack_first() {
+                    qp.poll_response(&mut ctx, buf)
+                } else {
+                    None
+                };
+                if ack.is_none() {
+                    qp.timers.set(Timer::Pace, until);
+                }
+                ack
+            } else {
+                let tx = qp
+                    .poll_response(&mut ctx, buf)
+                    .or_else(|| qp.poll_request(&mut ctx, buf));
+                if let Some(tx) = &tx {
+                    qp.charge(now, tx.len, &cc);
+                }
+                tx
+            };
             if tx.is_none() {
                 qp.scheduled = false;
             }

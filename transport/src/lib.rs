@@ -10,6 +10,7 @@
 #![forbid(unsafe_code)]
 
 pub mod cm;
+pub mod congestion;
 pub mod endpoint;
 pub mod memory;
 pub mod modify;
@@ -22,6 +23,7 @@ pub mod state;
 pub mod time;
 pub mod verbs;
 
+pub use congestion::{CongestionConfig, Ecn};
 pub use endpoint::{
     AsyncEvent, BufferTooShort, Completion, Counters, Endpoint, EndpointConfig, MIN_TRANSMIT_BUF,
     Transmit, VerbError, WcQueue,

@@ -247,6 +247,8 @@ impl Qp {
     /// The local ACK timeout or the RNR wait expired.
     pub(crate) fn handle_timeout<M: Memory + ?Sized>(&mut self, ctx: &mut Ctx<'_, M>) {
         let now = ctx.now;
+        // Pacing over: the endpoint puts the QP back in its rotation.
+        self.timers.expire(Timer::Pace, now);
         if self.timers.expire(Timer::RnrWait, now) {
             self.arm_retrans(now);
         }

@@ -3,6 +3,7 @@
 //! and timeouts) and responder (executes incoming requests and answers them).
 
 mod completer;
+mod notify;
 mod requester;
 mod responder;
 mod timers;
@@ -12,6 +13,7 @@ use std::net::IpAddr;
 
 use ferroce_wire::Psn;
 
+use crate::congestion::RateLimiter;
 use crate::endpoint::{AsyncEvent, Completion, Counters, WcQueue};
 use crate::memory::Memory;
 use crate::srq::Srq;
@@ -27,7 +29,8 @@ use requester::Requester;
 pub(crate) use requester::Tx;
 pub use responder::GRH_LEN;
 use responder::Responder;
-use timers::{Timer, TimerTable};
+pub(crate) use timers::Timer;
+use timers::TimerTable;
 
 /// The most PSNs a requester sends past the oldest unacknowledged one (rxe's
 /// `RXE_MAX_UNACKED_PSNS`).
@@ -175,6 +178,13 @@ pub struct Qp {
     pub(crate) counted_inflight: u32,
     /// The requester stopped because the endpoint's in-flight budget was used up.
     pub(crate) budget_blocked: bool,
+    /// The reaction point's rate limiter while this QP is slowed by CNPs (boxed: most QPs
+    /// never have one).
+    pub(crate) rate: Option<Box<RateLimiter>>,
+    /// A CE-marked packet arrived: a CNP is to go to the peer's QP.
+    pub(crate) cnp_pending: bool,
+    /// When the last CNP for this QP was sent (at most one per `cnp_interval`).
+    pub(crate) last_cnp: Option<Instant>,
 }
 
 /// What the QP needs from its endpoint while it works.
@@ -239,6 +249,9 @@ impl Qp {
             scheduled: false,
             counted_inflight: 0,
             budget_blocked: false,
+            rate: None,
+            cnp_pending: false,
+            last_cnp: None,
         }
     }
 
@@ -622,6 +635,12 @@ impl Qp {
 
     /// Whether the requester may have a packet to send or the responder a response.
     pub(crate) fn has_work(&self) -> bool {
+        if self.cnp_pending {
+            return true;
+        }
+        if self.timers.is_armed(Timer::Pace) {
+            return self.resp.ack_first();
+        }
         self.resp.has_output()
             || (self.req.has_pending(self.sq.len()) && !self.timers.is_armed(Timer::RnrWait))
     }

@@ -13,9 +13,12 @@ pub(crate) enum Timer {
     /// The RNR wait after an RNR NAK (`min_rnr_timer` of the peer): sending pauses until it
     /// fires.
     RnrWait = 1,
+    /// The congestion pacing of a rate-limited QP (DCQCN's reaction point): nothing leaves
+    /// until it fires.
+    Pace = 2,
 }
 
-const TIMERS: usize = 2;
+const TIMERS: usize = 3;
 
 /// One deadline slot per [`Timer`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use ferroce_wire::PacketRepr;
 
+use crate::congestion::Ecn;
 use crate::endpoint::{AsyncEvent, Completion, Endpoint, EndpointConfig, WcQueue};
 use crate::memory::VecMemory;
 use crate::time::Instant;
@@ -68,6 +69,16 @@ pub struct LinkConfig {
     pub reorder: f64,
     /// Probability one bit of a packet is flipped.
     pub corrupt: f64,
+    /// The bottleneck's rate in bytes per second, 0 for none: packets queue behind one
+    /// another for `len / rate` each, as at a switch port.
+    pub rate: u64,
+    /// Drop-tail: a packet that would wait longer than this in the bottleneck's queue is lost.
+    pub queue_limit: Option<Duration>,
+    /// ECN marking of the bottleneck's queue: a packet that waits longer than this is marked
+    /// CE (every ferroce packet is ECN-capable), as a switch with ECN thresholds does.
+    pub ce_threshold: Option<Duration>,
+    /// Probability a packet is marked CE regardless of the queue (netem's `ecn` option).
+    pub ce: f64,
 }
 
 impl Default for LinkConfig {
@@ -79,6 +90,10 @@ impl Default for LinkConfig {
             dup: 0.0,
             reorder: 0.0,
             corrupt: 0.0,
+            rate: 0,
+            queue_limit: None,
+            ce_threshold: None,
+            ce: 0.0,
         }
     }
 }
@@ -118,6 +133,7 @@ struct InFlight {
     seq: u64,
     to: usize,
     from: SocketAddr,
+    ecn: Ecn,
     bytes: Vec<u8>,
 }
 
@@ -148,6 +164,8 @@ pub struct Network {
     links: Vec<Vec<LinkConfig>>,
     /// The latest in-order delivery time scheduled on each link.
     fifo: Vec<Vec<Instant>>,
+    /// When each link's bottleneck has sent everything queued (links with a `rate`).
+    busy: Vec<Vec<Instant>>,
     wire: BinaryHeap<Reverse<InFlight>>,
     rng: Rng,
     seq: u64,
@@ -155,6 +173,10 @@ pub struct Network {
     pub steps: u64,
     /// Packets put on the wire.
     pub packets: u64,
+    /// Packets lost to a full bottleneck queue (`queue_limit`).
+    pub queue_drops: u64,
+    /// Packets marked CE on the way (`ce_threshold`, `ce`).
+    pub ce_marked: u64,
     /// Scripted fates, applied before the random faults.
     pub fate: Option<FateFilter>,
     /// Print every packet sent, lost and delivered to stderr (for replaying a failing seed;
@@ -198,11 +220,14 @@ impl Network {
             now: Instant::ZERO,
             links: vec![vec![link; n]; n],
             fifo: vec![vec![Instant::ZERO; n]; n],
+            busy: vec![vec![Instant::ZERO; n]; n],
             wire: BinaryHeap::new(),
             rng: Rng::new(seed),
             seq: 0,
             steps: 0,
             packets: 0,
+            queue_drops: 0,
+            ce_marked: 0,
             fate: None,
             trace: std::env::var_os("ROCE_SIM_TRACE").is_some(),
             buf: vec![0u8; 8192],
@@ -270,6 +295,33 @@ impl Network {
                     }
                     continue;
                 }
+                // The bottleneck: the packet waits for those ahead of it, may find the queue
+                // full, and is marked CE past the marking threshold.
+                let mut depart = self.now;
+                let mut ecn = Ecn::Ect0;
+                if link.rate > 0 {
+                    let start = self.busy[i][to].max(self.now);
+                    let wait = start - self.now;
+                    if link.queue_limit.is_some_and(|l| wait > l) {
+                        self.queue_drops += 1;
+                        if self.trace {
+                            trace(self.now, i, to, "QUEUE FULL", &bytes);
+                        }
+                        continue;
+                    }
+                    if link.ce_threshold.is_some_and(|t| wait > t) {
+                        ecn = Ecn::Ce;
+                    }
+                    depart = start
+                        + Duration::from_nanos(bytes.len() as u64 * 1_000_000_000 / link.rate);
+                    self.busy[i][to] = depart;
+                }
+                if self.rng.chance(link.ce) {
+                    ecn = Ecn::Ce;
+                }
+                if ecn == Ecn::Ce {
+                    self.ce_marked += 1;
+                }
                 let copies = if self.rng.chance(link.dup) || fate == Fate::Duplicate {
                     2
                 } else {
@@ -290,7 +342,7 @@ impl Network {
                         delay +=
                             Duration::from_nanos(self.rng.below(link.jitter.as_nanos() as u64));
                     }
-                    let mut at = (self.now + delay).max(self.fifo[i][to]);
+                    let mut at = (depart + delay).max(self.fifo[i][to]);
                     if let Fate::Delay(d) = fate {
                         at = at + d;
                     } else if self.rng.chance(link.reorder) {
@@ -308,6 +360,7 @@ impl Network {
                         seq: self.seq,
                         to,
                         from,
+                        ecn,
                         bytes: b,
                     }));
                 }
@@ -356,7 +409,7 @@ impl Network {
             let node = &mut self.nodes[p.to];
             let dst = node.addr;
             node.endpoint
-                .handle(self.now, p.from, dst, &p.bytes, &node.mem);
+                .handle_marked(self.now, p.from, dst, &p.bytes, 0, p.ecn, &node.mem);
         }
         for node in &mut self.nodes {
             if !node.down && node.endpoint.poll_timeout().is_some_and(|t| t <= self.now) {

@@ -115,6 +115,7 @@ pub fn random_link(rng: &mut Rng, shape: &Shape) -> LinkConfig {
         dup: pct(rng, 0.05),
         reorder: pct(rng, 0.05),
         corrupt: pct(rng, 0.02),
+        ..LinkConfig::default()
     }
 }
 

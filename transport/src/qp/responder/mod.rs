@@ -138,6 +138,16 @@ impl Responder {
         !self.out.is_empty()
     }
 
+    /// Whether the next response is a bare acknowledgement (an ACK, NAK or atomic ACK): those
+    /// leave even while the QP's data is paced, so the peer's requests are never held up by
+    /// this side's congestion.
+    pub(crate) fn ack_first(&self) -> bool {
+        matches!(
+            self.out.front(),
+            Some(Response::Ack { .. } | Response::AtomicAck { .. })
+        )
+    }
+
     pub(crate) fn take_in_progress_recv(&mut self) -> Option<RecvWr> {
         self.in_write = None;
         self.in_send.take().map(|s| s.wqe)
