@@ -223,6 +223,8 @@ fn a_cnp_is_opcode_0x81_with_becn_for_the_senders_qp() {
     }));
     p.post_send(0, p.wr(1, WrOpcode::RdmaWrite, 0, 8192, 0));
     assert!(p.run_until_send_wcs(1, 100_000));
+    // Until the last CNP has landed too.
+    assert!(p.net.drive(100_000));
     let seen = seen.borrow();
     assert!(!seen.is_empty());
     // B answers A's marked WRITEs; A answers B's marked ACKs the same way.
