@@ -5,7 +5,9 @@ use std::net::Ipv6Addr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ferroce_transport::{AccessFlags, AhAttr, EndpointConfig, ModifyLimits, Mtu, Sge};
+use ferroce_transport::{
+    AccessFlags, AhAttr, CongestionConfig, EndpointConfig, ModifyLimits, Mtu, Sge,
+};
 
 use crate::cq::{CompletionChannel, CompletionQueue};
 use crate::driver::{AsyncEventRecord, Runtime, RuntimeConfig, RuntimeCounters, Shared};
@@ -154,6 +156,10 @@ pub struct OpenOptions {
     /// Send runs of equal packets as `UDP_SEGMENT` trains and read coalesced trains with
     /// `UDP_GRO` (default: on, unless `FERROCE_TRAINS=0`).
     pub trains: Option<bool>,
+    /// ECN and CNPs, DCQCN's notification and reaction points (default: on, unless
+    /// `FERROCE_ECN=0`): packets leave ECN-capable, a CE-marked one is answered with a CNP,
+    /// and a CNP slows its QP down (see `ferroce_transport::congestion`).
+    pub ecn: Option<bool>,
 }
 
 pub(crate) struct ContextInner {
@@ -202,8 +208,14 @@ impl Context {
         let trains = opts
             .trains
             .unwrap_or_else(|| std::env::var("FERROCE_TRAINS").map_or(true, |v| v != "0"));
+        let ecn = opts
+            .ecn
+            .unwrap_or_else(|| std::env::var("FERROCE_ECN").map_or(true, |v| v != "0"));
         let local = device.socket_addr(port);
         let mut engine = EndpointConfig::new(device.addr);
+        if !ecn {
+            engine.congestion = CongestionConfig::off();
+        }
         engine.src_port = port;
         engine.dst_port = port;
         engine.limits = ModifyLimits {
@@ -217,6 +229,7 @@ impl Context {
             pcap_path,
             busy_poll,
             trains,
+            ecn,
         })?;
         log::debug!(
             "opened {} on {local} (active MTU {})",

@@ -59,6 +59,8 @@ pub struct RuntimeCounters {
     pub send_calls: u64,
     /// `UDP_SEGMENT` trains sent.
     pub trains: u64,
+    /// Received datagrams fault injection marked CE (`FERROCE_FAULTS=ce=P`).
+    pub injected_ce: u64,
 }
 
 /// An asynchronous event with the object it concerns.
@@ -124,7 +126,7 @@ pub(crate) struct Runtime {
 
 impl RuntimeCounters {
     /// Every counter with its name, in a fixed order.
-    pub fn named(&self) -> [(&'static str, u64); 8] {
+    pub fn named(&self) -> [(&'static str, u64); 9] {
         [
             ("udp_sent", self.udp_sent),
             ("udp_rcvd", self.udp_rcvd),
@@ -134,6 +136,7 @@ impl RuntimeCounters {
             ("wakeups", self.wakeups),
             ("send_calls", self.send_calls),
             ("trains", self.trains),
+            ("injected_ce", self.injected_ce),
         ]
     }
 }
@@ -215,6 +218,8 @@ pub(crate) struct RuntimeConfig {
     pub(crate) busy_poll: bool,
     /// `UDP_SEGMENT` trains out and `UDP_GRO` in.
     pub(crate) trains: bool,
+    /// Packets leave ECN-capable and CE marks are read (the engine's congestion control).
+    pub(crate) ecn: bool,
 }
 
 impl Shared {
@@ -489,8 +494,8 @@ impl Shared {
         let now = self.now();
         {
             let ep = &mut st.ep;
-            rx.deliver(&mut |from, bytes, ident| {
-                ep.handle_segment(now, from, local_ip, bytes, ident, &self.mrs)
+            rx.deliver(&mut |from, bytes, ident, ecn| {
+                ep.handle_marked(now, from, local_ip, bytes, ident, ecn, &self.mrs)
             });
         }
         if st.ep.poll_timeout().is_some_and(|t| t <= now) {
@@ -510,6 +515,7 @@ impl Shared {
             injected_losses: DatapathStats::get(&self.stats.injected_losses),
             send_calls: DatapathStats::get(&self.stats.send_calls),
             trains: DatapathStats::get(&self.stats.trains),
+            injected_ce: DatapathStats::get(&self.stats.injected_ce),
             ..st.counters
         }
     }

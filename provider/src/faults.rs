@@ -19,6 +19,9 @@ pub struct FaultConfig {
     pub reorder: f64,
     /// One bit of a received packet is flipped (the ICRC catches it).
     pub corrupt: f64,
+    /// A received ECN-capable packet is marked Congestion Experienced, as a queue with ECN
+    /// marking on the path would (the notification point then answers with CNPs).
+    pub ce: f64,
     /// Seed of the fault generator (default: from the clock).
     pub seed: Option<u64>,
 }
@@ -31,7 +34,7 @@ impl fmt::Display for FaultSpecError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "bad FERROCE_FAULTS: {} (expected e.g. loss=0.05,dup=0.01,reorder=0.02,corrupt=0.001,seed=7)",
+            "bad FERROCE_FAULTS: {} (expected e.g. loss=0.05,dup=0.01,reorder=0.02,corrupt=0.001,ce=0.01,seed=7)",
             self.0
         )
     }
@@ -63,6 +66,7 @@ impl FaultConfig {
                 "dup" => c.dup = p,
                 "reorder" => c.reorder = p,
                 "corrupt" => c.corrupt = p,
+                "ce" => c.ce = p,
                 _ => return Err(FaultSpecError(item.to_owned())),
             }
         }
@@ -129,6 +133,12 @@ impl Faults {
 
     pub(crate) fn reorder(&mut self) -> bool {
         let p = self.cfg.reorder;
+        self.chance(p)
+    }
+
+    /// Whether to mark a received packet CE.
+    pub(crate) fn mark_ce(&mut self) -> bool {
+        let p = self.cfg.ce;
         self.chance(p)
     }
 

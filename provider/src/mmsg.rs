@@ -58,6 +58,34 @@ pub fn enable_gro(fd: RawFd) -> io::Result<()> {
     setsockopt_int(fd, libc::SOL_UDP, UDP_GRO, 1)
 }
 
+/// Marks every datagram the socket sends ECN-capable, ECT(0) (`IP_TOS`/`IPV6_TCLASS` = 2),
+/// and asks for each received datagram's TOS or traffic class (`IP_RECVTOS`/
+/// `IPV6_RECVTCLASS`), whose ECN bits say whether a queue on the path marked it CE.
+///
+/// # Errors
+/// As `setsockopt`.
+pub fn enable_ecn(fd: RawFd, v6: bool) -> io::Result<()> {
+    if v6 {
+        setsockopt_int(fd, libc::IPPROTO_IPV6, libc::IPV6_TCLASS, 2)?;
+    } else {
+        setsockopt_int(fd, libc::IPPROTO_IP, libc::IP_TOS, 2)?;
+    }
+    enable_recv_tos(fd, v6)
+}
+
+/// Asks for each received datagram's TOS (`IP_RECVTOS`) or traffic class
+/// (`IPV6_RECVTCLASS`): [`RecvBatch::tos`].
+///
+/// # Errors
+/// As `setsockopt`.
+pub fn enable_recv_tos(fd: RawFd, v6: bool) -> io::Result<()> {
+    if v6 {
+        setsockopt_int(fd, libc::IPPROTO_IPV6, libc::IPV6_RECVTCLASS, 1)
+    } else {
+        setsockopt_int(fd, libc::IPPROTO_IP, libc::IP_RECVTOS, 1)
+    }
+}
+
 /// One control message carrying a `u16` (`UDP_SEGMENT`) or an `i32` (`UDP_GRO`), laid out as
 /// `CMSG_SPACE(4)`: the header, then the data at `CMSG_DATA`.
 #[repr(C)]
@@ -89,11 +117,18 @@ impl Cmsg {
     const SEGMENT_SPACE: usize = size_of::<libc::cmsghdr>() + size_of::<usize>();
 }
 
+/// The control area of one receive slot: room for `UDP_GRO`'s segment size and the IP
+/// header's TOS (`IP_RECVTOS`) or traffic class (`IPV6_RECVTCLASS`), each `CMSG_SPACE(4)`
+/// or less, aligned as `cmsghdr` is.
+#[repr(C, align(8))]
+#[derive(Clone, Copy)]
+struct RecvCtrl([u8; 64]);
+
 /// Buffers for batched receive: `n` slots of `size` bytes.
 pub struct RecvBatch {
     bufs: Vec<Vec<u8>>,
     addrs: Vec<libc::sockaddr_storage>,
-    ctrl: Vec<Cmsg>,
+    ctrl: Vec<RecvCtrl>,
     iovs: Vec<libc::iovec>,
     hdrs: Vec<libc::mmsghdr>,
 }
@@ -108,7 +143,7 @@ impl RecvBatch {
             bufs: (0..n).map(|_| vec![0u8; size]).collect(),
             // SAFETY: all-zero is a valid sockaddr_storage.
             addrs: (0..n).map(|_| unsafe { zeroed() }).collect(),
-            ctrl: vec![Cmsg::empty(); n],
+            ctrl: vec![RecvCtrl([0; 64]); n],
             iovs: Vec::with_capacity(n),
             hdrs: Vec::with_capacity(n),
         };
@@ -139,7 +174,7 @@ impl RecvBatch {
         let n = self.bufs.len();
         for h in &mut self.hdrs {
             h.msg_hdr.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-            h.msg_hdr.msg_controllen = size_of::<Cmsg>() as _;
+            h.msg_hdr.msg_controllen = size_of::<RecvCtrl>() as _;
             h.msg_hdr.msg_flags = 0;
             h.msg_len = 0;
         }
@@ -172,22 +207,52 @@ impl RecvBatch {
         Some((from, &self.bufs[i][..len]))
     }
 
+    /// The control messages of read `i`: (level, type, data), walked as `CMSG_NXTHDR` does
+    /// over the bytes the kernel wrote (none if it truncated them).
+    fn cmsgs(&self, i: usize) -> impl Iterator<Item = (i32, i32, &[u8])> {
+        const HDR: usize = size_of::<libc::cmsghdr>();
+        let (len, area) = match self.hdrs.get(i) {
+            Some(h) if h.msg_hdr.msg_flags & libc::MSG_CTRUNC == 0 => {
+                (h.msg_hdr.msg_controllen as _, &self.ctrl[i].0[..])
+            }
+            _ => (0, &self.ctrl[0].0[..0]),
+        };
+        let area = &area[..len.min(area.len())];
+        let mut at = 0usize;
+        std::iter::from_fn(move || {
+            let hdr = area.get(at..at + HDR)?;
+            let clen = usize::from_ne_bytes(hdr[..size_of::<usize>()].try_into().ok()?);
+            let level = i32::from_ne_bytes(hdr[HDR - 8..HDR - 4].try_into().ok()?);
+            let kind = i32::from_ne_bytes(hdr[HDR - 4..HDR].try_into().ok()?);
+            let data = area.get(at + HDR..at + clen.max(HDR))?;
+            // CMSG_ALIGN: the next header starts at the next multiple of the word size.
+            at += clen.max(HDR).next_multiple_of(size_of::<usize>());
+            Some((level, kind, data))
+        })
+    }
+
     /// The segment size of read `i` if the kernel coalesced it (`UDP_GRO`), else `None`.
     pub fn segment_size(&self, i: usize) -> Option<usize> {
-        let h = &self.hdrs.get(i)?.msg_hdr;
-        if h.msg_controllen < size_of::<libc::cmsghdr>() as _ || h.msg_flags & libc::MSG_CTRUNC != 0
-        {
-            return None;
-        }
-        let c = &self.ctrl[i];
-        if c.hdr.cmsg_level != libc::SOL_UDP || c.hdr.cmsg_type != UDP_GRO {
-            return None;
-        }
-        let mut v = [0u8; 4];
-        v.copy_from_slice(&c.data[..4]);
-        usize::try_from(i32::from_ne_bytes(v))
-            .ok()
+        self.cmsgs(i)
+            .find(|&(level, kind, _)| level == libc::SOL_UDP && kind == UDP_GRO)
+            .and_then(|(_, _, d)| Some(i32::from_ne_bytes(d.get(..4)?.try_into().ok()?)))
+            .and_then(|v| usize::try_from(v).ok())
             .filter(|&s| s > 0)
+    }
+
+    /// The IPv4 TOS or IPv6 traffic class byte of read `i` (its low two bits are the ECN
+    /// field), if the socket asked for it ([`enable_recv_tos`]).
+    pub fn tos(&self, i: usize) -> Option<u8> {
+        self.cmsgs(i)
+            .find_map(|(level, kind, d)| match (level, kind) {
+                // IP_TOS arrives as one byte.
+                (libc::IPPROTO_IP, libc::IP_TOS) => d.first().copied(),
+                // IPV6_TCLASS as an int.
+                (libc::IPPROTO_IPV6, libc::IPV6_TCLASS) => {
+                    Some(i32::from_ne_bytes(d.get(..4)?.try_into().ok()?) as u8)
+                }
+                _ => None,
+            })
     }
 
     /// The datagrams of read `i`: each segment with its index in the train (0 for a plain
@@ -529,6 +594,61 @@ mod tests {
         let got = receive_all(&mut r, b.as_raw_fd(), 3);
         let bytes: Vec<_> = got.iter().map(|g| g.0.clone()).collect();
         assert_eq!(bytes, vec![vec![0, 0, 0], vec![1, 1, 1], vec![2, 2, 2]]);
+    }
+
+    /// The ECN field rides in the IP header: what a sender with [`enable_ecn`] sends arrives
+    /// as ECT(0), what a marking queue would set (CE, here set by the sender itself) arrives as
+    /// CE, each read beside a train's segment size, over IPv4 and IPv6.
+    #[test]
+    fn tos_and_segment_size_are_read_back_together() {
+        for (any, v6) in [("127.0.0.1:0", false), ("[::1]:0", true)] {
+            let Ok(b) = UdpSocket::bind(any) else {
+                continue; // no IPv6 loopback here
+            };
+            let a = UdpSocket::bind(any).unwrap();
+            let c = UdpSocket::bind(any).unwrap();
+            enable_gro(b.as_raw_fd()).unwrap();
+            enable_recv_tos(b.as_raw_fd(), v6).unwrap();
+            enable_ecn(a.as_raw_fd(), v6).unwrap();
+            // c marks CE (0b11) with DSCP 46 beside it.
+            let (level, name) = if v6 {
+                (libc::IPPROTO_IPV6, libc::IPV6_TCLASS)
+            } else {
+                (libc::IPPROTO_IP, libc::IP_TOS)
+            };
+            crate::sys::setsockopt_int(c.as_raw_fd(), level, name, (46 << 2) | 3).unwrap();
+            let dst = b.local_addr().unwrap();
+            let mut s = SendBatch::new(8, 2000);
+            s.set_segmentation(Segmentation::Udp);
+            for _ in 0..3 {
+                s.next_buf()[..1000].fill(7);
+                s.commit(1000, dst);
+            }
+            assert_eq!(s.flush(a.as_raw_fd()).unwrap(), 0);
+            c.send_to(&[9; 100], dst).unwrap();
+            let mut r = RecvBatch::new(8, GRO_SLOT);
+            let mut seen = Vec::new();
+            for _ in 0..1000 {
+                let n = r.recv(b.as_raw_fd()).unwrap();
+                for i in 0..n {
+                    let (_, bytes) = r.get(i).unwrap();
+                    seen.push((bytes[0], r.tos(i), r.segment_size(i)));
+                }
+                if seen.iter().any(|x| x.0 == 9) && seen.iter().filter(|x| x.0 == 7).count() > 0 {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            let train = seen.iter().find(|x| x.0 == 7).unwrap();
+            assert_eq!(train.1, Some(2), "ECT(0) from enable_ecn ({any})");
+            assert_eq!(train.2, Some(1000), "the GRO size beside it ({any})");
+            let marked = seen.iter().find(|x| x.0 == 9).unwrap();
+            assert_eq!(marked.1, Some((46 << 2) | 3), "CE and the DSCP ({any})");
+            assert_eq!(
+                ferroce_transport::Ecn::from_tos(marked.1.unwrap()),
+                ferroce_transport::Ecn::Ce
+            );
+        }
     }
 
     /// Trains out, coalesced reads in: the segments arrive in order with their indexes; a

@@ -5,7 +5,9 @@ use std::net::SocketAddr;
 use std::os::fd::RawFd;
 use std::sync::Arc;
 
-use super::{DatapathStats, Receiver, Transmitter};
+use ferroce_transport::Ecn;
+
+use super::{DatapathStats, Deliver, Receiver, Transmitter};
 use crate::faults::Faults;
 
 /// A transmitter that loses, duplicates and reorders what it is given.
@@ -95,14 +97,14 @@ impl<R: Receiver> Receiver for FaultyReceiver<R> {
         self.inner.receive()
     }
 
-    fn deliver(&mut self, deliver: &mut dyn FnMut(SocketAddr, &[u8], u16)) {
+    fn deliver(&mut self, deliver: Deliver<'_>) {
         let FaultyReceiver {
             inner,
             faults,
             scratch,
             stats,
         } = self;
-        inner.deliver(&mut |from, bytes, ident| {
+        inner.deliver(&mut |from, bytes, ident, ecn| {
             if faults.lose() {
                 DatapathStats::add(&stats.injected_losses, 1);
                 return;
@@ -110,7 +112,14 @@ impl<R: Receiver> Receiver for FaultyReceiver<R> {
             scratch.clear();
             scratch.extend_from_slice(bytes);
             faults.corrupt(scratch);
-            deliver(from, scratch, ident);
+            // A marking queue before this host: CE on an ECN-capable datagram.
+            let ecn = if ecn != Ecn::NotEct && faults.mark_ce() {
+                DatapathStats::add(&stats.injected_ce, 1);
+                Ecn::Ce
+            } else {
+                ecn
+            };
+            deliver(from, scratch, ident, ecn);
         });
     }
 

@@ -15,6 +15,8 @@ use std::net::SocketAddr;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use ferroce_transport::Ecn;
+
 /// Room for the largest RoCEv2 packet (4 KiB payload plus headers): every backend's buffers.
 pub(crate) const MAX_PACKET: usize = 4096 + 128;
 const _: () = assert!(MAX_PACKET >= ferroce_transport::MIN_TRANSMIT_BUF);
@@ -32,15 +34,19 @@ pub(crate) trait Transmitter: Send {
     fn flush(&mut self);
 }
 
+/// What a [`Receiver`] hands each datagram to: its source, its UDP payload, the IPv4 ID a
+/// ferroce sender gave it, and the ECN field of its IP header.
+pub(crate) type Deliver<'a> = &'a mut dyn FnMut(SocketAddr, &[u8], u16, Ecn);
+
 /// The receiving half of a backend. One thread at a time uses it (the driver's receive lock).
 pub(crate) trait Receiver: Send {
     /// Takes what is waiting, at most one batch, without blocking; returns how many datagrams
     /// were taken from the network. Called without the engine lock.
     fn receive(&mut self) -> usize;
     /// Hands each datagram of the last [`Receiver::receive`] (source, UDP payload, the IPv4 ID
-    /// a ferroce sender gave it: its index in a coalesced train, else 0) to `deliver`, in
-    /// arrival order. Called with the engine lock held.
-    fn deliver(&mut self, deliver: &mut dyn FnMut(SocketAddr, &[u8], u16));
+    /// a ferroce sender gave it: its index in a coalesced train, else 0, and the ECN field of
+    /// its IP header) to `deliver`, in arrival order. Called with the engine lock held.
+    fn deliver(&mut self, deliver: Deliver<'_>);
     /// The most datagrams one [`Receiver::receive`] takes: a full batch means more may wait.
     fn batch(&self) -> usize;
     /// A descriptor that polls readable while datagrams wait; it stays valid as long as the
@@ -64,6 +70,8 @@ pub(crate) struct DatapathStats {
     pub(crate) send_errors: AtomicU64,
     /// Datagrams fault injection dropped.
     pub(crate) injected_losses: AtomicU64,
+    /// Datagrams fault injection marked CE.
+    pub(crate) injected_ce: AtomicU64,
     /// `sendmmsg` calls.
     pub(crate) send_calls: AtomicU64,
     /// `UDP_SEGMENT` trains sent (each one message of several datagrams).
@@ -94,7 +102,7 @@ pub(crate) fn open(
     cfg: &crate::driver::RuntimeConfig,
     stats: &std::sync::Arc<DatapathStats>,
 ) -> crate::Result<Opened> {
-    let (tx, rx, membership) = udp::open(cfg.local, cfg.trains, stats)?;
+    let (tx, rx, membership) = udp::open(cfg.local, cfg.trains, cfg.ecn, stats)?;
     let writer = cfg.pcap_path.as_deref().map(record::create).transpose()?;
     let faults = cfg.faults.map(|f| {
         let seed = f.seed.unwrap_or_else(crate::faults::seed_from_clock);

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
-use super::{Receiver, Transmitter};
+use super::{Deliver, Receiver, Transmitter};
 use crate::pcap::{self, Writer};
 
 /// The file both directions write to.
@@ -109,13 +109,13 @@ impl<R: Receiver> Receiver for RecordingReceiver<R> {
         self.inner.receive()
     }
 
-    fn deliver(&mut self, deliver: &mut dyn FnMut(SocketAddr, &[u8], u16)) {
+    fn deliver(&mut self, deliver: Deliver<'_>) {
         let (writer, local) = (&self.writer, self.local);
         let mut any = false;
-        self.inner.deliver(&mut |from, bytes, ident| {
+        self.inner.deliver(&mut |from, bytes, ident, ecn| {
             write(writer, from, local, ident, bytes);
             any = true;
-            deliver(from, bytes, ident);
+            deliver(from, bytes, ident, ecn);
         });
         if any {
             flush(writer);

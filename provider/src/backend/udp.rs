@@ -8,15 +8,17 @@ use std::sync::Arc;
 
 use super::group::{Membership, PROBE_LEN, Registry};
 use super::gsi;
-use super::{DatapathStats, MAX_PACKET, Receiver, Transmitter};
+use super::{DatapathStats, Deliver, MAX_PACKET, Receiver, Transmitter};
 use crate::mmsg::{self, GRO_SLOT, RecvBatch, Segmentation, SendBatch};
 use crate::sys;
+use ferroce_transport::Ecn;
 
 /// Datagrams per `recvmmsg`/`sendmmsg`.
 pub(crate) const BATCH: usize = 32;
 
 /// Opens the socket of a device at `local`: DF set, 8 MiB buffers, IPv6 only for IPv6
-/// (accepting UDP checksum 0, as rxe sends), non-blocking; `UDP_GRO` and trains if `trains`.
+/// (accepting UDP checksum 0, as rxe sends), non-blocking; `UDP_GRO` and trains if `trains`;
+/// ECN-capable (ECT(0)) with each datagram's ECN field read back if `ecn`.
 ///
 /// # Errors
 /// [`crate::Error::AddressInUse`] if the address and port are taken, [`crate::Error::NoDevice`]
@@ -24,6 +26,7 @@ pub(crate) const BATCH: usize = 32;
 pub(crate) fn open(
     local: SocketAddr,
     trains: bool,
+    ecn: bool,
     stats: &Arc<DatapathStats>,
 ) -> crate::Result<(UdpTransmitter, UdpReceiver, Membership)> {
     let domain = if local.is_ipv4() {
@@ -54,6 +57,13 @@ pub(crate) fn open(
         std::io::ErrorKind::AddrNotAvailable => crate::Error::NoDevice(local.ip().to_string()),
         _ => crate::Error::Io(e),
     })?;
+    if ecn {
+        mmsg::enable_ecn(fd, local.is_ipv6())
+            .map_err(|e| {
+                log::debug!("{local}: no ECN ({e}): packets leave not ECN-capable, CE unseen")
+            })
+            .ok();
+    }
     let gro = trains
         && mmsg::enable_gro(fd)
             .map_err(|e| log::debug!("{local}: no UDP_GRO ({e}): one datagram per read"))
@@ -151,16 +161,21 @@ impl Receiver for UdpReceiver {
         n
     }
 
-    fn deliver(&mut self, deliver: &mut dyn FnMut(SocketAddr, &[u8], u16)) {
+    fn deliver(&mut self, deliver: Deliver<'_>) {
         let (registry, slot) = (&self.probes.0, self.probes.1);
         for i in 0..std::mem::take(&mut self.received) {
+            // A coalesced train's segments share one IP header's ECN field (GRO merges only
+            // datagrams whose TOS bytes are equal).
+            let ecn = self.batch.tos(i).map_or(Ecn::NotEct, Ecn::from_tos);
             for (from, bytes, ident) in self.batch.segments(i) {
                 if bytes.len() == PROBE_LEN && registry.answer(slot, bytes) {
                     continue;
                 }
                 match bytes.first() {
                     Some(&gsi::FORWARD_OPCODE) => match gsi::unwrap(bytes, registry.nonce()) {
-                        Ok((to, from, ident, inner)) if to == slot => deliver(from, inner, ident),
+                        Ok((to, from, ident, inner)) if to == slot => {
+                            deliver(from, inner, ident, Ecn::NotEct)
+                        }
                         Ok((to, ..)) => log::debug!(
                             "{}: a forwarded packet for slot {to} reached slot {slot}: dropped \
                              (the steering table is changing)",
@@ -190,9 +205,9 @@ impl Receiver for UdpReceiver {
                                  holds: to this role holder's QP1",
                                 self.local
                             );
-                            deliver(from, bytes, ident);
+                            deliver(from, bytes, ident, ecn);
                         }
-                        _ => deliver(from, bytes, ident),
+                        _ => deliver(from, bytes, ident, ecn),
                     },
                     // A data packet for another process's QP (DestQP's high byte is its slot)
                     // that the kernel's steering sent here, while the group's table changes:
@@ -209,7 +224,7 @@ impl Receiver for UdpReceiver {
                                 self.local,
                             );
                         }
-                        _ => deliver(from, bytes, ident),
+                        _ => deliver(from, bytes, ident, ecn),
                     },
                 }
             }

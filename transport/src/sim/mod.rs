@@ -299,7 +299,7 @@ impl Network {
                 // full, and is marked CE past the marking threshold.
                 let mut depart = self.now;
                 let mut ecn = Ecn::Ect0;
-                if link.rate > 0 {
+                if let Some(ns_per_kb) = 1_000_000_000_000u64.checked_div(link.rate) {
                     let start = self.busy[i][to].max(self.now);
                     let wait = start - self.now;
                     if link.queue_limit.is_some_and(|l| wait > l) {
@@ -312,8 +312,7 @@ impl Network {
                     if link.ce_threshold.is_some_and(|t| wait > t) {
                         ecn = Ecn::Ce;
                     }
-                    depart = start
-                        + Duration::from_nanos(bytes.len() as u64 * 1_000_000_000 / link.rate);
+                    depart = start + Duration::from_nanos(bytes.len() as u64 * ns_per_kb / 1000);
                     self.busy[i][to] = depart;
                 }
                 if self.rng.chance(link.ce) {
