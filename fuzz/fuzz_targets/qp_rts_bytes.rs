@@ -1,10 +1,13 @@
 //! Arbitrary bytes thrown at a connected QP in RTS, both as a raw datagram (with a valid ICRC,
 //! so it gets past the check) and as the payload of a packet aimed at the QP's expected PSN
-//! with an arbitrary opcode. Nothing may panic, and the QP stays usable or goes to ERR cleanly.
+//! with an arbitrary opcode, each with an ECN field from the input (CE asks for a CNP; a CNP
+//! opcode cuts the QP's rate). Nothing may panic, and the QP stays usable or goes to ERR
+//! cleanly.
 #![no_main]
 
 use ferroce_transport::sim::pair::{Opts, pair};
 use ferroce_transport::sim::LinkConfig;
+use ferroce_transport::Ecn;
 use ferroce_wire::{BthRepr, ExtHeaders, IcrcContext, Opcode, PacketRepr, Psn};
 use libfuzzer_sys::fuzz_target;
 use std::net::{IpAddr, SocketAddr};
@@ -21,8 +24,9 @@ fuzz_target!(|data: &[u8]| {
         ctx.fill(&mut raw);
     }
     let now = p.net.now;
+    let ecn = Ecn::from_tos(data.last().copied().unwrap_or(0));
     let n = &mut p.net.nodes[1];
-    n.endpoint.handle(now, from, IpAddr::V4(b), &raw, &n.mem);
+    n.endpoint.handle_marked(now, from, IpAddr::V4(b), &raw, 0, ecn, &n.mem);
     // 2. A well-formed packet with an arbitrary opcode at the expected PSN.
     if let Some((&op, rest)) = data.split_first() {
         let opcode = Opcode(op);
@@ -66,7 +70,7 @@ fuzz_target!(|data: &[u8]| {
                 let (src, dst) = if to == 1 { (a, b) } else { (b, a) };
                 IcrcContext::v4(src, dst, 0, 4791, 4791).fill(&mut buf);
                 let n = &mut p.net.nodes[to];
-                n.endpoint.handle(now, SocketAddr::new(IpAddr::V4(src), 4791), IpAddr::V4(dst), &buf, &n.mem);
+                n.endpoint.handle_marked(now, SocketAddr::new(IpAddr::V4(src), 4791), IpAddr::V4(dst), &buf, 0, ecn, &n.mem);
             }
         }
     }

@@ -1,6 +1,7 @@
 //! Two RC engines in the simulator under an arbitrary workload (every opcode, any size up to
 //! 16 KiB, any MTU and PSNs) and an arbitrary fate for each packet (deliver, drop, duplicate,
-//! corrupt, delay) for a while; then the link heals. Invariants: every WR completes exactly
+//! corrupt, delay) for a while, on a link that marks some packets CE (so CNPs pace the QPs);
+//! then the link heals. Invariants: every WR completes exactly
 //! once in posting order with a legitimate status, every byte lands as sent, nothing panics.
 #![no_main]
 
@@ -20,6 +21,7 @@ struct Input {
     ops: Vec<(u8, u16, u32, u64, u64)>,
     fates: Vec<u8>,
     fault_steps: u16,
+    ce_tenths: u8,
 }
 
 fuzz_target!(|input: Input| {
@@ -42,7 +44,8 @@ fuzz_target!(|input: Input| {
         mem_len,
         ..Opts::default()
     };
-    let w = Workload { opts, link: LinkConfig::default(), ops };
+    let link = LinkConfig { ce: f64::from(input.ce_tenths % 6) / 10.0, ..LinkConfig::default() };
+    let w = Workload { opts, link, ops };
     let fate = fate_from_bytes(input.fates);
     if let Err(e) = execute(0, &w, Some(fate), u64::from(input.fault_steps % 4096) + 1) {
         panic!("invariant broken: {e}\n{w:?}");

@@ -147,6 +147,24 @@ impl Drop for Runtime {
         for t in self.threads.lock().drain(..) {
             let _ = t.join();
         }
+        if log::log_enabled!(log::Level::Info) {
+            // The device's last context is closing: what it did, as `ibv_devinfo` and the
+            // port's hw_counters would show it (the counters that are not zero).
+            let st = self.shared.engine.lock();
+            let (e, r) = (*st.ep.counters(), self.shared.counters(&st));
+            let nonzero: Vec<String> = e
+                .named()
+                .into_iter()
+                .chain(r.named())
+                .filter(|&(_, v)| v != 0)
+                .map(|(n, v)| format!("{n}={v}"))
+                .collect();
+            log::info!(
+                "{}: closed; counters: {}",
+                self.shared.local,
+                nonzero.join(" ")
+            );
+        }
     }
 }
 
