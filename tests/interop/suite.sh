@@ -347,10 +347,11 @@ for mtu_link in 1500 4200; do
       cm_pair $role ucmatose "return status 0" "-c 2 -C 10" "-s @ -c 2 -C 10"
       cm_pair $role udaddy "return status 0" "" "-s @"
       # perftest's -R client opens its data connection right after the exchange on its
-      # control one; the emulated guest's server listens for it only ~1 s later, so the
-      # guest's CM answers REJ 8, and Debian 12's perftest (4.5-0.17) cannot try again: its
-      # retry reuses the ids it has just destroyed (a use-after-free, fixed upstream in
-      # perftest 3d9d8d0, Dec 2025). So only ferroce serves perftest here.
+      # control one; the emulated guest's server listens for it only ~1 s later, so from the
+      # host's native speed the guest's CM answers REJ 8, and Debian 12's perftest (4.5-0.17)
+      # cannot try again: its retry reuses the ids it has just destroyed (a use-after-free,
+      # fixed upstream in perftest 3d9d8d0, Dec 2025). So ferroce serves perftest here, and
+      # the bench group runs both roles between two emulated guests (bench_cm).
       if [ $role = ferroce-server ]; then
         cm_pair $role ib_write_bw "#bytes" "-R -d DEV -n 50" "-R -d DEV -n 50 @"
         cm_pair $role ib_send_lat "#bytes" "-R -d DEV -n 50" "-R -d DEV -n 50 @"
@@ -411,6 +412,56 @@ bench_run() { # LABEL ENV DEV PROG ARGS; the client's result row into $OUT/bench
   echo "$out" | awk '$1 ~ /^[0-9]+$/ && NF >= 4 {row=$0} END {print row}' > "$OUT/bench.$label.row"
 }
 
+# perftest -R (rdma_cm) between the two guests with one on kernel rxe and the other on ferroce:
+# both emulated, so the client comes to the server's second listener as late as it would from
+# another rxe guest (from the host's native speed it comes before the guest listens, and
+# Debian 12's perftest cannot try again: see the cm group).
+bench_cm() { # SERVER_G SERVER_ENV SERVER_DEV CLIENT_G CLIENT_ENV CLIENT_DEV PROG LABEL
+  local sg=$1 senv=$2 sdev=$3 cg=$4 cenv=$5 cdev=$6 prog=$7 label=$8 try out sout sid rc src
+  local name="rdma_cm $prog -R $label (two guests)"
+  for try in 1 2 3 4; do
+    sid=$(gspawn "$sg" "${senv//@/$(gip "$sg")} timeout 100 $prog -R -d $sdev -n 50")
+    sleep 5
+    out=$(gexec "$cg" "${cenv//@/$(gip "$cg")} timeout 90 $prog -R -d $cdev -n 50 $(gip "$sg")" 110); rc=$?
+    # A client that came before the server listened again (REJ 8, then perftest's broken
+    # retry): the server waits for it in vain, so it is stopped and both ends go again.
+    [ $rc = 0 ] || gexec "$sg" "pkill -x $prog; true" 20 >/dev/null
+    sout=$(gwait "$sg" "$sid" 120); src=$?
+    [ $rc = 0 ] && [ $src = 0 ] && break
+    echo "$out" | grep -q "RDMA_CM_EVENT_REJECTED; error: 8" || break
+    sleep 1
+  done
+  { echo "== attempt $try"; echo "== server g$sg (rc=$src)"; echo "$sout"; echo "== client g$cg (rc=$rc)"; echo "$out"; } > "$OUT/bench-cm.$prog.$sg.txt"
+  result "$name" $([ $rc = 0 ] && [ $src = 0 ] && echo "$out" | grep -q '#bytes' && echo "$sout" | grep -q '#bytes' && echo 1 || echo 0) \
+    "(see $OUT/bench-cm.$prog.$sg.txt)"
+}
+
+# ECN between two ferroce guests: netem on the client's eth0 marks 5 % of its packets CE
+# instead of dropping them (netem's ecn: every ferroce packet is ECN-capable); the server
+# (the notification point) must answer with CNPs and the client's QP (the reaction point) must
+# take them, and ib_write_bw must still pass. Each side's counters come from its closing log.
+bench_ecn() { # FE_ENV
+  local fe_env="$1 FERROCE_LOG=info" out sout sid rc src
+  local m1=52:54:00:77:00:0b m2=52:54:00:77:00:0c
+  if ! gexec 2 "ip neigh replace $(gip 1) lladdr $m1 dev eth0 nud permanent && modprobe sch_netem && tc qdisc add dev eth0 root netem loss 5% ecn" 30 >/dev/null \
+     || ! gexec 1 "ip neigh replace $(gip 2) lladdr $m2 dev eth0 nud permanent" 30 >/dev/null; then
+    result "ecn: netem marking set-up" 0 ""; return
+  fi
+  sid=$(gspawn 1 "${fe_env//@/$(gip 1)} timeout 100 ib_write_bw -d ferroce0 -x 1 -s 65536 -D 3")
+  sleep 4
+  out=$(gexec 2 "${fe_env//@/$(gip 2)} timeout 90 ib_write_bw -d ferroce0 -x 1 -s 65536 -D 3 $(gip 1)" 110); rc=$?
+  sout=$(gwait 1 "$sid" 120); src=$?
+  gexec 2 "tc qdisc del dev eth0 root" 30 >/dev/null
+  { echo "== server g1 (rc=$src)"; echo "$sout"; echo "== client g2 (rc=$rc)"; echo "$out"; } > "$OUT/bench-ecn.txt"
+  local sent handled marked
+  sent=$(echo "$sout" | grep -o 'cnp_sent=[0-9]*' | tail -n 1 | cut -d= -f2)
+  marked=$(echo "$sout" | grep -o 'ecn_marked_pkts=[0-9]*' | tail -n 1 | cut -d= -f2)
+  handled=$(echo "$out" | grep -o 'cnp_handled=[0-9]*' | tail -n 1 | cut -d= -f2)
+  echo "ecn (netem loss 5% ecn on g2): ${marked:-0} packets marked CE at g1, ${sent:-0} CNPs sent, ${handled:-0} handled at g2" | tee -a "$OUT/bench-ecn.txt"
+  result "ecn: CE marks answered with CNPs that reach the sender, ib_write_bw passes" \
+    $([ $rc = 0 ] && [ $src = 0 ] && [ "${sent:-0}" -gt 0 ] && [ "${handled:-0}" -gt 0 ] && echo 1 || echo 0) "(see $OUT/bench-ecn.txt)"
+}
+
 bench() {
   if ! lab_up 2 1500; then result "bench lab boot (2 guests)" 0 ""; lab_down; return; fi
   local k; for k in 1 2; do mkdir -p "$RUN/g$k/ibv"; cp "$IBV_DIR"/lib*.so.1 "$RUN/g$k/ibv/"; done
@@ -418,12 +469,18 @@ bench() {
   local rw rl fw fl
   bench_run rxe-write "$rxe_env" rxe0 ib_write_bw "-x 1 -s 65536 -D 5" || { lab_down; return; }
   bench_run rxe-send-lat "$rxe_env" rxe0 ib_send_lat "-x 1 -n 500" || { lab_down; return; }
-  for k in 1 2; do
-    gexec $k "rdma link delete rxe0 && modprobe -r rdma_rxe" 60 >/dev/null \
-      || { result "bench: rxe0 and rdma_rxe removed in g$k" 0 ""; lab_down; return; }
+  # g2 moves to ferroce first: perftest -R with each role on each stack.
+  gexec 2 "rdma link delete rxe0 && modprobe -r rdma_rxe" 60 >/dev/null \
+    || { result "bench: rxe0 and rdma_rxe removed in g2" 0 ""; lab_down; return; }
+  for p in ib_write_bw ib_send_lat; do
+    bench_cm 1 "$rxe_env" rxe0 2 "$fe_env" ferroce0 $p "rxe-server ferroce-client"
+    bench_cm 2 "$fe_env" ferroce0 1 "$rxe_env" rxe0 $p "ferroce-server rxe-client"
   done
+  gexec 1 "rdma link delete rxe0 && modprobe -r rdma_rxe" 60 >/dev/null \
+    || { result "bench: rxe0 and rdma_rxe removed in g1" 0 ""; lab_down; return; }
   bench_run ferroce-write "$fe_env" ferroce0 ib_write_bw "-x 1 -s 65536 -D 5" || { lab_down; return; }
   bench_run ferroce-send-lat "$fe_env" ferroce0 ib_send_lat "-x 1 -n 500" || { lab_down; return; }
+  bench_ecn "$fe_env"
   lab_down
   rw=$(cat "$OUT/bench.rxe-write.row"); rl=$(cat "$OUT/bench.rxe-send-lat.row")
   fw=$(cat "$OUT/bench.ferroce-write.row"); fl=$(cat "$OUT/bench.ferroce-send-lat.row")
