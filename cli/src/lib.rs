@@ -5,4 +5,5 @@
 pub mod cm_decode;
 pub mod decode;
 pub mod frame;
+pub mod fuzz;
 pub mod tools;

@@ -2,6 +2,7 @@
 
 use std::fs::File;
 use std::io::{self, BufReader, BufWriter, Write};
+use std::net::Ipv4Addr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -57,6 +58,24 @@ enum Command {
         #[arg(short = 'D', long, default_value_t = 2.0)]
         duration: f64,
     },
+    /// Fuzz a RoCE stack over the wire: seeded campaigns of hostile and edge-case packets at a
+    /// target QP that an agent (tests/interop/peer/rdma_peer.c, or `ferroce fuzz-agent`)
+    /// connects afresh for every case, each answer checked against the IBTA rule it tests.
+    /// The last line: "N cases, N conform, N deviate, N hangs, N crashes".
+    Fuzz(FuzzArgs),
+    /// The target agent of `ferroce fuzz` on a ferroce device (rdma_peer's line protocol).
+    #[command(name = "fuzz-agent")]
+    FuzzAgent {
+        /// The device's address.
+        #[arg(long)]
+        addr: std::net::IpAddr,
+        /// TCP control port (0: any; printed as "LISTENING port").
+        #[arg(long, default_value_t = 0)]
+        tcp: u16,
+        /// Region bytes (the campaigns address a 64 KiB region).
+        #[arg(long, default_value_t = 64 << 10)]
+        mem: usize,
+    },
     /// Decode the RoCEv2 packets (UDP port 4791) of a pcap file, one line each, and check
     /// every ICRC. The last line is "N packets, N icrc ok, N icrc bad, N malformed".
     Pcap {
@@ -66,6 +85,47 @@ enum Command {
         #[arg(long)]
         strict: bool,
     },
+}
+
+#[derive(Args, Debug)]
+struct FuzzArgs {
+    /// The target's RoCE address (an agent listens on it, `--agent-port`).
+    #[arg(long, required_unless_present = "self_target")]
+    target: Option<Ipv4Addr>,
+    /// Fuzz a ferroce device on loopback (an agent process started here at 127.0.90.1).
+    #[arg(long = "self")]
+    self_target: bool,
+    /// The agent's TCP port on the target.
+    #[arg(long, default_value_t = 18800)]
+    agent_port: u16,
+    /// Our address (default: 10.77.0.1 for a target in the lab; with --self the first free
+    /// 127.0.90.x from .2).
+    #[arg(long)]
+    local: Option<Ipv4Addr>,
+    /// Campaigns: all, or a comma-separated list of psn, rkey, opcode, header, atomic, read.
+    #[arg(long, default_value = "all")]
+    campaign: String,
+    /// Seed of the campaigns.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Run for this long.
+    #[arg(long, default_value_t = 60.0)]
+    seconds: f64,
+    /// Stop after this many cases.
+    #[arg(long)]
+    cases: Option<u64>,
+    /// Milliseconds to wait for answers after each packet (default: 30, 400 for a remote target).
+    #[arg(long)]
+    window_ms: Option<u64>,
+    /// The pcap of every packet (default: ferroce-fuzz-SEED.pcap here).
+    #[arg(long)]
+    pcap: Option<PathBuf>,
+    /// Run one case again: SEED:CAMPAIGN:INDEX, as a deviation prints it.
+    #[arg(long)]
+    replay: Option<String>,
+    /// Print only deviations, hangs, crashes and the summary.
+    #[arg(short, long)]
+    quiet: bool,
 }
 
 #[derive(Args, Debug)]
@@ -138,12 +198,132 @@ struct PerfArgs {
     compare: bool,
 }
 
+/// `ferroce fuzz`: exit status 0 when every case conformed, 1 on an error, 4 on a deviation,
+/// hang or crash.
+fn fuzz(a: FuzzArgs) -> ExitCode {
+    use ferroce_cli::fuzz::{self, case::Campaign};
+    let campaigns: Option<Vec<Campaign>> = if a.campaign == "all" {
+        Some(Campaign::ALL.to_vec())
+    } else {
+        a.campaign.split(',').map(Campaign::from_name).collect()
+    };
+    let Some(campaigns) = campaigns.filter(|c| !c.is_empty()) else {
+        eprintln!(
+            "ferroce fuzz: unknown campaign in {:?} (all, psn, rkey, opcode, header, atomic, read)",
+            a.campaign
+        );
+        return ExitCode::FAILURE;
+    };
+    let replay = match a.replay.as_deref().map(fuzz::parse_case_id) {
+        Some(None) => {
+            eprintln!("ferroce fuzz: --replay takes SEED:CAMPAIGN:INDEX");
+            return ExitCode::FAILURE;
+        }
+        Some(Some(id)) => Some(id),
+        None => None,
+    };
+    let (mut child, target, agent, local) = if a.self_target {
+        let device = Ipv4Addr::new(127, 0, 90, 1);
+        match fuzz::spawn_self_agent(device) {
+            Ok((c, at)) => {
+                // The first free 127.0.90.x for our socket (another campaign may hold .2).
+                let local = a.local.unwrap_or_else(|| {
+                    (2..=250)
+                        .map(|x| Ipv4Addr::new(127, 0, 90, x))
+                        .find(|ip| std::net::UdpSocket::bind((*ip, 4791)).is_ok())
+                        .unwrap_or(Ipv4Addr::new(127, 0, 90, 2))
+                });
+                (Some(c), device, at, local)
+            }
+            Err(e) => {
+                eprintln!("ferroce fuzz: the agent did not start: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    } else {
+        let Some(t) = a.target else {
+            return ExitCode::FAILURE;
+        };
+        (
+            None,
+            t,
+            std::net::SocketAddr::from((t, a.agent_port)),
+            a.local.unwrap_or(Ipv4Addr::new(10, 77, 0, 1)),
+        )
+    };
+    let window = Duration::from_millis(a.window_ms.unwrap_or(if a.self_target { 30 } else { 400 }));
+    let opts = fuzz::Options {
+        target,
+        agent,
+        local,
+        campaigns,
+        seed: a.seed,
+        seconds: a.seconds,
+        max_cases: a.cases,
+        window,
+        pcap: Some(
+            a.pcap
+                .unwrap_or_else(|| PathBuf::from(format!("ferroce-fuzz-{}.pcap", a.seed))),
+        ),
+        replay,
+        quiet: a.quiet,
+    };
+    println!(
+        "ferroce fuzz: target {target} (agent {agent}), from {local}, seed {}, campaigns {}",
+        a.seed,
+        opts.campaigns
+            .iter()
+            .map(|c| c.name())
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    let alive = || match child.as_mut() {
+        Some(c) => matches!(c.try_wait(), Ok(None)),
+        None => true,
+    };
+    let result = fuzz::run(&opts, alive);
+    if let Some(c) = child.as_mut() {
+        // The agent quits with its control connection; a hung one is stopped.
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while matches!(c.try_wait(), Ok(None)) && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    match result {
+        Ok(summary) => {
+            print!("{}", summary.table());
+            let (_, _, dev, hangs, crashes) = summary.totals();
+            if dev + hangs + crashes == 0 {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(4)
+            }
+        }
+        Err(e) => {
+            eprintln!("ferroce fuzz: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 fn main() -> ExitCode {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
     let cli = Cli::parse();
     let out = &mut io::stdout();
     let r = match cli.command {
         Command::Pcap { file, strict } => return pcap(&file, strict),
+        Command::Fuzz(a) => return fuzz(a),
+        Command::FuzzAgent { addr, tcp, mem } => {
+            return match ferroce_cli::fuzz::agent::serve(addr, tcp, mem) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("ferroce fuzz-agent: {e}");
+                    ExitCode::FAILURE
+                }
+            };
+        }
         Command::Demo => demo::run(out),
         Command::Devnode => ferroce::create_uverbs_node().map(|made| {
             let _ = writeln!(

@@ -29,7 +29,7 @@ pub(crate) fn setsockopt_int(fd: RawFd, level: i32, name: i32, value: i32) -> io
 }
 
 /// `IP_MTU_DISCOVER = IP_PMTUDISC_DO` (DF set; with an unconnected socket Linux sends IP ID 0).
-pub(crate) fn set_dont_fragment(fd: RawFd, v6: bool) -> io::Result<()> {
+pub fn set_dont_fragment(fd: RawFd, v6: bool) -> io::Result<()> {
     if v6 {
         setsockopt_int(
             fd,

@@ -1,0 +1,132 @@
+//! The target agent on a ferroce device: the line protocol of the lab's C peer
+//! (`tests/interop/peer/rdma_peer.c`) served with ferroce's Rust API, so `ferroce fuzz --self`
+//! aims at ferroce exactly as a campaign aims at kernel rxe through the C peer. One RC QP and
+//! one region; every command answers one line.
+//!
+//! `CONNECT MTU IP QPN PSN RNR [RETRY TIMEOUT]` (RTR+RTS towards IP/QPN, `rq_psn` PSN)
+//! → `QP qpn psn rkey addr`; `RECV OFF LEN` → `OK`; `FILL OFF LEN SEED` (byte i =
+//! (i·31 + SEED) & 255) → `OK`; `HASH OFF LEN` → `HASH hex` (FNV-1a 64); `RESET` (a fresh QP)
+//! → `OK qpn`; `QUIT`.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{IpAddr, TcpListener};
+
+use ferroce::transport::{Mtu, QpType, RecvWr};
+use ferroce::{AccessFlags, CompletionQueue, Device, MemoryRegion, ProtectionDomain, QueuePair};
+
+/// The PSN this agent's QPs send with (rdma_peer's is clock-derived; any value will do).
+const MY_PSN: u32 = 0x5A_A5A5;
+
+fn new_qp(pd: &ProtectionDomain, cq: &CompletionQueue) -> ferroce::Result<QueuePair> {
+    pd.qp(QpType::Rc, cq)
+        .max_send_wr(64)
+        .max_recv_wr(64)
+        .build()
+}
+
+fn fnv(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+fn mtu_of(n: u32) -> Mtu {
+    match n {
+        256 => Mtu::Mtu256,
+        512 => Mtu::Mtu512,
+        2048 => Mtu::Mtu2048,
+        4096 => Mtu::Mtu4096,
+        _ => Mtu::Mtu1024,
+    }
+}
+
+/// Serves one controller on `tcp` (port 0: any; the port is printed as `LISTENING port`),
+/// with a region of `mem` bytes on the device at `addr`, until it quits or hangs up.
+///
+/// # Errors
+/// Opening the device or its objects, or the TCP listener.
+pub fn serve(addr: IpAddr, tcp: u16, mem: usize) -> Result<(), Box<dyn std::error::Error>> {
+    let ctx = Device::for_addr(addr)?.open()?;
+    let pd = ctx.alloc_pd();
+    let cq = ctx.create_cq(256, None)?;
+    let access = AccessFlags::LOCAL_WRITE
+        | AccessFlags::REMOTE_WRITE
+        | AccessFlags::REMOTE_READ
+        | AccessFlags::REMOTE_ATOMIC;
+    let mr: MemoryRegion = pd.reg_mr(mem, access)?;
+    let mut qp = new_qp(&pd, &cq)?;
+    let listener = TcpListener::bind((addr, tcp))?;
+    println!("LISTENING {}", listener.local_addr()?.port());
+    std::io::stdout().flush()?;
+    let (stream, _) = listener.accept()?;
+    // One reply per command, at once (Nagle would hold each behind the last one's ACK).
+    stream.set_nodelay(true)?;
+    let mut out = stream.try_clone()?;
+    let mut next_id = 1u64;
+    for line in BufReader::new(stream).lines() {
+        let line = line?;
+        let w: Vec<&str> = line.split_whitespace().collect();
+        let num = |i: usize| w.get(i).and_then(|s| s.parse::<u64>().ok());
+        let reply = match w.first().copied() {
+            Some("CONNECT") => match (
+                num(1),
+                w.get(2).and_then(|s| s.parse().ok()),
+                num(3),
+                num(4),
+            ) {
+                (Some(m), Some(ip), Some(qpn), Some(psn)) => {
+                    match qp.connect_to(ip, qpn as u32, mtu_of(m as u32), MY_PSN, psn as u32) {
+                        Ok(()) => {
+                            let r = mr.remote();
+                            format!("QP {} {MY_PSN} {} {}", qp.qp_num(), r.rkey, r.addr)
+                        }
+                        Err(e) => format!("ERR connect {e}"),
+                    }
+                }
+                _ => "ERR usage".to_owned(),
+            },
+            Some("RECV") => match (num(1), num(2)) {
+                (Some(off), Some(n)) => {
+                    next_id += 1;
+                    let wr = RecvWr::new(next_id, mr.sge(off as usize, n as u32));
+                    match qp.post_recv(&wr) {
+                        Ok(()) => "OK".to_owned(),
+                        Err(e) => format!("ERR recv {e}"),
+                    }
+                }
+                _ => "ERR usage".to_owned(),
+            },
+            Some("FILL") => match (num(1), num(2), num(3)) {
+                (Some(off), Some(n), Some(seed)) => {
+                    let bytes: Vec<u8> = (0..n)
+                        .map(|i| (i.wrapping_mul(31).wrapping_add(seed) & 255) as u8)
+                        .collect();
+                    match mr.write(off as usize, &bytes) {
+                        Ok(()) => "OK".to_owned(),
+                        Err(e) => format!("ERR fill {e}"),
+                    }
+                }
+                _ => "ERR usage".to_owned(),
+            },
+            Some("HASH") => match (num(1), num(2)) {
+                (Some(off), Some(n)) => {
+                    let mut b = vec![0u8; n as usize];
+                    match mr.read(off as usize, &mut b) {
+                        Ok(()) => format!("HASH {:016x}", fnv(&b)),
+                        Err(e) => format!("ERR hash {e}"),
+                    }
+                }
+                _ => "ERR usage".to_owned(),
+            },
+            Some("RESET") => {
+                drop(std::mem::replace(&mut qp, new_qp(&pd, &cq)?));
+                while cq.poll_one().is_some() {}
+                format!("OK {}", qp.qp_num())
+            }
+            Some("QUIT") => break,
+            _ => "ERR unknown command".to_owned(),
+        };
+        out.write_all(format!("{reply}\n").as_bytes())?;
+    }
+    Ok(())
+}

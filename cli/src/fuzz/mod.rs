@@ -1,0 +1,278 @@
+//! `ferroce fuzz`: a stateful fuzzer and conformance prober aimed at a remote RoCE stack.
+//!
+//! A target agent (the lab's C peer `rdma_peer` on any libibverbs device — kernel rxe, a NIC,
+//! or ferroce's `libibverbs.so.1` — or `ferroce fuzz-agent` on a ferroce device) creates a fresh
+//! RC QP and region for every case on command over TCP and connects it to a QP number the
+//! fuzzer makes up. The fuzzer then speaks RoCEv2 to it from a plain UDP socket on port 4791:
+//! each case takes the new connection somewhere (idle RTS, inside a multi-packet message,
+//! after a NAK) and sends what its campaign mutates there, and the oracle checks every answer
+//! against the rule the case names. After each case a liveness probe connects afresh and
+//! WRITEs once. Verdicts: conforms, deviates (with the rule), hang (the probe got no ACK),
+//! crash (the agent is gone).
+//!
+//! Cases are a function of the seed, the campaign and the index (`case::generate`), so a
+//! campaign is the same sequence of cases and packets for the same seed (the target's QPN,
+//! R_Key and region address, which it chooses, are filled in as it answers); `--replay
+//! SEED:CAMPAIGN:INDEX` runs one case again, and a deviating case is shrunk to the fewest
+//! packets that still show it.
+
+pub mod agent;
+pub mod case;
+pub mod oracle;
+pub mod packet;
+pub mod rng;
+pub mod runner;
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use case::{Campaign, Case};
+use runner::{Agent, Runner, Verdict};
+
+/// What to fuzz and for how long.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The target's RoCE address.
+    pub target: Ipv4Addr,
+    /// The agent's control address (TCP).
+    pub agent: SocketAddr,
+    /// Our address (the UDP socket binds it, port 4791).
+    pub local: Ipv4Addr,
+    /// The campaigns, run round-robin.
+    pub campaigns: Vec<Campaign>,
+    /// The seed.
+    pub seed: u64,
+    /// Stop after this long.
+    pub seconds: f64,
+    /// Stop after this many cases.
+    pub max_cases: Option<u64>,
+    /// How long to wait for answers after each packet.
+    pub window: Duration,
+    /// Where the pcap of every packet goes.
+    pub pcap: Option<PathBuf>,
+    /// Only this case (`SEED:CAMPAIGN:INDEX`).
+    pub replay: Option<(u64, Campaign, u32)>,
+    /// Print only deviations and the summary.
+    pub quiet: bool,
+}
+
+/// Counts of one campaign.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Tally {
+    /// Cases run.
+    pub cases: u64,
+    /// Cases that conformed.
+    pub conform: u64,
+    /// Deviations by rule.
+    pub deviate: BTreeMap<String, u64>,
+    /// Hangs.
+    pub hangs: u64,
+    /// Crashes.
+    pub crashes: u64,
+}
+
+impl Tally {
+    fn deviations(&self) -> u64 {
+        self.deviate.values().sum()
+    }
+}
+
+/// The result of a run: a tally per campaign.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Summary {
+    /// Per campaign.
+    pub campaigns: BTreeMap<Campaign, Tally>,
+}
+
+impl Summary {
+    /// The totals: (cases, conform, deviate, hangs, crashes).
+    pub fn totals(&self) -> (u64, u64, u64, u64, u64) {
+        self.campaigns.values().fold((0, 0, 0, 0, 0), |t, c| {
+            (
+                t.0 + c.cases,
+                t.1 + c.conform,
+                t.2 + c.deviations(),
+                t.3 + c.hangs,
+                t.4 + c.crashes,
+            )
+        })
+    }
+
+    /// The table, ending with `N cases, N conform, N deviate, N hangs, N crashes`.
+    pub fn table(&self) -> String {
+        let mut s = format!(
+            "{:<10} {:>7} {:>8} {:>8} {:>6} {:>8}\n",
+            "campaign", "cases", "conform", "deviate", "hangs", "crashes"
+        );
+        for (c, t) in &self.campaigns {
+            s += &format!(
+                "{:<10} {:>7} {:>8} {:>8} {:>6} {:>8}\n",
+                c.name(),
+                t.cases,
+                t.conform,
+                t.deviations(),
+                t.hangs,
+                t.crashes
+            );
+            for (rule, n) in &t.deviate {
+                s += &format!("    {n} × {rule}\n");
+            }
+        }
+        let (n, ok, dev, hangs, crashes) = self.totals();
+        s += &format!("{n} cases, {ok} conform, {dev} deviate, {hangs} hangs, {crashes} crashes\n");
+        s
+    }
+}
+
+/// Runs the campaigns against the target and returns the summary (printing a line per case
+/// unless quiet, and each deviation's replay command and shrunk packets).
+///
+/// # Errors
+/// Reaching the agent or opening the socket or pcap.
+pub fn run(opts: &Options, mut target_alive: impl FnMut() -> bool) -> std::io::Result<Summary> {
+    let agent = Agent::connect(opts.agent, Duration::from_secs(30))?;
+    let mut runner = Runner::new(
+        agent,
+        opts.local,
+        opts.target,
+        opts.window,
+        opts.pcap.as_deref(),
+    )?;
+    let mut summary = Summary::default();
+    let deadline = Instant::now() + Duration::from_secs_f64(opts.seconds.max(0.0));
+    let cases: Box<dyn Iterator<Item = Case>> = match opts.replay {
+        Some((seed, c, i)) => Box::new(std::iter::once(case::generate(c, seed, i))),
+        None => {
+            let (campaigns, seed) = (opts.campaigns.clone(), opts.seed);
+            Box::new((0u64..).map(move |n| {
+                let c = campaigns[(n % campaigns.len() as u64) as usize];
+                case::generate(c, seed, (n / campaigns.len() as u64) as u32)
+            }))
+        }
+    };
+    for (n, case) in cases.enumerate() {
+        if opts.replay.is_none()
+            && (Instant::now() >= deadline || opts.max_cases.is_some_and(|m| n as u64 >= m))
+        {
+            break;
+        }
+        let mut verdict = runner.run(&case);
+        if matches!(verdict, Verdict::Crash(_) | Verdict::Hang(_)) && !target_alive() {
+            verdict = Verdict::Crash("the target process ended".into());
+        }
+        let t = summary.campaigns.entry(case.campaign).or_default();
+        t.cases += 1;
+        let id = case.id();
+        match &verdict {
+            Verdict::Conforms => {
+                t.conform += 1;
+                if !opts.quiet {
+                    println!("case {id} {}: conforms", case.what);
+                }
+            }
+            Verdict::Deviates { step, why } => {
+                *t.deviate.entry(case.rule.to_owned()).or_default() += 1;
+                println!(
+                    "case {id} {}: DEVIATES at packet {step}: {why}\n    rule: {}\n    replay: ferroce fuzz --replay {id} (with the same target options)",
+                    case.what, case.rule
+                );
+                let shrunk = runner.shrink(&case, *step);
+                println!("    shrunk to {} packet(s):", shrunk.len());
+                for s in &shrunk {
+                    println!("      {:?} -> expect {:?}", s.packet, s.expect);
+                }
+            }
+            Verdict::Hang(why) => {
+                t.hangs += 1;
+                println!("case {id} {}: HANG: {why}", case.what);
+            }
+            Verdict::Crash(why) => {
+                t.crashes += 1;
+                println!("case {id} {}: CRASH: {why}", case.what);
+            }
+        }
+        if matches!(verdict, Verdict::Crash(_)) {
+            // Nothing is left to talk to.
+            break;
+        }
+    }
+    runner.flush();
+    let _ = runner.agent.cmd("QUIT");
+    Ok(summary)
+}
+
+/// `ferroce fuzz --self`: an agent process on a ferroce device at `device` (this very binary,
+/// `ferroce fuzz-agent`), and the address of its control port.
+///
+/// # Errors
+/// Starting it, or an agent that does not say where it listens.
+pub fn spawn_self_agent(device: Ipv4Addr) -> std::io::Result<(Child, SocketAddr)> {
+    let exe = std::env::current_exe()?;
+    let mut child = Command::new(exe)
+        .args([
+            "fuzz-agent",
+            "--addr",
+            &device.to_string(),
+            "--tcp",
+            "0",
+            "--mem",
+        ])
+        .arg(case::REGION_LEN.to_string())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()?;
+    let out = child
+        .stdout
+        .take()
+        .ok_or_else(|| std::io::Error::other("the agent's stdout"))?;
+    let mut line = String::new();
+    BufReader::new(out).read_line(&mut line)?;
+    let port = line
+        .trim()
+        .strip_prefix("LISTENING ")
+        .and_then(|p| p.parse::<u16>().ok())
+        .ok_or_else(|| std::io::Error::other(format!("the agent said {line:?}")))?;
+    Ok((child, SocketAddr::from((device, port))))
+}
+
+/// Parses `SEED:CAMPAIGN:INDEX`.
+pub fn parse_case_id(s: &str) -> Option<(u64, Campaign, u32)> {
+    let mut it = s.split(':');
+    let seed = it.next()?.parse().ok()?;
+    let c = Campaign::from_name(it.next()?)?;
+    let i = it.next()?.parse().ok()?;
+    it.next().is_none().then_some((seed, c, i))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn case_ids_round_trip() {
+        let c = case::generate(Campaign::Read, 7, 12);
+        assert_eq!(parse_case_id(&c.id()), Some((7, Campaign::Read, 12)));
+        assert_eq!(parse_case_id("7:nope:1"), None);
+        assert_eq!(parse_case_id("7:psn"), None);
+    }
+
+    #[test]
+    fn the_table_ends_with_the_totals_line() {
+        let mut s = Summary::default();
+        let t = s.campaigns.entry(Campaign::Psn).or_default();
+        t.cases = 5;
+        t.conform = 3;
+        t.deviate.insert("a rule".into(), 1);
+        t.hangs = 1;
+        let table = s.table();
+        assert_eq!(
+            table.lines().last(),
+            Some("5 cases, 3 conform, 1 deviate, 1 hangs, 0 crashes")
+        );
+        assert!(table.contains("1 × a rule"));
+    }
+}

@@ -1,0 +1,331 @@
+//! Running cases against a live target: the agent's TCP line protocol, our UDP socket on port
+//! 4791, the pcap of every packet, the liveness probe after each case, and shrinking.
+
+use std::io::{self, BufRead, BufReader, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpStream, UdpSocket};
+use std::os::fd::AsRawFd;
+use std::time::{Duration, Instant};
+
+use super::case::{Case, Expect, MTU, PacketSpec, REGION_LEN, Step};
+use super::oracle::judge;
+use super::packet::{Answer, Conn, PORT, build, parse_answer};
+use super::rng::Rng;
+
+/// What one case came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Every answer as the rules say.
+    Conforms,
+    /// An answer broke the case's rule: which step, and how.
+    Deviates {
+        /// Index of the first step answered wrongly.
+        step: usize,
+        /// What came back instead.
+        why: String,
+    },
+    /// The target stopped answering: the liveness probe (a fresh connection, one WRITE) got
+    /// no ACK.
+    Hang(String),
+    /// The agent is gone (its process ended, or its control connection broke).
+    Crash(String),
+}
+
+/// The agent's control connection.
+pub struct Agent {
+    reader: BufReader<TcpStream>,
+    writer: TcpStream,
+}
+
+impl Agent {
+    /// Connects to an agent's TCP port (retrying for up to `patience`, as it may still be
+    /// starting).
+    ///
+    /// # Errors
+    /// The last connection error.
+    pub fn connect(at: SocketAddr, patience: Duration) -> io::Result<Agent> {
+        let deadline = Instant::now() + patience;
+        loop {
+            match TcpStream::connect_timeout(&at, Duration::from_secs(2)) {
+                Ok(s) => {
+                    s.set_read_timeout(Some(Duration::from_secs(60)))?;
+                    s.set_nodelay(true)?;
+                    let writer = s.try_clone()?;
+                    return Ok(Agent {
+                        reader: BufReader::new(s),
+                        writer,
+                    });
+                }
+                Err(e) if Instant::now() >= deadline => return Err(e),
+                Err(_) => std::thread::sleep(Duration::from_millis(100)),
+            }
+        }
+    }
+
+    /// Sends one command and returns its one-line reply.
+    ///
+    /// # Errors
+    /// A broken connection (the agent is gone), or an `ERR` reply.
+    pub fn cmd(&mut self, line: &str) -> io::Result<String> {
+        self.writer.write_all(format!("{line}\n").as_bytes())?;
+        let mut reply = String::new();
+        if self.reader.read_line(&mut reply)? == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "the agent closed its control connection",
+            ));
+        }
+        let reply = reply.trim().to_owned();
+        if reply.starts_with("ERR") {
+            return Err(io::Error::other(format!("agent: {line:?} -> {reply}")));
+        }
+        Ok(reply)
+    }
+}
+
+/// How the runner reaches the target.
+pub struct Runner {
+    /// The agent.
+    pub agent: Agent,
+    socket: UdpSocket,
+    local: Ipv4Addr,
+    target: Ipv4Addr,
+    /// How long to collect answers after each packet.
+    pub window: Duration,
+    pcap: Option<ferroce::pcap::Writer<io::BufWriter<std::fs::File>>>,
+    started: Instant,
+}
+
+/// A connected case: the connection and the fill seed of the region.
+struct Live {
+    conn: Conn,
+    fill_seed: u64,
+}
+
+impl Runner {
+    /// Opens our socket at `local`:4791 (DF set, so IPv4 ID 0, which the ICRCs are computed
+    /// for) towards `target`, recording to `pcap` if given.
+    ///
+    /// # Errors
+    /// The socket or the pcap file.
+    pub fn new(
+        agent: Agent,
+        local: Ipv4Addr,
+        target: Ipv4Addr,
+        window: Duration,
+        pcap: Option<&std::path::Path>,
+    ) -> io::Result<Runner> {
+        let socket = UdpSocket::bind((local, PORT))?;
+        ferroce::udp::set_dont_fragment(socket.as_raw_fd(), false)?;
+        let pcap = match pcap {
+            Some(p) => Some(ferroce::pcap::Writer::new(
+                io::BufWriter::new(std::fs::File::create(p)?),
+                ferroce::pcap::LINKTYPE_RAW,
+            )?),
+            None => None,
+        };
+        Ok(Runner {
+            agent,
+            socket,
+            local,
+            target,
+            window,
+            pcap,
+            started: Instant::now(),
+        })
+    }
+
+    fn record(&mut self, src: SocketAddr, dst: SocketAddr, bytes: &[u8]) {
+        if let Some(w) = self.pcap.as_mut() {
+            let frame = ferroce::pcap::encapsulate(src, dst, 0, bytes);
+            let _ = w.write_record(self.started.elapsed(), &frame);
+        }
+    }
+
+    /// Flushes the pcap.
+    pub fn flush(&mut self) {
+        if let Some(w) = self.pcap.as_mut() {
+            let _ = w.inner_mut().flush();
+        }
+    }
+
+    fn send(&mut self, bytes: &[u8]) -> io::Result<()> {
+        let dst = SocketAddr::from((self.target, PORT));
+        self.socket.send_to(bytes, dst)?;
+        self.record(SocketAddr::from((self.local, PORT)), dst, bytes);
+        Ok(())
+    }
+
+    /// Everything that arrives for `conn` within `window`.
+    fn collect(&mut self, conn: &Conn, window: Duration) -> io::Result<Vec<Answer>> {
+        self.collect_until(conn, window, |_| false)
+    }
+
+    /// What arrives for `conn` within `window`, or until `enough` says so.
+    fn collect_until(
+        &mut self,
+        conn: &Conn,
+        window: Duration,
+        enough: impl Fn(&[Answer]) -> bool,
+    ) -> io::Result<Vec<Answer>> {
+        let deadline = Instant::now() + window;
+        let mut answers = Vec::new();
+        let mut buf = [0u8; 9000];
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Ok(answers);
+            }
+            self.socket.set_read_timeout(Some(left))?;
+            match self.socket.recv_from(&mut buf) {
+                Ok((n, from)) => {
+                    let bytes = buf[..n].to_vec();
+                    self.record(from, SocketAddr::from((self.local, PORT)), &bytes);
+                    if from.ip() == self.target {
+                        if let Some(a) = parse_answer(&bytes, from.port(), conn) {
+                            answers.push(a);
+                            if enough(&answers) {
+                                return Ok(answers);
+                            }
+                        }
+                    }
+                }
+                Err(e)
+                    if e.kind() == io::ErrorKind::WouldBlock
+                        || e.kind() == io::ErrorKind::TimedOut =>
+                {
+                    return Ok(answers);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// A fresh target QP connected to our QP `qpn` expecting `start_psn`, its region filled.
+    fn connect(
+        &mut self,
+        qpn: u32,
+        start_psn: u32,
+        fill_seed: u64,
+        recv: bool,
+    ) -> io::Result<Live> {
+        self.agent.cmd("RESET")?;
+        self.agent
+            .cmd(&format!("FILL 0 {REGION_LEN} {fill_seed}"))?;
+        let reply = self.agent.cmd(&format!(
+            "CONNECT {MTU} {} {qpn} {start_psn} 7 7 14",
+            self.local
+        ))?;
+        let f: Vec<u64> = reply
+            .split_whitespace()
+            .skip(1)
+            .filter_map(|s| s.parse().ok())
+            .collect();
+        let [target_qpn, _, rkey, addr] = f[..] else {
+            return Err(io::Error::other(format!(
+                "agent: bad CONNECT reply {reply:?}"
+            )));
+        };
+        if recv {
+            self.agent.cmd(&format!("RECV 0 {}", 4 * MTU))?;
+        }
+        // Whatever a previous case left on the way is not this case's.
+        let _ = self.collect(
+            &Conn {
+                local: self.local,
+                target: self.target,
+                local_qpn: u32::MAX,
+                target_qpn: 0,
+                start_psn: 0,
+                rkey: 0,
+                addr: 0,
+            },
+            Duration::from_millis(1),
+        );
+        Ok(Live {
+            conn: Conn {
+                local: self.local,
+                target: self.target,
+                local_qpn: qpn,
+                target_qpn: target_qpn as u32,
+                start_psn,
+                rkey: rkey as u32,
+                addr,
+            },
+            fill_seed,
+        })
+    }
+
+    /// Runs `steps` of `case` on a fresh connection.
+    fn run_steps(&mut self, case: &Case, steps: &[Step]) -> Result<Verdict, io::Error> {
+        let mut rng = Rng::new(case.seed ^ u64::from(case.index).rotate_left(32));
+        let qpn = 0x100 + rng.below(0xFF_FE00) as u32;
+        let fill_seed = rng.below(256);
+        let live = self.connect(qpn, case.start_psn, fill_seed, case.needs_recv)?;
+        for (i, s) in steps.iter().enumerate() {
+            let bytes = build(&s.packet, &live.conn);
+            self.send(&bytes)?;
+            let answers = self.collect(&live.conn, self.window)?;
+            if let Err(why) = judge(s.expect, &answers, live.fill_seed) {
+                return Ok(Verdict::Deviates { step: i, why });
+            }
+        }
+        Ok(Verdict::Conforms)
+    }
+
+    /// A fresh connection still works: one WRITE is acknowledged (two tries).
+    fn probe(&mut self, seed: u64) -> Result<bool, io::Error> {
+        for t in 0..2u64 {
+            let mut rng = Rng::new(seed ^ 0xABCD ^ t);
+            let qpn = 0x100 + rng.below(0xFF_FE00) as u32;
+            let psn = rng.below(1 << 24) as u32;
+            let live = self.connect(qpn, psn, 1, false)?;
+            let step = Step {
+                packet: PacketSpec::write_only(0, 0, 8),
+                expect: Expect::Ack(0),
+            };
+            self.send(&build(&step.packet, &live.conn))?;
+            let answers = self.collect_until(
+                &live.conn,
+                self.window.max(Duration::from_millis(500)),
+                |a| a.iter().any(Answer::is_ack),
+            )?;
+            if judge(step.expect, &answers, live.fill_seed).is_ok() {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// Runs a case, then the liveness probe.
+    pub fn run(&mut self, case: &Case) -> Verdict {
+        let v = match self.run_steps(case, &case.steps) {
+            Ok(v) => v,
+            Err(e) => return Verdict::Crash(e.to_string()),
+        };
+        match self.probe(case.seed ^ u64::from(case.index)) {
+            Ok(true) => v,
+            Ok(false) => Verdict::Hang(format!(
+                "after {}, a fresh connection's WRITE got no ACK",
+                case.what
+            )),
+            Err(e) => Verdict::Crash(e.to_string()),
+        }
+    }
+
+    /// The fewest steps of a deviating case that still deviate at their last step: earlier
+    /// steps are dropped one at a time while the deviation stays.
+    pub fn shrink(&mut self, case: &Case, failing: usize) -> Vec<Step> {
+        let mut steps: Vec<Step> = case.steps[..=failing].to_vec();
+        let mut i = 0;
+        while i + 1 < steps.len() {
+            let mut fewer = steps.clone();
+            fewer.remove(i);
+            let last = fewer.len() - 1;
+            match self.run_steps(case, &fewer) {
+                Ok(Verdict::Deviates { step, .. }) if step == last => steps = fewer,
+                _ => i += 1,
+            }
+        }
+        steps
+    }
+}
