@@ -4,7 +4,7 @@
 # lab's namespace); kernel rxe in guest g1 (10.77.0.11). A failing scenario keeps its pcap under
 # $FERROCE_LAB_OUT (default /tmp/ferroce-interop) and `ferroce pcap` decodes it.
 #   tests/interop/suite.sh            build (or reuse) the image, run every scenario
-#   SCENARIOS="pingpong matrix loss programs shared cm bench"  a subset of these groups (default: all)
+#   SCENARIOS="pingpong matrix loss programs shared cm fuzz bench"  a subset of these groups (default: all)
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 TOP=$(cd "$HERE/../.." && pwd)
@@ -36,7 +36,7 @@ result() { # NAME OK DETAIL
   if [ "$2" = 1 ]; then PASS=$((PASS+1)); echo "PASS $1"; else FAIL=$((FAIL+1)); echo "FAIL $1 $3"; fi
 }
 G=10.77.0.11
-SCENARIOS=${SCENARIOS:-pingpong matrix loss programs shared cm bench}
+SCENARIOS=${SCENARIOS:-pingpong matrix loss programs shared cm fuzz bench}
 want() { [[ " $SCENARIOS " == *" $1 "* ]]; }
 # ferroce's libibverbs.so.1 (ibverbs/build.sh) for the unmodified-programs group.
 IBV_DIR=
@@ -310,9 +310,38 @@ matrix() { # MTU TAG [ENV...]
   rm -f "$OUT/matrix.$$.txt"
 }
 
+# ferroce fuzz against kernel rxe: rdma_peer in the guest is the agent (a fresh QP and a 64 KiB
+# region for every case), every campaign for FUZZ_SECONDS (default 90) from 10.77.0.1, the
+# guest's console watched for oopses, warnings and hangs. rxe's known deviations
+# (FUZZ_KNOWN_RXE, docs/interop.md) are reported, not failed; anything else, a hang, a crash or a
+# console splat fails the scenario.
+FUZZ_KNOWN_RXE=${FUZZ_KNOWN_RXE:-}
+fuzz_rxe() {
+  if [ -z "$PEER_BIN" ]; then result "fuzz: campaigns against rxe" 0 "(rdma_peer did not build)"; return; fi
+  cp "$PEER_BIN" "$RUN/g1/rdma_peer"
+  local pid rc out="$OUT/fuzz-rxe.txt" pcap="$OUT/fuzz-rxe.pcap" lines0 splat last unknown
+  lines0=$(wc -l < "$RUN/g1/console.log")
+  pid=$(gspawn 1 "/host/rdma_peer 18800 65536")
+  gexec 1 "for i in \$(seq 1 100); do ss -Htln 'sport = :18800' | grep -q . && exit 0; sleep 0.1; done" 30 >/dev/null
+  nsexec timeout $(( ${FUZZ_SECONDS:-90} + 120 )) "$FERROCE" fuzz --target $G --agent-port 18800 --campaign all \
+    --seconds "${FUZZ_SECONDS:-90}" --seed "${FUZZ_SEED:-1}" -q --pcap "$pcap" >"$out" 2>&1; rc=$?
+  gwait 1 "$pid" 30 >/dev/null
+  sleep 1
+  splat=$(tail -n +"$((lines0 + 1))" "$RUN/g1/console.log" | grep -E "BUG:|WARNING:|Oops|Call Trace|general protection|hung_task|soft lockup|rcu_sched detected" | head -n 5)
+  last=$(tail -n 1 "$out")
+  # Deviations whose rule is not a known rxe one.
+  unknown=$(grep -E '^    [0-9]+ × ' "$out" | sed 's/^ *[0-9]* × //' | sort -u | while read -r rule; do
+    case "|$FUZZ_KNOWN_RXE|" in *"|$rule|"*) ;; *) echo "$rule";; esac; done)
+  sed -n '/^campaign /,$p' "$out"
+  [ -n "$splat" ] && { echo "guest console:"; echo "$splat"; }
+  result "fuzz: every campaign against kernel rxe for ${FUZZ_SECONDS:-90} s: $last" \
+    $(echo "$last" | grep -Eq '^[1-9][0-9]* cases, [0-9]+ conform, [0-9]+ deviate, 0 hangs, 0 crashes$' && [ -z "$splat" ] && [ -z "$unknown" ] && echo 1 || echo 0) \
+    "(rc=$rc; unknown deviations: ${unknown:-none}; see $out, $pcap)"
+}
+
 for mtu_link in 1500 4200; do
   # The one-guest groups (bench boots a lab of its own).
-  { want pingpong || want matrix || want loss || want programs || want shared || want cm; } || break
+  { want pingpong || want matrix || want loss || want programs || want shared || want cm || want fuzz; } || break
   mtu=1024; [ $mtu_link = 4200 ] && mtu=4096
   if ! lab_up 1 $mtu_link; then result "lab boot (bridge MTU $mtu_link)" 0 ""; lab_down; continue; fi
   gexec 1 "ibv_devinfo -d rxe0 | grep -q 'active_mtu:.*$mtu'" 30 >/dev/null; result "rxe0 active MTU $mtu on bridge MTU $mtu_link" $([ $? = 0 ] && echo 1 || echo 0) ""
@@ -374,6 +403,7 @@ for mtu_link in 1500 4200; do
       result "rdma_cm ipv6 mtu $mtu" 0 "(no IPv6 address or no rxe0 GID for it)"
     fi
   fi
+  [ $mtu_link = 1500 ] && want fuzz && fuzz_rxe
   if [ $mtu_link = 1500 ] && want loss; then
     # Loss: netem 5 % on the guest's eth0 (rxe -> ferroce), and ferroce's own fault injection
     # for the other direction (the host kernel here has no sch_netem). The operation matrix,

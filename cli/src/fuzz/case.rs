@@ -26,17 +26,23 @@ pub enum Campaign {
     Atomic,
     /// READs: the data as the region holds it, past the end, a duplicate READ re-executed.
     Read,
+    /// Havoc: a valid request with random bytes of its headers overwritten, its length cut or
+    /// grown, its ICRC right or wrong, sent in a state reached first (idle, inside a
+    /// multi-packet WRITE, with READ responses in flight, after a sequence NAK, after an
+    /// atomic). Any answer must be well formed; the liveness probe after it must pass.
+    Havoc,
 }
 
 impl Campaign {
     /// Every campaign, in the order `--campaign all` runs them.
-    pub const ALL: [Campaign; 6] = [
+    pub const ALL: [Campaign; 7] = [
         Campaign::Psn,
         Campaign::Rkey,
         Campaign::Opcode,
         Campaign::Header,
         Campaign::Atomic,
         Campaign::Read,
+        Campaign::Havoc,
     ];
 
     /// The name used on the command line and in case names.
@@ -48,6 +54,7 @@ impl Campaign {
             Campaign::Header => "header",
             Campaign::Atomic => "atomic",
             Campaign::Read => "read",
+            Campaign::Havoc => "havoc",
         }
     }
 
@@ -85,6 +92,10 @@ pub struct PacketSpec {
     pub qpn_xor: u32,
     /// Flip one bit of the ICRC.
     pub bad_icrc: bool,
+    /// Havoc: (byte offset, value) written over the built packet before its ICRC.
+    pub pokes: Vec<(u16, u8)>,
+    /// Havoc: the packet (before its ICRC) cut to or grown to this many bytes.
+    pub resize: Option<u16>,
 }
 
 impl PacketSpec {
@@ -101,6 +112,8 @@ impl PacketSpec {
             tver: 0,
             qpn_xor: 0,
             bad_icrc: false,
+            pokes: Vec::new(),
+            resize: None,
         }
     }
 
@@ -145,6 +158,8 @@ pub enum Expect {
         /// Bytes read.
         len: u32,
     },
+    /// Anything, or nothing: only that every answer is well formed (right ICRC, our QP).
+    Anything,
     /// An atomic ACK for this PSN offset whose original value is the region's 8 bytes at
     /// `off` before the operation.
     AtomicOrig {
@@ -548,6 +563,7 @@ pub fn generate(campaign: Campaign, seed: u64, index: u32) -> Case {
                 }
             }
         }
+        Campaign::Havoc => havoc(&mut case, &mut rng, off, len),
     }
     if case
         .steps
@@ -557,6 +573,101 @@ pub fn generate(campaign: Campaign, seed: u64, index: u32) -> Case {
         case.needs_recv = true;
     }
     case
+}
+
+/// A havoc case: a state, then a valid request of a random kind with random damage.
+fn havoc(case: &mut Case, rng: &mut Rng, off: i64, len: u32) {
+    let step = |packet, expect| Step { packet, expect };
+    let (state, mut psn): (&str, u32) = match rng.below(5) {
+        0 => ("idle", 0),
+        1 => {
+            // Inside a 4-packet WRITE: FIRST sent, the rest to come.
+            case.steps.push(step(
+                PacketSpec {
+                    reth: Some((0, 4 * MTU)),
+                    payload_len: MTU,
+                    ..PacketSpec::new(Opcode::RC_RDMA_WRITE_FIRST, 0)
+                },
+                Expect::Silence,
+            ));
+            ("mid-write", 1)
+        }
+        2 => {
+            // A 4-packet READ whose responses are still coming when the damage arrives.
+            case.steps
+                .push(step(PacketSpec::read(0, 0, 4 * MTU), Expect::Anything));
+            ("mid-read", 1)
+        }
+        3 => {
+            case.steps.push(step(
+                PacketSpec::write_only(5, off, len),
+                Expect::Nak(NakCode::PsnSeqError, 0),
+            ));
+            ("after-nak", 0)
+        }
+        _ => {
+            case.steps.push(step(
+                PacketSpec {
+                    atomic: Some((8, 1, 0)),
+                    ..PacketSpec::new(Opcode::RC_FETCH_ADD, 0)
+                },
+                Expect::Anything,
+            ));
+            ("after-atomic", 1)
+        }
+    };
+    // The damaged packet's base: a valid request at the next PSN, sometimes one off.
+    if rng.below(4) == 0 {
+        psn = psn.wrapping_add(rng.below(3) as u32).wrapping_sub(1) & 0xFF_FFFF;
+    }
+    let mut p = match rng.below(6) {
+        0 => PacketSpec::write_only(psn, off, len),
+        1 => PacketSpec::read(psn, off, len),
+        2 => PacketSpec {
+            payload_len: len,
+            ..PacketSpec::new(Opcode::RC_SEND_ONLY, psn)
+        },
+        3 => PacketSpec {
+            atomic: Some((off & !7, rng.next_u64(), rng.next_u64())),
+            ..PacketSpec::new(Opcode::RC_COMPARE_SWAP, psn)
+        },
+        4 => PacketSpec {
+            payload_len: MTU,
+            ..PacketSpec::new(Opcode::RC_RDMA_WRITE_MIDDLE, psn)
+        },
+        _ => PacketSpec {
+            payload_len: len.min(MTU),
+            ..PacketSpec::new(Opcode::RC_RDMA_WRITE_LAST, psn)
+        },
+    };
+    // 1-4 header bytes (BTH 0..12, then up to 28 of extended headers) overwritten.
+    let n = 1 + rng.below(4);
+    for _ in 0..n {
+        let at = rng.below(40) as u16;
+        // Keep DestQP (bytes 5..8) ours mostly: damage to it is the header campaign's.
+        if (5..8).contains(&at) && rng.below(4) != 0 {
+            continue;
+        }
+        p.pokes.push((at, rng.below(256) as u8));
+    }
+    if rng.below(5) == 0 {
+        p.resize = Some(rng.below(u64::from(MTU) + 64) as u16);
+    }
+    p.bad_icrc = rng.below(8) == 0;
+    let what: Vec<String> = p
+        .pokes
+        .iter()
+        .map(|(a, v)| format!("{a}={v:02x}"))
+        .collect();
+    case.what = format!(
+        "havoc-{state}-{}-[{}]{}{}",
+        p.opcode.name().to_ascii_lowercase(),
+        what.join(","),
+        p.resize.map(|r| format!("-len{r}")).unwrap_or_default(),
+        if p.bad_icrc { "-badicrc" } else { "" }
+    );
+    case.rule = "any packet, however damaged, gets a well-formed answer or none, and the target keeps serving new connections";
+    case.steps.push(step(p, Expect::Anything));
 }
 
 #[cfg(test)]

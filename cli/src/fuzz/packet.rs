@@ -81,6 +81,17 @@ pub fn build(spec: &PacketSpec, conn: &Conn) -> Vec<u8> {
     if spec.tver != 0 {
         buf[1] = (buf[1] & 0xF0) | (spec.tver & 0x0F);
     }
+    // Havoc: bytes overwritten and the length changed before the ICRC (which stays last).
+    let body = buf.len() - 4;
+    for &(at, v) in &spec.pokes {
+        if let Some(b) = buf[..body].get_mut(usize::from(at)) {
+            *b = v;
+        }
+    }
+    if let Some(n) = spec.resize {
+        buf.resize(usize::from(n), 0);
+        buf.extend_from_slice(&[0; 4]);
+    }
     IcrcContext::v4(conn.local, conn.target, 0, PORT, PORT).fill(&mut buf);
     if spec.bad_icrc {
         let n = buf.len();
