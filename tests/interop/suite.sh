@@ -311,7 +311,8 @@ matrix() { # MTU TAG [ENV...]
 }
 
 # ferroce fuzz against kernel rxe: rdma_peer in the guest is the agent (a fresh QP and a 64 KiB
-# region for every case), every campaign for FUZZ_SECONDS (default 90) from 10.77.0.1, the
+# region for every case), every campaign (FUZZ_CAMPAIGN: a list) for FUZZ_SECONDS (default 90)
+# from 10.77.0.1 (FUZZ_SEED, default 1), the
 # guest's console watched for oopses, warnings and hangs. rxe's known deviations
 # (FUZZ_KNOWN_RXE, docs/interop.md) are reported, not failed; anything else, a hang, a crash or a
 # console splat fails the scenario.
@@ -323,7 +324,7 @@ fuzz_rxe() {
   lines0=$(wc -l < "$RUN/g1/console.log")
   pid=$(gspawn 1 "/host/rdma_peer 18800 65536")
   gexec 1 "for i in \$(seq 1 100); do ss -Htln 'sport = :18800' | grep -q . && exit 0; sleep 0.1; done" 30 >/dev/null
-  nsexec timeout $(( ${FUZZ_SECONDS:-90} + 120 )) "$FERROCE" fuzz --target $G --agent-port 18800 --campaign all \
+  nsexec timeout $(( ${FUZZ_SECONDS:-90} + 120 )) "$FERROCE" fuzz --target $G --agent-port 18800 --campaign "${FUZZ_CAMPAIGN:-all}" \
     --seconds "${FUZZ_SECONDS:-90}" --seed "${FUZZ_SEED:-1}" -q --pcap "$pcap" >"$out" 2>&1; rc=$?
   gwait 1 "$pid" 30 >/dev/null
   sleep 1
