@@ -6,7 +6,8 @@
 //! `CONNECT MTU IP QPN PSN RNR [RETRY TIMEOUT]` (RTR+RTS towards IP/QPN, `rq_psn` PSN)
 //! → `QP qpn psn rkey addr`; `RECV OFF LEN` → `OK`; `FILL OFF LEN SEED` (byte i =
 //! (i·31 + SEED) & 255) → `OK`; `HASH OFF LEN` → `HASH hex` (FNV-1a 64); `RESET` (a fresh QP)
-//! → `OK qpn`; `QUIT`.
+//! → `OK qpn`; `COUNTERS` → `CNT duplicate_request out_of_seq_request` (the device's
+//! counters, as rxe's port hw_counters); `QUIT`.
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{IpAddr, TcpListener};
@@ -122,6 +123,10 @@ pub fn serve(addr: IpAddr, tcp: u16, mem: usize) -> Result<(), Box<dyn std::erro
                 drop(std::mem::replace(&mut qp, new_qp(&pd, &cq)?));
                 while cq.poll_one().is_some() {}
                 format!("OK {}", qp.qp_num())
+            }
+            Some("COUNTERS") => {
+                let (e, _) = ctx.counters();
+                format!("CNT {} {}", e.duplicate_request, e.out_of_seq_request)
             }
             Some("QUIT") => break,
             _ => "ERR unknown command".to_owned(),

@@ -170,6 +170,26 @@ pub enum Expect {
     },
 }
 
+/// A counter of the target's port that a case must move (rxe's hw_counters names; ferroce's
+/// engine counters have the same), where the agent can read it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Counter {
+    /// `duplicate_request`: duplicate requests seen.
+    DuplicateRequest,
+    /// `out_of_seq_request`: requests past the expected PSN NAKed.
+    OutOfSeqRequest,
+}
+
+impl Counter {
+    /// The counter's name.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Counter::DuplicateRequest => "duplicate_request",
+            Counter::OutOfSeqRequest => "out_of_seq_request",
+        }
+    }
+}
+
 /// One step: a packet and the answer it must get.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Step {
@@ -196,6 +216,8 @@ pub struct Case {
     pub start_psn: u32,
     /// Whether the target must have a receive posted first (for SENDs).
     pub needs_recv: bool,
+    /// A counter of the target the case must move by one or more.
+    pub counter: Option<Counter>,
     /// The packets in order.
     pub steps: Vec<Step>,
 }
@@ -230,6 +252,7 @@ pub fn generate(campaign: Campaign, seed: u64, index: u32) -> Case {
         rule: "",
         start_psn,
         needs_recv: false,
+        counter: None,
         steps: Vec::new(),
     };
     let len = 1 + rng.below(u64::from(MTU)) as u32;
@@ -249,6 +272,7 @@ pub fn generate(campaign: Campaign, seed: u64, index: u32) -> Case {
             1 => {
                 let k = 1 + rng.below(1000) as u32;
                 case.what = format!("psn-ahead-{k}");
+                case.counter = Some(Counter::OutOfSeqRequest);
                 case.rule = "a request past the expected PSN is NAKed (sequence error) with the expected PSN";
                 case.steps.push(step(
                     PacketSpec::write_only(k, off, len),
@@ -258,6 +282,7 @@ pub fn generate(campaign: Campaign, seed: u64, index: u32) -> Case {
             2 => {
                 let k = 1 + rng.below(100) as u32;
                 case.what = format!("psn-ahead-twice-{k}");
+                case.counter = Some(Counter::OutOfSeqRequest);
                 case.rule = "one sequence NAK until the expected PSN arrives, then on as usual";
                 case.steps.push(step(
                     PacketSpec::write_only(k, off, len),
@@ -272,6 +297,7 @@ pub fn generate(campaign: Campaign, seed: u64, index: u32) -> Case {
             }
             3 => {
                 case.what = "psn-duplicate".into();
+                case.counter = Some(Counter::DuplicateRequest);
                 case.rule = "a duplicate WRITE is not executed again but acknowledged again";
                 case.steps
                     .push(step(PacketSpec::write_only(0, off, len), Expect::Ack(0)));
@@ -543,6 +569,7 @@ pub fn generate(campaign: Campaign, seed: u64, index: u32) -> Case {
                 }
                 _ => {
                     case.what = format!("read-duplicate-{rlen}");
+                    case.counter = Some(Counter::DuplicateRequest);
                     case.rule = "a duplicate READ is executed again from the region";
                     case.steps.push(step(
                         PacketSpec::read(0, roff, rlen),

@@ -6,7 +6,7 @@ use std::net::{Ipv4Addr, SocketAddr, TcpStream, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
-use super::case::{Case, Expect, MTU, PacketSpec, REGION_LEN, Step};
+use super::case::{Case, Counter, Expect, MTU, PacketSpec, REGION_LEN, Step};
 use super::oracle::judge;
 use super::packet::{Answer, Conn, PORT, build, parse_answer};
 use super::rng::Rng;
@@ -93,6 +93,8 @@ pub struct Runner {
     pub window: Duration,
     pcap: Option<ferroce::pcap::Writer<io::BufWriter<std::fs::File>>>,
     started: Instant,
+    /// The agent reads the target's counters (until it says it cannot).
+    with_counters: bool,
 }
 
 /// A connected case: the connection and the fill seed of the region.
@@ -131,6 +133,7 @@ impl Runner {
             window,
             pcap,
             started: Instant::now(),
+            with_counters: true,
         })
     }
 
@@ -261,6 +264,7 @@ impl Runner {
         let qpn = 0x100 + rng.below(0xFF_FE00) as u32;
         let fill_seed = rng.below(256);
         let live = self.connect(qpn, case.start_psn, fill_seed, case.needs_recv)?;
+        let before = self.counters()?;
         for (i, s) in steps.iter().enumerate() {
             let bytes = build(&s.packet, &live.conn);
             self.send(&bytes)?;
@@ -269,7 +273,47 @@ impl Runner {
                 return Ok(Verdict::Deviates { step: i, why });
             }
         }
+        if let (Some(c), Some(b), Some(a)) = (case.counter, before, self.counters()?) {
+            let (b, a) = match c {
+                Counter::DuplicateRequest => (b.0, a.0),
+                Counter::OutOfSeqRequest => (b.1, a.1),
+            };
+            if a <= b {
+                return Ok(Verdict::Deviates {
+                    step: steps.len() - 1,
+                    why: format!("the target's {} stayed at {a}", c.name()),
+                });
+            }
+        }
         Ok(Verdict::Conforms)
+    }
+
+    /// The target's (duplicate_request, out_of_seq_request), if its agent can read them.
+    fn counters(&mut self) -> io::Result<Option<(u64, u64)>> {
+        if !self.with_counters {
+            return Ok(None);
+        }
+        let reply = match self.agent.cmd("COUNTERS") {
+            Ok(r) => r,
+            // An agent without the command (an older rdma_peer): no counter checks.
+            Err(e) if e.kind() == io::ErrorKind::Other => {
+                self.with_counters = false;
+                return Ok(None);
+            }
+            Err(e) => return Err(e),
+        };
+        let v: Vec<i64> = reply
+            .split_whitespace()
+            .skip(1)
+            .filter_map(|s| s.parse().ok())
+            .collect();
+        match v[..] {
+            [d, o] if d >= 0 && o >= 0 => Ok(Some((d as u64, o as u64))),
+            _ => {
+                self.with_counters = false;
+                Ok(None)
+            }
+        }
     }
 
     /// A fresh connection still works: one WRITE is acknowledged (two tries).

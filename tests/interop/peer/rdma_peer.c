@@ -24,6 +24,9 @@
  *   HASH OFF LEN                       FNV-1a 64 of the bytes         -> "HASH hex"
  *   LOAD OFF                           the host-order u64 there       -> "VAL n"
  *   RESET                              destroy the QP and make a fresh one in INIT -> "OK qpn"
+ *   COUNTERS                           the port's hw_counters duplicate_request and
+ *                                      out_of_seq_request (sysfs; -1 if unreadable)
+ *                                      -> "CNT dup ooo"
  *   QUIT
  */
 #include <arpa/inet.h>
@@ -107,6 +110,19 @@ static int connect_qp(int mtu, const char *ip, uint32_t qpn, uint32_t psn, int r
 				  IBV_QP_MAX_QP_RD_ATOMIC))
 		return -3;
 	return 0;
+}
+
+static long long hw_counter(const char *name) {
+	char path[256];
+	snprintf(path, sizeof path, "/sys/class/infiniband/%s/ports/1/hw_counters/%s", ibv_get_device_name(ctx->device), name);
+	FILE *f = fopen(path, "r");
+	long long v = -1;
+	if (f) {
+		if (fscanf(f, "%lld", &v) != 1)
+			v = -1;
+		fclose(f);
+	}
+	return v;
 }
 
 static uint64_t fnv(const uint8_t *p, size_t n) {
@@ -255,6 +271,8 @@ int main(int argc, char **argv) {
 				fprintf(out, "ERR reset\n");
 			else
 				fprintf(out, "OK %u\n", qp->qp_num);
+		} else if (!strncmp(line, "COUNTERS", 8)) {
+			fprintf(out, "CNT %lld %lld\n", hw_counter("duplicate_request"), hw_counter("out_of_seq_request"));
 		} else if (!strncmp(line, "QUIT", 4)) {
 			break;
 		} else {
