@@ -90,8 +90,15 @@ enum Command {
 #[derive(Args, Debug)]
 struct FuzzArgs {
     /// The target's RoCE address (an agent listens on it, `--agent-port`).
-    #[arg(long, required_unless_present = "self_target")]
+    #[arg(long, required_unless_present_any = ["self_target", "pingpong"])]
     target: Option<Ipv4Addr>,
+    /// Aim at an unmodified `ibv_rc_pingpong -g 1 -n 1 -s SIZE` server instead (HOST[:PORT],
+    /// port 18515 by default): one case per server run, `--cases` runs.
+    #[arg(long)]
+    pingpong: Option<String>,
+    /// The pingpong server's `-s`.
+    #[arg(long, default_value_t = 64)]
+    pingpong_size: u32,
     /// Fuzz a ferroce device on loopback (an agent process started here at 127.0.90.1).
     #[arg(long = "self")]
     self_target: bool,
@@ -214,6 +221,50 @@ fn fuzz(a: FuzzArgs) -> ExitCode {
         );
         return ExitCode::FAILURE;
     };
+    if let Some(server) = a.pingpong.as_deref() {
+        use std::net::ToSocketAddrs;
+        let with_port = if server.contains(':') {
+            server.to_owned()
+        } else {
+            format!("{server}:18515")
+        };
+        let Some(at) = with_port.to_socket_addrs().ok().and_then(|mut i| i.next()) else {
+            eprintln!("ferroce fuzz: --pingpong {server}: not an address");
+            return ExitCode::FAILURE;
+        };
+        let replay = match a.replay.as_deref().map(fuzz::parse_pingpong_id) {
+            Some(None) => {
+                eprintln!("ferroce fuzz: with --pingpong, --replay takes SEED:pingpong:INDEX");
+                return ExitCode::FAILURE;
+            }
+            r => r.flatten(),
+        };
+        let opts = fuzz::Options {
+            target: Ipv4Addr::UNSPECIFIED,
+            agent: at,
+            local: a.local.unwrap_or(Ipv4Addr::new(10, 77, 0, 1)),
+            campaigns: Vec::new(),
+            seed: a.seed,
+            seconds: a.seconds,
+            max_cases: a.cases,
+            window: Duration::from_millis(a.window_ms.unwrap_or(400)),
+            pcap: a.pcap.clone(),
+            replay: None,
+            quiet: a.quiet,
+        };
+        println!(
+            "ferroce fuzz: ibv_rc_pingpong server {at}, from {}, seed {}",
+            opts.local, a.seed
+        );
+        let summary = fuzz::run_pingpong(&opts, at, a.pingpong_size, replay);
+        print!("{}", summary.table());
+        let (_, _, dev, hangs, crashes) = summary.totals();
+        return if dev + hangs + crashes == 0 {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(4)
+        };
+    }
     let replay = match a.replay.as_deref().map(fuzz::parse_case_id) {
         Some(None) => {
             eprintln!("ferroce fuzz: --replay takes SEED:CAMPAIGN:INDEX");

@@ -75,3 +75,59 @@ fn the_same_seed_runs_the_same_cases() {
     assert_ne!(a, cases("12"));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn pingpong_mode_runs_one_case_per_server_run() {
+    // ferroce's rc-pingpong as the unmodified server (it speaks ibv_rc_pingpong's exchange),
+    // three runs in a row; each must end as if a real client had pinged it.
+    let server = std::thread::spawn(|| {
+        (0..3)
+            .map(|_| {
+                Command::new(env!("CARGO_BIN_EXE_ferroce"))
+                    .args([
+                        "rc-pingpong",
+                        "-d",
+                        "127.0.91.11",
+                        "-g",
+                        "1",
+                        "-n",
+                        "1",
+                        "-s",
+                        "64",
+                    ])
+                    .args(["-p", "18611"])
+                    .output()
+                    .expect("rc-pingpong runs")
+                    .status
+                    .success()
+            })
+            .collect::<Vec<bool>>()
+    });
+    let dir = std::env::temp_dir().join(format!("ferroce-fuzz-pp-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_ferroce"))
+        .args([
+            "fuzz",
+            "--pingpong",
+            "127.0.91.11:18611",
+            "--local",
+            "127.0.91.12",
+        ])
+        .args(["--cases", "3", "--seed", "4", "--window-ms", "50", "--pcap"])
+        .arg(dir.join("pp.pcap"))
+        .output()
+        .expect("ferroce runs");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    eprintln!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success());
+    assert_eq!(
+        stdout.lines().last(),
+        Some("3 cases, 3 conform, 0 deviate, 0 hangs, 0 crashes")
+    );
+    assert_eq!(
+        server.join().unwrap(),
+        vec![true; 3],
+        "every server run ended well"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -335,6 +335,15 @@ fuzz_rxe() {
     case "|$FUZZ_KNOWN_RXE|" in *"|$rule|"*) ;; *) echo "$rule";; esac; done)
   sed -n '/^campaign /,$p' "$out"
   [ -n "$splat" ] && { echo "guest console:"; echo "$splat"; }
+  # As the client of unmodified ibv_rc_pingpong servers: one case per server run, six runs.
+  local ppid grc ppout="$OUT/fuzz-pingpong.txt"
+  ppid=$(gspawn 1 "for i in 1 2 3 4 5 6; do timeout 90 ibv_rc_pingpong -d rxe0 -g 1 -n 1 -s 64 -p 18900 || exit 1; done")
+  nsexec timeout 600 "$FERROCE" fuzz --pingpong "$G:18900" --cases 6 --seed "${FUZZ_SEED:-1}" \
+    --pcap "$OUT/fuzz-pingpong.pcap" >"$ppout" 2>&1
+  gwait 1 "$ppid" 120 >/dev/null; grc=$?
+  result "fuzz: 6 cases against unmodified ibv_rc_pingpong servers on rxe (one per run): $(tail -n 1 "$ppout")" \
+    $(tail -n 1 "$ppout" | grep -Eq '^6 cases, 6 conform, 0 deviate, 0 hangs, 0 crashes$' && [ $grc = 0 ] && echo 1 || echo 0) \
+    "(servers rc=$grc; see $ppout)"
   result "fuzz: every campaign against kernel rxe for ${FUZZ_SECONDS:-90} s: $last" \
     $(echo "$last" | grep -Eq '^[1-9][0-9]* cases, [0-9]+ conform, [0-9]+ deviate, 0 hangs, 0 crashes$' && [ -z "$splat" ] && [ -z "$unknown" ] && echo 1 || echo 0) \
     "(rc=$rc; unknown deviations: ${unknown:-none}; see $out, $pcap)"

@@ -602,6 +602,93 @@ pub fn generate(campaign: Campaign, seed: u64, index: u32) -> Case {
     case
 }
 
+/// The case `index` for an unmodified `ibv_rc_pingpong` server (`-n 1 -s size`): one case per
+/// server run, made only of what leaves its QP usable (the server's QP allows no remote access
+/// and a fatal NAK would end it), since the run's ping must still be answered after it: a SEND
+/// past the expected PSN (sequence NAK, once), and SENDs a receiver must drop silently (another
+/// P_Key, TVer, DestQP, a wrong ICRC).
+pub fn generate_pingpong(seed: u64, index: u32, size: u32) -> Case {
+    let mut rng = Rng::new(seed ^ 0x9199_0000_0000 ^ u64::from(index) << 20);
+    let send = |psn_off| PacketSpec {
+        payload_len: size,
+        ..PacketSpec::new(Opcode::RC_SEND_ONLY, psn_off)
+    };
+    let step = |packet, expect| Step { packet, expect };
+    let mut case = Case {
+        campaign: Campaign::Psn,
+        seed,
+        index,
+        what: String::new(),
+        rule: "",
+        start_psn: rng.below(1 << 24) as u32,
+        needs_recv: false,
+        counter: None,
+        steps: Vec::new(),
+    };
+    match rng.below(6) {
+        0 => {
+            let k = 1 + rng.below(1000) as u32;
+            case.what = format!("pingpong-psn-ahead-{k}");
+            case.rule =
+                "a request past the expected PSN is NAKed (sequence error) with the expected PSN";
+            case.steps
+                .push(step(send(k), Expect::Nak(NakCode::PsnSeqError, 0)));
+            case.steps.push(step(send(k + 1), Expect::Silence));
+        }
+        1 => {
+            case.campaign = Campaign::Header;
+            case.what = "pingpong-header-pkey".into();
+            case.rule = "a P_Key of another partition is dropped silently";
+            case.steps.push(step(
+                PacketSpec {
+                    pkey: Some(0x1234),
+                    ..send(0)
+                },
+                Expect::Silence,
+            ));
+        }
+        2 => {
+            case.campaign = Campaign::Header;
+            let tver = 1 + rng.below(15) as u8;
+            case.what = format!("pingpong-header-tver-{tver}");
+            case.rule = "a transport header version other than 0 is dropped silently";
+            case.steps
+                .push(step(PacketSpec { tver, ..send(0) }, Expect::Silence));
+        }
+        3 => {
+            case.campaign = Campaign::Header;
+            case.what = "pingpong-header-bad-icrc".into();
+            case.rule = "a packet whose ICRC is wrong is dropped silently";
+            case.steps.push(step(
+                PacketSpec {
+                    bad_icrc: true,
+                    ..send(0)
+                },
+                Expect::Silence,
+            ));
+        }
+        4 => {
+            case.campaign = Campaign::Header;
+            case.what = "pingpong-header-wrong-qpn".into();
+            case.rule = "a packet for a QP that does not exist is dropped silently";
+            case.steps.push(step(
+                PacketSpec {
+                    qpn_xor: 0x100,
+                    ..send(0)
+                },
+                Expect::Silence,
+            ));
+        }
+        _ => {
+            case.what = "pingpong-psn-behind".into();
+            case.rule =
+                "a request before the expected PSN, never seen, is a duplicate: not executed";
+            case.steps.push(step(send(0xFF_FFF0), Expect::Anything));
+        }
+    }
+    case
+}
+
 /// A havoc case: a state, then a valid request of a random kind with random damage.
 fn havoc(case: &mut Case, rng: &mut Rng, off: i64, len: u32) {
     let step = |packet, expect| Step { packet, expect };

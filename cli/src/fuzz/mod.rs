@@ -205,6 +205,80 @@ pub fn run(opts: &Options, mut target_alive: impl FnMut() -> bool) -> std::io::R
     Ok(summary)
 }
 
+/// Cases against an unmodified `ibv_rc_pingpong -g 1 -n 1 -s SIZE` server, one per server run
+/// (`--pingpong`): `opts.max_cases` runs (1 unless set), each waiting for the server to listen
+/// again; `replay` is `(seed, index)` of one.
+pub fn run_pingpong(
+    opts: &Options,
+    server: SocketAddr,
+    size: u32,
+    replay: Option<(u64, u32)>,
+) -> Summary {
+    let mut summary = Summary::default();
+    let indexes: Vec<(u64, u32)> = match replay {
+        Some(r) => vec![r],
+        None => (0..opts.max_cases.unwrap_or(1) as u32)
+            .map(|i| (opts.seed, i))
+            .collect(),
+    };
+    let deadline = Instant::now() + Duration::from_secs_f64(opts.seconds.max(0.0));
+    for (n, (seed, i)) in indexes.into_iter().enumerate() {
+        if n > 0 && Instant::now() >= deadline {
+            break;
+        }
+        let case = case::generate_pingpong(seed, i, size);
+        let pcap = opts
+            .pcap
+            .as_ref()
+            .map(|p| p.with_extension(format!("{i}.pcap")));
+        let verdict = runner::run_pingpong(
+            server,
+            opts.local,
+            &case,
+            size,
+            opts.window,
+            pcap.as_deref(),
+        );
+        let t = summary.campaigns.entry(case.campaign).or_default();
+        t.cases += 1;
+        let id = format!("{seed}:pingpong:{i}");
+        match verdict {
+            Verdict::Conforms => {
+                t.conform += 1;
+                if !opts.quiet {
+                    println!("case {id} {}: conforms", case.what);
+                }
+            }
+            Verdict::Deviates { step, why } => {
+                *t.deviate.entry(case.rule.to_owned()).or_default() += 1;
+                println!(
+                    "case {id} {}: DEVIATES at packet {step}: {why}\n    rule: {}\n    replay: ferroce fuzz --pingpong {server} --replay {id}",
+                    case.what, case.rule
+                );
+            }
+            Verdict::Hang(why) => {
+                t.hangs += 1;
+                println!("case {id} {}: HANG: {why}", case.what);
+            }
+            Verdict::Crash(why) => {
+                t.crashes += 1;
+                println!("case {id} {}: CRASH: {why}", case.what);
+                break;
+            }
+        }
+    }
+    summary
+}
+
+/// Parses `SEED:pingpong:INDEX`.
+pub fn parse_pingpong_id(s: &str) -> Option<(u64, u32)> {
+    let mut it = s.split(':');
+    let seed = it.next()?.parse().ok()?;
+    (it.next()? == "pingpong").then_some(())?;
+    let i = it.next()?.parse().ok()?;
+    it.next().is_none().then_some((seed, i))
+}
+
 /// `ferroce fuzz --self`: an agent process on a ferroce device at `device` (this very binary,
 /// `ferroce fuzz-agent`), and the address of its control port.
 ///
