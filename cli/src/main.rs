@@ -133,6 +133,10 @@ struct FuzzArgs {
     /// Print only deviations, hangs, crashes and the summary.
     #[arg(short, long)]
     quiet: bool,
+    /// The port of the target's rdma_cm listener for the cm campaign (the agent opens it if it
+    /// can, as `ferroce fuzz-agent` does; with rdma_peer run `cm_reject serve IP PORT` beside).
+    #[arg(long, default_value_t = 7471)]
+    cm_port: u16,
 }
 
 #[derive(Args, Debug)]
@@ -251,6 +255,7 @@ fn fuzz(a: FuzzArgs) -> ExitCode {
             pcap: a.pcap.clone(),
             replay: None,
             quiet: a.quiet,
+            cm_port: a.cm_port,
         };
         println!(
             "ferroce fuzz: ibv_rc_pingpong server {at}, from {}, seed {}",
@@ -318,6 +323,7 @@ fn fuzz(a: FuzzArgs) -> ExitCode {
         ),
         replay,
         quiet: a.quiet,
+        cm_port: a.cm_port,
     };
     println!(
         "ferroce fuzz: target {target} (agent {agent}), from {local}, seed {}, campaigns {}",

@@ -322,11 +322,18 @@ fuzz_rxe() {
   cp "$PEER_BIN" "$RUN/g1/rdma_peer"
   local pid rc out="$OUT/fuzz-rxe.txt" pcap="$OUT/fuzz-rxe.pcap" lines0 splat last unknown
   lines0=$(wc -l < "$RUN/g1/console.log")
+  # The cm campaign's rdma_cm listener (rejects every request, reason 28).
+  local cmpid=""
+  if [ -n "$REJECT_BIN" ]; then
+    cp "$REJECT_BIN" "$RUN/g1/cm_reject"
+    cmpid=$(gspawn 1 "timeout $(( ${FUZZ_SECONDS:-90} + 200 )) /host/cm_reject serve $G 7471 fuzz")
+  fi
   pid=$(gspawn 1 "/host/rdma_peer 18800 65536")
   gexec 1 "for i in \$(seq 1 100); do ss -Htln 'sport = :18800' | grep -q . && exit 0; sleep 0.1; done" 30 >/dev/null
   nsexec timeout $(( ${FUZZ_SECONDS:-90} + 120 )) "$FERROCE" fuzz --target $G --agent-port 18800 --campaign "${FUZZ_CAMPAIGN:-all}" \
     --seconds "${FUZZ_SECONDS:-90}" --seed "${FUZZ_SEED:-1}" -q --pcap "$pcap" >"$out" 2>&1; rc=$?
   gwait 1 "$pid" 30 >/dev/null
+  [ -n "$cmpid" ] && { gexec 1 "pkill -x cm_reject; true" 20 >/dev/null; gwait 1 "$cmpid" 30 >/dev/null; }
   sleep 1
   splat=$(tail -n +"$((lines0 + 1))" "$RUN/g1/console.log" | grep -E "BUG:|WARNING:|Oops|Call Trace|general protection|hung_task|soft lockup|rcu_sched detected" | head -n 5)
   last=$(tail -n 1 "$out")

@@ -329,6 +329,29 @@ fn a_connection_goes_up_with_crossed_values_and_closes() {
 }
 
 #[test]
+fn a_mad_cut_short_is_dropped_not_answered() {
+    // Found by `ferroce fuzz --campaign cm`: a REQ cut to 200 bytes was taken as a REQ whose
+    // missing tail read as zeros, and answered.
+    let mut n = Net::new();
+    n.cm[1].listen(SID).unwrap();
+    n.connect(&[]);
+    n.collect();
+    let (_, to, mad) = n.wire.pop_front().expect("the REQ");
+    assert_eq!(to, 1);
+    let now = n.now;
+    for len in [0, 23, 24, 100, 200, 232, 255] {
+        n.cm[1].handle_mad(now, addr(1), &mad[..len]);
+    }
+    assert!(n.take_events(1).is_empty(), "no request from a short MAD");
+    assert_eq!(n.cm[1].counters().dropped, 7);
+    n.cm[1].handle_mad(now, addr(1), &mad);
+    assert!(matches!(
+        n.take_events(1).as_slice(),
+        [CmEvent::ConnectRequest { .. }]
+    ));
+}
+
+#[test]
 fn a_req_nobody_listens_for_is_rejected_at_once() {
     let mut n = Net::new();
     let a = n.connect(&[]);

@@ -7,7 +7,8 @@
 //! → `QP qpn psn rkey addr`; `RECV OFF LEN` → `OK`; `FILL OFF LEN SEED` (byte i =
 //! (i·31 + SEED) & 255) → `OK`; `HASH OFF LEN` → `HASH hex` (FNV-1a 64); `RESET` (a fresh QP)
 //! → `OK qpn`; `COUNTERS` → `CNT duplicate_request out_of_seq_request` (the device's
-//! counters, as rxe's port hw_counters); `QUIT`.
+//! counters, as rxe's port hw_counters); `CMLISTEN PORT` (an rdma_cm listener on the device's
+//! address that rejects every request, reason 28, for the `cm` campaign) → `OK`; `QUIT`.
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{IpAddr, TcpListener};
@@ -39,6 +40,25 @@ fn mtu_of(n: u32) -> Mtu {
         4096 => Mtu::Mtu4096,
         _ => Mtu::Mtu1024,
     }
+}
+
+/// An rdma_cm listener at `addr`:`port` whose thread rejects every connection request.
+fn cm_listen(addr: IpAddr, port: u16) -> ferroce::Result<()> {
+    use ferroce::cm::{CmEventType, CmId, EventChannel, PortSpace};
+    let ch = EventChannel::new()?;
+    let id = CmId::new(&ch, PortSpace::Tcp)?;
+    id.bind_addr(std::net::SocketAddr::new(addr, port))?;
+    id.listen(16)?;
+    std::thread::spawn(move || {
+        let _listener = id;
+        loop {
+            let e = ch.get_event();
+            if e.event == CmEventType::ConnectRequest {
+                let _ = e.id.reject(b"ferroce fuzz-agent");
+            }
+        }
+    });
+    Ok(())
 }
 
 /// Serves one controller on `tcp` (port 0: any; the port is printed as `LISTENING port`),
@@ -128,6 +148,13 @@ pub fn serve(addr: IpAddr, tcp: u16, mem: usize) -> Result<(), Box<dyn std::erro
                 let (e, _) = ctx.counters();
                 format!("CNT {} {}", e.duplicate_request, e.out_of_seq_request)
             }
+            Some("CMLISTEN") => match num(1) {
+                Some(port) => match cm_listen(addr, port as u16) {
+                    Ok(()) => "OK".to_owned(),
+                    Err(e) => format!("ERR cmlisten {e}"),
+                },
+                None => "ERR usage".to_owned(),
+            },
             Some("QUIT") => break,
             _ => "ERR unknown command".to_owned(),
         };

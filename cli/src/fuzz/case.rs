@@ -31,11 +31,13 @@ pub enum Campaign {
     /// multi-packet WRITE, with READ responses in flight, after a sequence NAK, after an
     /// atomic). Any answer must be well formed; the liveness probe after it must pass.
     Havoc,
+    /// CM MADs at the target's connection manager (see [`super::cm`]).
+    Cm,
 }
 
 impl Campaign {
     /// Every campaign, in the order `--campaign all` runs them.
-    pub const ALL: [Campaign; 7] = [
+    pub const ALL: [Campaign; 8] = [
         Campaign::Psn,
         Campaign::Rkey,
         Campaign::Opcode,
@@ -43,6 +45,7 @@ impl Campaign {
         Campaign::Atomic,
         Campaign::Read,
         Campaign::Havoc,
+        Campaign::Cm,
     ];
 
     /// The name used on the command line and in case names.
@@ -55,6 +58,7 @@ impl Campaign {
             Campaign::Atomic => "atomic",
             Campaign::Read => "read",
             Campaign::Havoc => "havoc",
+            Campaign::Cm => "cm",
         }
     }
 
@@ -218,6 +222,8 @@ pub struct Case {
     pub needs_recv: bool,
     /// A counter of the target the case must move by one or more.
     pub counter: Option<Counter>,
+    /// The `cm` campaign's case (its steps are empty).
+    pub cm: Option<super::cm::CmKind>,
     /// The packets in order.
     pub steps: Vec<Step>,
 }
@@ -253,8 +259,16 @@ pub fn generate(campaign: Campaign, seed: u64, index: u32) -> Case {
         start_psn,
         needs_recv: false,
         counter: None,
+        cm: None,
         steps: Vec::new(),
     };
+    if campaign == Campaign::Cm {
+        let (kind, what, rule) = super::cm::generate(seed, index);
+        case.cm = Some(kind);
+        case.what = what;
+        case.rule = rule;
+        return case;
+    }
     let len = 1 + rng.below(u64::from(MTU)) as u32;
     let off = rng.below(REGION_LEN - u64::from(MTU)) as i64;
     let step = |packet, expect| Step { packet, expect };
@@ -591,6 +605,7 @@ pub fn generate(campaign: Campaign, seed: u64, index: u32) -> Case {
             }
         }
         Campaign::Havoc => havoc(&mut case, &mut rng, off, len),
+        Campaign::Cm => {}
     }
     if case
         .steps
@@ -623,6 +638,7 @@ pub fn generate_pingpong(seed: u64, index: u32, size: u32) -> Case {
         start_psn: rng.below(1 << 24) as u32,
         needs_recv: false,
         counter: None,
+        cm: None,
         steps: Vec::new(),
     };
     match rng.below(6) {
@@ -806,7 +822,8 @@ mod tests {
             let mut kinds = std::collections::BTreeSet::new();
             for i in 0..400 {
                 let case = generate(c, 1, i);
-                assert!(!case.steps.is_empty() && !case.rule.is_empty());
+                assert!(!case.rule.is_empty());
+                assert!(case.steps.is_empty() == (c == Campaign::Cm));
                 assert!(case.start_psn < 1 << 24);
                 assert!(case.what.starts_with(c.name()), "{}", case.what);
                 kinds.insert(case.what.split('-').take(3).collect::<Vec<_>>().join("-"));

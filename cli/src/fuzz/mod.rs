@@ -18,6 +18,7 @@
 
 pub mod agent;
 pub mod case;
+pub mod cm;
 pub mod oracle;
 pub mod packet;
 pub mod rng;
@@ -58,6 +59,8 @@ pub struct Options {
     pub replay: Option<(u64, Campaign, u32)>,
     /// Print only deviations and the summary.
     pub quiet: bool,
+    /// The port of the target's rdma_cm listener (the `cm` campaign).
+    pub cm_port: u16,
 }
 
 /// Counts of one campaign.
@@ -142,6 +145,7 @@ pub fn run(opts: &Options, mut target_alive: impl FnMut() -> bool) -> std::io::R
         opts.window,
         opts.pcap.as_deref(),
     )?;
+    runner.cm_port = opts.cm_port;
     let mut summary = Summary::default();
     let deadline = Instant::now() + Duration::from_secs_f64(opts.seconds.max(0.0));
     let cases: Box<dyn Iterator<Item = Case>> = match opts.replay {
@@ -180,10 +184,14 @@ pub fn run(opts: &Options, mut target_alive: impl FnMut() -> bool) -> std::io::R
                     "case {id} {}: DEVIATES at packet {step}: {why}\n    rule: {}\n    replay: ferroce fuzz --replay {id} (with the same target options)",
                     case.what, case.rule
                 );
-                let shrunk = runner.shrink(&case, *step);
-                println!("    shrunk to {} packet(s):", shrunk.len());
-                for s in &shrunk {
-                    println!("      {:?} -> expect {:?}", s.packet, s.expect);
+                if let Some(kind) = &case.cm {
+                    println!("    one MAD: {kind:?}");
+                } else {
+                    let shrunk = runner.shrink(&case, *step);
+                    println!("    shrunk to {} packet(s):", shrunk.len());
+                    for s in &shrunk {
+                        println!("      {:?} -> expect {:?}", s.packet, s.expect);
+                    }
                 }
             }
             Verdict::Hang(why) => {

@@ -7,6 +7,7 @@ use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 use super::case::{Case, Counter, Expect, MTU, PacketSpec, REGION_LEN, Step};
+use super::cm::{self, CmAnswer, CmKind, CmSide};
 use super::oracle::judge;
 use super::packet::{Answer, Conn, PORT, build, parse_answer};
 use super::rng::Rng;
@@ -95,6 +96,10 @@ pub struct Runner {
     started: Instant,
     /// The agent reads the target's counters (until it says it cannot).
     with_counters: bool,
+    /// The port of the target's rdma_cm listener (the `cm` campaign).
+    pub cm_port: u16,
+    /// Whether the listener was asked for (`CMLISTEN`) yet.
+    cm_ready: bool,
 }
 
 /// A connected case: the connection and the fill seed of the region.
@@ -134,6 +139,8 @@ impl Runner {
             pcap,
             started: Instant::now(),
             with_counters: true,
+            cm_port: 7471,
+            cm_ready: false,
         })
     }
 
@@ -340,8 +347,141 @@ impl Runner {
         Ok(false)
     }
 
+    /// Runs a `cm` case, then its liveness probe (a valid REQ is still answered).
+    fn run_cm(&mut self, case: &Case, kind: &CmKind) -> io::Result<Verdict> {
+        if !self.cm_ready {
+            // The agent's own listener if it has one (fuzz-agent); otherwise one already runs
+            // on the target (the lab's `cm_reject serve`).
+            let _ = self.agent.cmd(&format!("CMLISTEN {}", self.cm_port));
+            self.cm_ready = true;
+        }
+        let mut rng = Rng::new(case.seed ^ u64::from(case.index).rotate_left(28));
+        let qpn = 0x100 + rng.below(0xFF_FE00) as u32;
+        let mut side = CmSide::new(
+            case.seed ^ u64::from(case.index) << 8,
+            self.local,
+            self.target,
+        );
+        let port = match kind {
+            CmKind::ClosedPort(d) => self.cm_port.wrapping_add(*d),
+            _ => self.cm_port,
+        };
+        let Some(mad) = side.request(port, qpn) else {
+            return Err(io::Error::other("the CM engine built no REQ"));
+        };
+        let mut bytes = mad.to_vec();
+        match kind {
+            CmKind::Truncated(n) => bytes.truncate(usize::from(*n)),
+            CmKind::BaseVersion(v) => bytes[0] = *v,
+            CmKind::Havoc(pokes) => {
+                for &(at, v) in pokes {
+                    if let Some(b) = bytes.get_mut(usize::from(at)) {
+                        *b = v;
+                    }
+                }
+            }
+            _ => {}
+        }
+        let wire = cm::wrap(&bytes, self.local, self.target);
+        self.send(&wire)?;
+        if *kind == CmKind::Duplicate {
+            self.send(&wire)?;
+        }
+        let silent = matches!(kind, CmKind::Truncated(_) | CmKind::BaseVersion(_));
+        let window = if silent {
+            self.window
+        } else {
+            self.window.max(Duration::from_secs(3))
+        };
+        let answer = self.collect_cm(&mut side, window, !silent)?;
+        let ok = match (kind, &answer) {
+            (CmKind::Valid | CmKind::Duplicate, Some(CmAnswer::Rejected(28) | CmAnswer::Reply)) => {
+                true
+            }
+            (CmKind::ClosedPort(_), Some(CmAnswer::Rejected(8))) => true,
+            (CmKind::Truncated(_) | CmKind::BaseVersion(_), None) => true,
+            (CmKind::Havoc(_), _) => true,
+            _ => false,
+        };
+        if !ok {
+            return Ok(Verdict::Deviates {
+                step: 0,
+                why: format!("the target's CM answered {answer:?}"),
+            });
+        }
+        // Liveness: a valid REQ to the listener is still answered.
+        let mut probe = CmSide::new(
+            case.seed ^ 0x5EED ^ u64::from(case.index),
+            self.local,
+            self.target,
+        );
+        let Some(mad) = probe.request(self.cm_port, qpn ^ 0x40_0000) else {
+            return Err(io::Error::other("the CM engine built no REQ"));
+        };
+        self.send(&cm::wrap(&mad, self.local, self.target))?;
+        match self.collect_cm(&mut probe, self.window.max(Duration::from_secs(3)), true)? {
+            Some(CmAnswer::Rejected(28) | CmAnswer::Reply) => Ok(Verdict::Conforms),
+            other => Ok(Verdict::Hang(format!(
+                "after {}, a valid REQ got {other:?}",
+                case.what
+            ))),
+        }
+    }
+
+    /// What the target's CM says of `side`'s connection within `window` (the first answer if
+    /// `early`); a REP is rejected at once.
+    fn collect_cm(
+        &mut self,
+        side: &mut CmSide,
+        window: Duration,
+        early: bool,
+    ) -> io::Result<Option<CmAnswer>> {
+        let deadline = Instant::now() + window;
+        let mut buf = [0u8; 9000];
+        let mut answer = None;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() || (early && answer.is_some()) {
+                return Ok(answer);
+            }
+            self.socket.set_read_timeout(Some(left))?;
+            match self.socket.recv_from(&mut buf) {
+                Ok((n, from)) => {
+                    let bytes = buf[..n].to_vec();
+                    self.record(from, SocketAddr::from((self.local, PORT)), &bytes);
+                    if from.ip() != self.target {
+                        continue;
+                    }
+                    let Some(mad) = cm::unwrap(&bytes) else {
+                        continue;
+                    };
+                    let (a, out) = side.receive(&mad);
+                    for m in out {
+                        self.send(&cm::wrap(&m, self.local, self.target))?;
+                    }
+                    if a.is_some() && answer.is_none() {
+                        answer = a;
+                    }
+                }
+                Err(e)
+                    if e.kind() == io::ErrorKind::WouldBlock
+                        || e.kind() == io::ErrorKind::TimedOut =>
+                {
+                    return Ok(answer);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
     /// Runs a case, then the liveness probe.
     pub fn run(&mut self, case: &Case) -> Verdict {
+        if let Some(kind) = &case.cm {
+            return match self.run_cm(case, kind) {
+                Ok(v) => v,
+                Err(e) => Verdict::Crash(e.to_string()),
+            };
+        }
         let v = match self.run_steps(case, &case.steps) {
             Ok(v) => v,
             Err(e) => return Verdict::Crash(e.to_string()),

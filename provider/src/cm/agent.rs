@@ -190,8 +190,11 @@ impl Agent {
                         .map(|g| g.src);
                     match src {
                         Ok(src) => {
+                            // What arrived (a UD receive's byte_len counts the GRH): the
+                            // engine drops a MAD that is not 256 bytes.
+                            let end = (wc.byte_len as usize).clamp(GRH_LEN, SLOT);
                             let now = self.now();
-                            self.engine.lock().handle_mad(now, src, &buf[GRH_LEN..]);
+                            self.engine.lock().handle_mad(now, src, &buf[GRH_LEN..end]);
                         }
                         Err(e) => log::debug!("rdma_cm: a MAD with an unreadable GRH: {e}"),
                     }

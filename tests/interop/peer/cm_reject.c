@@ -5,6 +5,8 @@
  *
  *   cm_reject server ADDR PORT DATA   listen; reject the first request with DATA as the REJ's
  *                                     private data; exit 0
+ *   cm_reject serve ADDR PORT [DATA]  listen; reject every request with DATA, until killed
+ *                                     (the rdma_cm listener of `ferroce fuzz`'s cm campaign)
  *   cm_reject client ADDR PORT        connect; print "REJECTED status S len L data D" (D: the
  *                                     private data up to its first NUL); exit 0 if rejected
  */
@@ -43,6 +45,21 @@ int main(int argc, char **argv) {
 	if (!ch || rdma_create_id(ch, &id, NULL, RDMA_PS_TCP)) {
 		perror("rdma_create_id");
 		return 1;
+	}
+	if (!strcmp(argv[1], "serve")) {
+		const char *data = argc > 4 ? argv[4] : "no";
+		if (rdma_bind_addr(id, ai->ai_addr) || rdma_listen(id, 16)) {
+			perror("listen");
+			return 1;
+		}
+		printf("LISTENING\n");
+		fflush(stdout);
+		for (;;) {
+			struct rdma_cm_event *e = next(ch, (enum rdma_cm_event_type)-1);
+			if (e->event == RDMA_CM_EVENT_CONNECT_REQUEST)
+				rdma_reject(e->id, data, (uint8_t)(strlen(data) + 1));
+			rdma_ack_cm_event(e);
+		}
 	}
 	if (!strcmp(argv[1], "server")) {
 		const char *data = argc > 4 ? argv[4] : "no";

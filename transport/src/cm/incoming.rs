@@ -17,6 +17,17 @@ impl CmEngine {
     /// engine expects is counted and dropped, with the reason at debug level).
     pub fn handle_mad(&mut self, now: Instant, src: IpAddr, mad: &[u8]) {
         self.counters.received += 1;
+        // Every MAD is 256 bytes (IBTA 13.4.2): a shorter one lost its tail, whose fields
+        // (private data, paths) would otherwise be taken as zeros.
+        if mad.len() != ferroce_wire::mad::MAD_LEN {
+            self.counters.dropped += 1;
+            log::debug!(
+                "CM: a MAD of {} bytes from {src} dropped: MADs are {} bytes",
+                mad.len(),
+                ferroce_wire::mad::MAD_LEN
+            );
+            return;
+        }
         let (hdr, msg) = match Message::parse(mad) {
             Ok(m) => m,
             Err(e) => {

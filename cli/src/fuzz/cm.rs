@@ -1,0 +1,263 @@
+//! The `cm` campaign: CM MADs at the target's connection manager (QP1), through ferroce's own
+//! sans-IO CM engine. A listener on the target rejects every request (the lab's `cm_reject
+//! serve`, or `ferroce fuzz-agent`'s `CMLISTEN`), so a valid REQ must be answered with REJ 28
+//! (or a REP, from a listener that accepts: then we reject it). Each case builds a REQ as
+//! rdma_cm would (the rdma_cm header in its private data), then sends it as is, to a port
+//! nobody listens on, cut short, with a MAD base version the CM cannot know, twice, or with
+//! random bytes overwritten; the REQ of a later probe must still be answered.
+
+use std::net::{IpAddr, Ipv4Addr};
+
+use ferroce::transport::Mtu;
+use ferroce::transport::cm::{CmConfig, CmEngine, CmEvent, ConnParam, ConnectReq, Path};
+use ferroce::transport::time::Instant;
+use ferroce_wire::cm::cma_hdr;
+use ferroce_wire::{BthRepr, DethRepr, ExtHeaders, IcrcContext, Opcode, PacketRepr, Psn};
+
+use super::rng::Rng;
+
+/// rdma_cm's TCP port space (`RDMA_PS_TCP`): ServiceID = 0x0106 << 16 | port.
+pub const fn service_id(port: u16) -> u64 {
+    0x0106 << 16 | port as u64
+}
+
+/// What a CM case does to its REQ.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CmKind {
+    /// The REQ as built, to the listening port.
+    Valid,
+    /// To a port nobody listens on (`port` = the listener's + this).
+    ClosedPort(u16),
+    /// The MAD cut to this many bytes.
+    Truncated(u16),
+    /// MAD base version set to this (only 1 exists).
+    BaseVersion(u8),
+    /// The same REQ twice.
+    Duplicate,
+    /// (offset, value) written over the MAD.
+    Havoc(Vec<(u16, u8)>),
+}
+
+/// The case of `index` for `seed`: a kind and its name and rule.
+pub fn generate(seed: u64, index: u32) -> (CmKind, String, &'static str) {
+    let mut rng = Rng::new(seed ^ 0xC0_0000_0000 ^ u64::from(index) << 24);
+    match rng.below(7) {
+        0 => (
+            CmKind::Valid,
+            "cm-req".into(),
+            "a REQ for a listened port is answered (REP, or REJ with the application's reason 28)",
+        ),
+        1 => {
+            let d = 1 + rng.below(1000) as u16;
+            (
+                CmKind::ClosedPort(d),
+                format!("cm-req-closed-port-plus-{d}"),
+                "a REQ for a port nobody listens on is rejected at once with reason 8 (invalid service ID)",
+            )
+        }
+        2 => {
+            let n = rng.below(256) as u16;
+            (
+                CmKind::Truncated(n),
+                format!("cm-req-truncated-{n}"),
+                "a MAD shorter than 256 bytes is dropped silently",
+            )
+        }
+        3 => {
+            let v = [0u8, 2, 3, 0x7F, 0xFF][rng.below(5) as usize];
+            (
+                CmKind::BaseVersion(v),
+                format!("cm-mad-base-version-{v}"),
+                "a MAD of an unknown base version is dropped silently",
+            )
+        }
+        4 => (
+            CmKind::Duplicate,
+            "cm-req-duplicate".into(),
+            "a duplicate REQ does not make a second connection",
+        ),
+        _ => {
+            let n = 1 + rng.below(6);
+            // The CM message (after the 24-byte MAD header) mostly, the header now and then.
+            let pokes: Vec<(u16, u8)> = (0..n)
+                .map(|_| {
+                    let at = if rng.below(6) == 0 {
+                        rng.below(24)
+                    } else {
+                        24 + rng.below(232)
+                    };
+                    (at as u16, rng.below(256) as u8)
+                })
+                .collect();
+            let what: Vec<String> = pokes.iter().map(|(a, v)| format!("{a}={v:02x}")).collect();
+            (
+                CmKind::Havoc(pokes),
+                format!("cm-req-havoc-[{}]", what.join(",")),
+                "any REQ, however damaged, gets a well-formed answer or none, and the CM keeps serving",
+            )
+        }
+    }
+}
+
+/// What came back for our connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CmAnswer {
+    /// A REJ with this reason.
+    Rejected(u16),
+    /// A REP.
+    Reply,
+}
+
+/// One side of a CM exchange: our engine and its REQ, the MADs to put on the wire.
+pub struct CmSide {
+    engine: CmEngine,
+    local: Ipv4Addr,
+    target: Ipv4Addr,
+    now: Instant,
+    /// Our connection's ID, once the REQ is built.
+    pub id: Option<u32>,
+}
+
+impl CmSide {
+    /// An engine seeded from the case.
+    pub fn new(seed: u64, local: Ipv4Addr, target: Ipv4Addr) -> CmSide {
+        CmSide {
+            engine: CmEngine::new(CmConfig {
+                ca_guid: 0x0200_5eff_fe00_0000 | seed & 0xFFFF,
+                comm_id_prefix: 0xF2,
+                local_ca_ack_delay: 15,
+                seed,
+            }),
+            local,
+            target,
+            now: Instant::from_nanos(1),
+            id: None,
+        }
+    }
+
+    /// The REQ to `port` (a made-up QP and rdma_cm port), as a 256-byte MAD.
+    pub fn request(&mut self, port: u16, qpn: u32) -> Option<[u8; 256]> {
+        let mut data = vec![0u8; cma_hdr::HEADER_LEN];
+        cma_hdr::Repr::new(
+            IpAddr::V4(self.local),
+            40000 + (qpn & 0x3FFF) as u16,
+            IpAddr::V4(self.target),
+        )
+        .emit(&mut cma_hdr::Packet::new_unchecked(&mut data[..]));
+        let req = ConnectReq {
+            service_id: service_id(port),
+            path: Path {
+                local: IpAddr::V4(self.local),
+                remote: IpAddr::V4(self.target),
+                mtu: Mtu::Mtu1024,
+                hop_limit: 64,
+                traffic_class: 0,
+                flow_label: 0,
+            },
+            qpn,
+            transport_service_type: 0,
+            param: ConnParam {
+                private_data: data,
+                responder_resources: 1,
+                initiator_depth: 1,
+                flow_control: 0,
+                retry_count: 7,
+                rnr_retry_count: 7,
+                srq: false,
+                qp_num: qpn,
+            },
+            ack_timeout: 19,
+        };
+        self.id = self.engine.connect(self.now, req).ok();
+        self.engine.poll_transmit().map(|o| o.mad)
+    }
+
+    /// Feeds a MAD from the target; returns what it says of our connection, and the MADs to
+    /// answer with (a REJ of a REP: we never go on).
+    pub fn receive(&mut self, mad: &[u8]) -> (Option<CmAnswer>, Vec<[u8; 256]>) {
+        self.engine
+            .handle_mad(self.now, IpAddr::V4(self.target), mad);
+        let mut answer = None;
+        let mut out = Vec::new();
+        while let Some(e) = self.engine.poll_event() {
+            match e {
+                CmEvent::Rejected { id, reason, .. } if Some(id) == self.id => {
+                    answer = Some(CmAnswer::Rejected(reason));
+                }
+                CmEvent::ConnectResponse { id, .. } if Some(id) == self.id => {
+                    answer = Some(CmAnswer::Reply);
+                    let _ = self.engine.reject(id, b"ferroce fuzz");
+                }
+                _ => {}
+            }
+        }
+        while let Some(o) = self.engine.poll_transmit() {
+            out.push(o.mad);
+        }
+        (answer, out)
+    }
+}
+
+/// A MAD as the UD SEND to QP1 that carries it (DETH: the GSI Q_Key, source QP 1), with its
+/// ICRC for IPv4 ID 0.
+pub fn wrap(mad: &[u8], local: Ipv4Addr, target: Ipv4Addr) -> Vec<u8> {
+    let repr = PacketRepr {
+        bth: BthRepr::new(Opcode::UD_SEND_ONLY, 1, Psn::new(0)),
+        ext: ExtHeaders {
+            deth: Some(DethRepr {
+                qkey: ferroce_wire::GSI_QKEY,
+                src_qp: 1,
+            }),
+            ..Default::default()
+        },
+        payload: mad,
+    }
+    .with_pad();
+    let mut buf = vec![0u8; repr.buffer_len()];
+    repr.emit(&mut buf);
+    IcrcContext::v4(local, target, 0, super::packet::PORT, super::packet::PORT).fill(&mut buf);
+    buf
+}
+
+/// The MAD of a datagram for our QP1, if it is one.
+pub fn unwrap(datagram: &[u8]) -> Option<Vec<u8>> {
+    let p = PacketRepr::parse(datagram).ok()?;
+    (p.bth.opcode == Opcode::UD_SEND_ONLY && p.bth.dest_qp == 1).then(|| p.payload.to_vec())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_request_is_a_req_mad_for_the_port_and_wraps_for_qp1() {
+        let (l, t) = (Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 2));
+        let mut side = CmSide::new(3, l, t);
+        let mad = side.request(7471, 0x1234).unwrap();
+        // MAD header: base version 1, class 7 (CM), version 2, method Send, attribute REQ 0x10.
+        assert_eq!(&mad[..4], &[1, 7, 2, 3]);
+        assert_eq!(u16::from_be_bytes([mad[16], mad[17]]), 0x0010);
+        // The REQ's ServiceID (bytes 8..16 of the message).
+        let sid = u64::from_be_bytes(mad[24 + 8..24 + 16].try_into().unwrap());
+        assert_eq!(sid, service_id(7471));
+        let wire = wrap(&mad, l, t);
+        assert!(IcrcContext::v4(l, t, 0, 4791, 4791).verify(&wire));
+        assert_eq!(unwrap(&wire).as_deref(), Some(&mad[..]));
+    }
+
+    #[test]
+    fn the_kinds_all_come_up_and_are_a_function_of_the_seed() {
+        let kinds: std::collections::BTreeSet<String> = (0..200)
+            .map(|i| {
+                generate(1, i)
+                    .1
+                    .split('-')
+                    .take(3)
+                    .collect::<Vec<_>>()
+                    .join("-")
+            })
+            .collect();
+        assert!(kinds.len() >= 6, "{kinds:?}");
+        assert_eq!(generate(5, 9), generate(5, 9));
+    }
+}
