@@ -394,15 +394,15 @@ impl Runner {
             self.window.max(Duration::from_secs(3))
         };
         let answer = self.collect_cm(&mut side, window, !silent)?;
-        let ok = match (kind, &answer) {
-            (CmKind::Valid | CmKind::Duplicate, Some(CmAnswer::Rejected(28) | CmAnswer::Reply)) => {
-                true
-            }
-            (CmKind::ClosedPort(_), Some(CmAnswer::Rejected(8))) => true,
-            (CmKind::Truncated(_) | CmKind::BaseVersion(_), None) => true,
-            (CmKind::Havoc(_), _) => true,
-            _ => false,
-        };
+        let ok = matches!(
+            (kind, &answer),
+            (
+                CmKind::Valid | CmKind::Duplicate,
+                Some(CmAnswer::Rejected(28) | CmAnswer::Reply)
+            ) | (CmKind::ClosedPort(_), Some(CmAnswer::Rejected(8)))
+                | (CmKind::Truncated(_) | CmKind::BaseVersion(_), None)
+                | (CmKind::Havoc(_), _)
+        );
         if !ok {
             return Ok(Verdict::Deviates {
                 step: 0,
