@@ -4,7 +4,9 @@
 //! one region; every command answers one line.
 //!
 //! `CONNECT MTU IP QPN PSN RNR [RETRY TIMEOUT]` (RTR+RTS towards IP/QPN, `rq_psn` PSN)
-//! → `QP qpn psn rkey addr`; `RECV OFF LEN` → `OK`; `FILL OFF LEN SEED` (byte i =
+//! → `QP qpn psn rkey addr`; `POST write|read|send OFF LEN RADDR RKEY ...` (a signaled work
+//! request from the region at OFF) → `OK`; `WC` (≤ 120 s) → `WC wr_id status opcode byte_len
+//! 0 0 0` or `NONE`; `RECV OFF LEN` → `OK`; `FILL OFF LEN SEED` (byte i =
 //! (i·31 + SEED) & 255) → `OK`; `HASH OFF LEN` → `HASH hex` (FNV-1a 64); `RESET` (a fresh QP)
 //! → `OK qpn`; `COUNTERS` → `CNT duplicate_request out_of_seq_request` (the device's
 //! counters, as rxe's port hw_counters); `CMLISTEN PORT` (an rdma_cm listener on the device's
@@ -13,7 +15,7 @@
 use std::io::{BufRead, BufReader, Write};
 use std::net::{IpAddr, TcpListener};
 
-use ferroce::transport::{Mtu, QpType, RecvWr};
+use ferroce::transport::{Mtu, QpType, RecvWr, SendFlags, SendWr, WrOpcode};
 use ferroce::{AccessFlags, CompletionQueue, Device, MemoryRegion, ProtectionDomain, QueuePair};
 
 /// The PSN this agent's QPs send with (rdma_peer's is clock-derived; any value will do).
@@ -96,7 +98,28 @@ pub fn serve(addr: IpAddr, tcp: u16, mem: usize) -> Result<(), Box<dyn std::erro
                 num(4),
             ) {
                 (Some(m), Some(ip), Some(qpn), Some(psn)) => {
-                    match qp.connect_to(ip, qpn as u32, mtu_of(m as u32), MY_PSN, psn as u32) {
+                    let up = ferroce::transport::BringUp {
+                        peer: ip,
+                        dest_qp_num: qpn as u32,
+                        path_mtu: mtu_of(m as u32),
+                        sq_psn: MY_PSN,
+                        rq_psn: psn as u32,
+                        qp_access_flags: ferroce::transport::AccessFlags(1 | 2 | 4 | 8),
+                        qkey: 0x1111_1111,
+                        // rdma_peer's: RNR, then retry_cnt 7 and timeout 18 unless given.
+                        timeout: num(7).unwrap_or(18) as u8,
+                        retry_cnt: num(6).unwrap_or(7) as u8,
+                        rnr_retry: num(5).unwrap_or(7) as u8,
+                        min_rnr_timer: 12,
+                        max_rd_atomic: 16,
+                        max_dest_rd_atomic: 16,
+                    };
+                    let service = ferroce::transport::Service::of(QpType::Rc, qp.qp_num());
+                    let r = up
+                        .steps(service)
+                        .iter()
+                        .try_for_each(|(attr, mask)| qp.modify(attr, *mask));
+                    match r {
                         Ok(()) => {
                             let r = mr.remote();
                             format!("QP {} {MY_PSN} {} {}", qp.qp_num(), r.rkey, r.addr)
@@ -144,6 +167,39 @@ pub fn serve(addr: IpAddr, tcp: u16, mem: usize) -> Result<(), Box<dyn std::erro
                 while cq.poll_one().is_some() {}
                 format!("OK {}", qp.qp_num())
             }
+            Some("POST") => match (w.get(1).copied(), num(2), num(3), num(4), num(5)) {
+                (Some(op), Some(off), Some(n), Some(raddr), Some(rkey)) => {
+                    let opcode = match op {
+                        "write" => Some(WrOpcode::RdmaWrite),
+                        "read" => Some(WrOpcode::RdmaRead),
+                        "send" => Some(WrOpcode::Send),
+                        _ => None,
+                    };
+                    match opcode {
+                        Some(opcode) => {
+                            next_id += 1;
+                            let mut wr = SendWr::new(next_id, opcode);
+                            wr.send_flags = SendFlags::SIGNALED;
+                            wr.sg_list = vec![mr.sge(off as usize, n as u32)].into();
+                            wr.remote.remote_addr = raddr;
+                            wr.remote.rkey = rkey as u32;
+                            match qp.post_send(&wr) {
+                                Ok(()) => "OK".to_owned(),
+                                Err(e) => format!("ERR post {e}"),
+                            }
+                        }
+                        None => "ERR post: write, read or send".to_owned(),
+                    }
+                }
+                _ => "ERR usage".to_owned(),
+            },
+            Some("WC") => match cq.wait(std::time::Duration::from_secs(120)) {
+                Some(wc) => format!(
+                    "WC {} {} {} {} 0 0 0",
+                    wc.wr_id, wc.status as i32, wc.opcode as i32, wc.byte_len
+                ),
+                None => "NONE".to_owned(),
+            },
             Some("COUNTERS") => {
                 let (e, _) = ctx.counters();
                 format!("CNT {} {}", e.duplicate_request, e.out_of_seq_request)

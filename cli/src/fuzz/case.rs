@@ -33,11 +33,14 @@ pub enum Campaign {
     Havoc,
     /// CM MADs at the target's connection manager (see [`super::cm`]).
     Cm,
+    /// The target as requester: its WRITE answered rightly or wrongly (see
+    /// [`super::requester`]).
+    Requester,
 }
 
 impl Campaign {
     /// Every campaign, in the order `--campaign all` runs them.
-    pub const ALL: [Campaign; 8] = [
+    pub const ALL: [Campaign; 9] = [
         Campaign::Psn,
         Campaign::Rkey,
         Campaign::Opcode,
@@ -46,6 +49,7 @@ impl Campaign {
         Campaign::Read,
         Campaign::Havoc,
         Campaign::Cm,
+        Campaign::Requester,
     ];
 
     /// The name used on the command line and in case names.
@@ -59,6 +63,7 @@ impl Campaign {
             Campaign::Read => "read",
             Campaign::Havoc => "havoc",
             Campaign::Cm => "cm",
+            Campaign::Requester => "requester",
         }
     }
 
@@ -224,6 +229,8 @@ pub struct Case {
     pub counter: Option<Counter>,
     /// The `cm` campaign's case (its steps are empty).
     pub cm: Option<super::cm::CmKind>,
+    /// The `requester` campaign's case: how we answer and the WRITE's length (no steps).
+    pub req: Option<(super::requester::ReqKind, u32)>,
     /// The packets in order.
     pub steps: Vec<Step>,
 }
@@ -260,8 +267,16 @@ pub fn generate(campaign: Campaign, seed: u64, index: u32) -> Case {
         needs_recv: false,
         counter: None,
         cm: None,
+        req: None,
         steps: Vec::new(),
     };
+    if campaign == Campaign::Requester {
+        let (kind, len, what, rule) = super::requester::generate(seed, index);
+        case.req = Some((kind, len));
+        case.what = what;
+        case.rule = rule;
+        return case;
+    }
     if campaign == Campaign::Cm {
         let (kind, what, rule) = super::cm::generate(seed, index);
         case.cm = Some(kind);
@@ -605,7 +620,7 @@ pub fn generate(campaign: Campaign, seed: u64, index: u32) -> Case {
             }
         }
         Campaign::Havoc => havoc(&mut case, &mut rng, off, len),
-        Campaign::Cm => {}
+        Campaign::Cm | Campaign::Requester => {}
     }
     if case
         .steps
@@ -639,6 +654,7 @@ pub fn generate_pingpong(seed: u64, index: u32, size: u32) -> Case {
         needs_recv: false,
         counter: None,
         cm: None,
+        req: None,
         steps: Vec::new(),
     };
     match rng.below(6) {
@@ -823,7 +839,7 @@ mod tests {
             for i in 0..400 {
                 let case = generate(c, 1, i);
                 assert!(!case.rule.is_empty());
-                assert!(case.steps.is_empty() == (c == Campaign::Cm));
+                assert!(case.steps.is_empty() == matches!(c, Campaign::Cm | Campaign::Requester));
                 assert!(case.start_psn < 1 << 24);
                 assert!(case.what.starts_with(c.name()), "{}", case.what);
                 kinds.insert(case.what.split('-').take(3).collect::<Vec<_>>().join("-"));

@@ -21,6 +21,7 @@ pub mod case;
 pub mod cm;
 pub mod oracle;
 pub mod packet;
+pub mod requester;
 pub mod rng;
 pub mod runner;
 
@@ -186,6 +187,8 @@ pub fn run(opts: &Options, mut target_alive: impl FnMut() -> bool) -> std::io::R
                 );
                 if let Some(kind) = &case.cm {
                     println!("    one MAD: {kind:?}");
+                } else if let Some(req) = &case.req {
+                    println!("    one WRITE, answered {req:?}");
                 } else {
                     let shrunk = runner.shrink(&case, *step);
                     println!("    shrunk to {} packet(s):", shrunk.len());

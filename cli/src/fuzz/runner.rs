@@ -10,6 +10,7 @@ use super::case::{Case, Counter, Expect, MTU, PacketSpec, REGION_LEN, Step};
 use super::cm::{self, CmAnswer, CmKind, CmSide};
 use super::oracle::judge;
 use super::packet::{Answer, Conn, PORT, build, parse_answer};
+use super::requester::ReqKind;
 use super::rng::Rng;
 
 /// What one case came to.
@@ -474,8 +475,157 @@ impl Runner {
         }
     }
 
+    /// Runs a `requester` case: the agent's WRITE to us, answered as the case says; then the
+    /// completion it reports.
+    fn run_requester(&mut self, case: &Case, kind: ReqKind, len: u32) -> io::Result<Verdict> {
+        let mut rng = Rng::new(case.seed ^ u64::from(case.index).rotate_left(36));
+        let qpn = 0x100 + rng.below(0xFF_FE00) as u32;
+        self.agent.cmd("RESET")?;
+        let (retry, rnr) = match kind {
+            ReqKind::Silence(n) => (n, 7),
+            ReqKind::RnrExhaust(n) => (7, n),
+            _ => (7, 7),
+        };
+        // timeout 12: 16.8 ms per try.
+        let reply = self.agent.cmd(&format!(
+            "CONNECT {MTU} {} {qpn} {} {rnr} {retry} 12",
+            self.local,
+            rng.below(1 << 24)
+        ))?;
+        let f: Vec<u64> = reply
+            .split_whitespace()
+            .skip(1)
+            .filter_map(|s| s.parse().ok())
+            .collect();
+        let [target_qpn, target_psn, ..] = f[..] else {
+            return Err(io::Error::other(format!(
+                "agent: bad CONNECT reply {reply:?}"
+            )));
+        };
+        let conn = Conn {
+            local: self.local,
+            target: self.target,
+            local_qpn: qpn,
+            target_qpn: target_qpn as u32,
+            start_psn: target_psn as u32,
+            rkey: 0,
+            addr: 0,
+        };
+        self.agent
+            .cmd(&format!("POST write 0 {len} 4096 4660 0 0 0"))?;
+        let npkts = len.div_ceil(MTU).max(1);
+        let last = npkts - 1;
+        let mut tries = 0u32;
+        let deadline = Instant::now() + Duration::from_secs(4).max(self.window * 4);
+        let mut acked_once = false;
+        while Instant::now() < deadline {
+            let got = self.collect_until(&conn, Duration::from_millis(50), |a| !a.is_empty())?;
+            let mut done = false;
+            for a in got {
+                // Requests only (our own answers never come back); the first packet counts tries.
+                if !a.opcode.is_request() {
+                    continue;
+                }
+                if a.psn_off == 0 {
+                    tries += 1;
+                }
+                let first = a.psn_off == 0;
+                let is_last = a.psn_off == last;
+                let reply = match kind {
+                    ReqKind::Ack if is_last => {
+                        Some(ack_for(&conn, last, ferroce_wire::Syndrome::ACK_UNLIMITED))
+                    }
+                    ReqKind::NakAccess if first => Some(ack_for(
+                        &conn,
+                        0,
+                        ferroce_wire::Syndrome::nak(ferroce_wire::NakCode::RemoteAccessError),
+                    )),
+                    ReqKind::NakInvalid if first => Some(ack_for(
+                        &conn,
+                        0,
+                        ferroce_wire::Syndrome::nak(ferroce_wire::NakCode::InvalidRequest),
+                    )),
+                    ReqKind::RnrExhaust(_) if first => {
+                        Some(ack_for(&conn, 0, ferroce_wire::Syndrome::rnr_nak(1)))
+                    }
+                    ReqKind::GhostAck(d) if is_last => {
+                        self.send(&ack_for(
+                            &conn,
+                            last + d,
+                            ferroce_wire::Syndrome::ACK_UNLIMITED,
+                        ))?;
+                        Some(ack_for(&conn, last, ferroce_wire::Syndrome::ACK_UNLIMITED))
+                    }
+                    ReqKind::SeqNak if is_last && !acked_once => {
+                        acked_once = true;
+                        Some(ack_for(
+                            &conn,
+                            0,
+                            ferroce_wire::Syndrome::nak(ferroce_wire::NakCode::PsnSeqError),
+                        ))
+                    }
+                    ReqKind::SeqNak if is_last => {
+                        Some(ack_for(&conn, last, ferroce_wire::Syndrome::ACK_UNLIMITED))
+                    }
+                    _ => None,
+                };
+                if let Some(r) = reply {
+                    self.send(&r)?;
+                    done = !matches!(kind, ReqKind::RnrExhaust(_) | ReqKind::SeqNak)
+                        || (matches!(kind, ReqKind::SeqNak) && tries >= 2 && is_last);
+                }
+            }
+            if done {
+                break;
+            }
+            if let ReqKind::RnrExhaust(n) | ReqKind::Silence(n) = kind {
+                // The last try's answer (or silence) given: its timer ends the WR.
+                if tries > u32::from(n) {
+                    let _ = self.collect(&conn, Duration::from_millis(300))?;
+                    break;
+                }
+            }
+        }
+        let wc = self.agent.cmd("WC")?;
+        let status: Option<i32> = wc.split_whitespace().nth(2).and_then(|s| s.parse().ok());
+        // Whatever the target still sends is not the next case's.
+        let _ = self.collect(&conn, Duration::from_millis(20));
+        if status != Some(kind.status()) {
+            return Ok(Verdict::Deviates {
+                step: 0,
+                why: format!(
+                    "the WR completed {wc:?}, expected status {} ({tries} tries)",
+                    kind.status()
+                ),
+            });
+        }
+        if let Some(t) = kind.tries() {
+            if tries != t {
+                return Ok(Verdict::Deviates {
+                    step: 0,
+                    why: format!("the message was sent {tries} times, expected {t}"),
+                });
+            }
+        }
+        Ok(Verdict::Conforms)
+    }
+
     /// Runs a case, then the liveness probe.
     pub fn run(&mut self, case: &Case) -> Verdict {
+        if let Some((kind, len)) = case.req {
+            let v = match self.run_requester(case, kind, len) {
+                Ok(v) => v,
+                Err(e) => return Verdict::Crash(e.to_string()),
+            };
+            return match self.probe(case.seed ^ u64::from(case.index)) {
+                Ok(true) => v,
+                Ok(false) => Verdict::Hang(format!(
+                    "after {}, a fresh connection's WRITE got no ACK",
+                    case.what
+                )),
+                Err(e) => Verdict::Crash(e.to_string()),
+            };
+        }
         if let Some(kind) = &case.cm {
             return match self.run_cm(case, kind) {
                 Ok(v) => v,
@@ -651,4 +801,27 @@ fn pingpong(
     r.send(&b)?;
     r.flush();
     Ok(Verdict::Conforms)
+}
+
+/// An ACK or NAK (`syndrome`) from us for `conn`'s PSN offset `psn_off`, MSN 1.
+fn ack_for(conn: &Conn, psn_off: u32, syndrome: ferroce_wire::Syndrome) -> Vec<u8> {
+    let repr = ferroce_wire::PacketRepr {
+        bth: ferroce_wire::BthRepr::new(
+            ferroce_wire::Opcode::RC_ACKNOWLEDGE,
+            conn.target_qpn,
+            ferroce_wire::Psn::new(conn.start_psn.wrapping_add(psn_off) & 0xFF_FFFF),
+        ),
+        ext: ferroce_wire::ExtHeaders {
+            aeth: Some(ferroce_wire::AethRepr {
+                syndrome: syndrome.0,
+                msn: 1,
+            }),
+            ..Default::default()
+        },
+        payload: &[],
+    };
+    let mut b = vec![0u8; repr.buffer_len()];
+    repr.emit(&mut b);
+    ferroce_wire::IcrcContext::v4(conn.local, conn.target, 0, PORT, PORT).fill(&mut b);
+    b
 }
