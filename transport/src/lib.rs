@@ -15,6 +15,7 @@ pub mod endpoint;
 pub mod memory;
 pub mod modify;
 pub mod qp;
+pub mod rng;
 #[cfg(any(test, fuzzing, feature = "sim"))]
 pub mod sim;
 pub mod smallvec;

@@ -5,7 +5,7 @@
 
 use ferroce_wire::{NakCode, Opcode};
 
-use super::rng::Rng;
+use ferroce_transport::rng::Rng;
 
 /// A family of cases, one state machine area each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -14,7 +14,7 @@ use ferroce::transport::time::Instant;
 use ferroce_wire::cm::cma_hdr;
 use ferroce_wire::{BthRepr, DethRepr, ExtHeaders, IcrcContext, Opcode, PacketRepr, Psn};
 
-use super::rng::Rng;
+use ferroce_transport::rng::Rng;
 
 /// rdma_cm's TCP port space (`RDMA_PS_TCP`): ServiceID = 0x0106 << 16 | port.
 pub const fn service_id(port: u16) -> u64 {

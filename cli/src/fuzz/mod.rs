@@ -22,7 +22,6 @@ pub mod cm;
 pub mod oracle;
 pub mod packet;
 pub mod requester;
-pub mod rng;
 pub mod runner;
 
 use std::collections::BTreeMap;
@@ -106,6 +105,35 @@ impl Summary {
         })
     }
 
+    /// Counts a case's verdict and prints its line (conforming ones unless `quiet`).
+    fn record(&mut self, case: &Case, id: &str, verdict: &Verdict, quiet: bool, replay: &str) {
+        let t = self.campaigns.entry(case.campaign).or_default();
+        t.cases += 1;
+        match verdict {
+            Verdict::Conforms => {
+                t.conform += 1;
+                if !quiet {
+                    println!("case {id} {}: conforms", case.what);
+                }
+            }
+            Verdict::Deviates { step, why } => {
+                *t.deviate.entry(case.rule.to_owned()).or_default() += 1;
+                println!(
+                    "case {id} {}: DEVIATES at packet {step}: {why}\n    rule: {}\n    replay: {replay}",
+                    case.what, case.rule
+                );
+            }
+            Verdict::Hang(why) => {
+                t.hangs += 1;
+                println!("case {id} {}: HANG: {why}", case.what);
+            }
+            Verdict::Crash(why) => {
+                t.crashes += 1;
+                println!("case {id} {}: CRASH: {why}", case.what);
+            }
+        }
+    }
+
     /// The table, ending with `N cases, N conform, N deviate, N hangs, N crashes`.
     pub fn table(&self) -> String {
         let mut s = format!(
@@ -169,41 +197,20 @@ pub fn run(opts: &Options, mut target_alive: impl FnMut() -> bool) -> std::io::R
         if matches!(verdict, Verdict::Crash(_) | Verdict::Hang(_)) && !target_alive() {
             verdict = Verdict::Crash("the target process ended".into());
         }
-        let t = summary.campaigns.entry(case.campaign).or_default();
-        t.cases += 1;
         let id = case.id();
-        match &verdict {
-            Verdict::Conforms => {
-                t.conform += 1;
-                if !opts.quiet {
-                    println!("case {id} {}: conforms", case.what);
+        let replay = format!("ferroce fuzz --replay {id} (with the same target options)");
+        summary.record(&case, &id, &verdict, opts.quiet, &replay);
+        if let Verdict::Deviates { step, .. } = &verdict {
+            if let Some(kind) = &case.cm {
+                println!("    one MAD: {kind:?}");
+            } else if let Some(req) = &case.req {
+                println!("    one WRITE, answered {req:?}");
+            } else {
+                let shrunk = runner.shrink(&case, *step);
+                println!("    shrunk to {} packet(s):", shrunk.len());
+                for s in &shrunk {
+                    println!("      {:?} -> expect {:?}", s.packet, s.expect);
                 }
-            }
-            Verdict::Deviates { step, why } => {
-                *t.deviate.entry(case.rule.to_owned()).or_default() += 1;
-                println!(
-                    "case {id} {}: DEVIATES at packet {step}: {why}\n    rule: {}\n    replay: ferroce fuzz --replay {id} (with the same target options)",
-                    case.what, case.rule
-                );
-                if let Some(kind) = &case.cm {
-                    println!("    one MAD: {kind:?}");
-                } else if let Some(req) = &case.req {
-                    println!("    one WRITE, answered {req:?}");
-                } else {
-                    let shrunk = runner.shrink(&case, *step);
-                    println!("    shrunk to {} packet(s):", shrunk.len());
-                    for s in &shrunk {
-                        println!("      {:?} -> expect {:?}", s.packet, s.expect);
-                    }
-                }
-            }
-            Verdict::Hang(why) => {
-                t.hangs += 1;
-                println!("case {id} {}: HANG: {why}", case.what);
-            }
-            Verdict::Crash(why) => {
-                t.crashes += 1;
-                println!("case {id} {}: CRASH: {why}", case.what);
             }
         }
         if matches!(verdict, Verdict::Crash(_)) {
@@ -250,32 +257,11 @@ pub fn run_pingpong(
             opts.window,
             pcap.as_deref(),
         );
-        let t = summary.campaigns.entry(case.campaign).or_default();
-        t.cases += 1;
         let id = format!("{seed}:pingpong:{i}");
-        match verdict {
-            Verdict::Conforms => {
-                t.conform += 1;
-                if !opts.quiet {
-                    println!("case {id} {}: conforms", case.what);
-                }
-            }
-            Verdict::Deviates { step, why } => {
-                *t.deviate.entry(case.rule.to_owned()).or_default() += 1;
-                println!(
-                    "case {id} {}: DEVIATES at packet {step}: {why}\n    rule: {}\n    replay: ferroce fuzz --pingpong {server} --replay {id}",
-                    case.what, case.rule
-                );
-            }
-            Verdict::Hang(why) => {
-                t.hangs += 1;
-                println!("case {id} {}: HANG: {why}", case.what);
-            }
-            Verdict::Crash(why) => {
-                t.crashes += 1;
-                println!("case {id} {}: CRASH: {why}", case.what);
-                break;
-            }
+        let replay = format!("ferroce fuzz --pingpong {server} --replay {id}");
+        summary.record(&case, &id, &verdict, opts.quiet, &replay);
+        if matches!(verdict, Verdict::Crash(_)) {
+            break;
         }
     }
     summary

@@ -5,7 +5,7 @@
 //! bring the message again. The oracle is the completion the target reports (`WC`) and how
 //! often it sent.
 
-use super::rng::Rng;
+use ferroce_transport::rng::Rng;
 
 /// How we answer the target's WRITE.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

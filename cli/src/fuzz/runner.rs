@@ -11,7 +11,7 @@ use super::cm::{self, CmAnswer, CmKind, CmSide};
 use super::oracle::judge;
 use super::packet::{Answer, Conn, PORT, build, parse_answer};
 use super::requester::ReqKind;
-use super::rng::Rng;
+use ferroce_transport::rng::Rng;
 
 /// What one case came to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -180,11 +180,25 @@ impl Runner {
     ) -> io::Result<Vec<Answer>> {
         let deadline = Instant::now() + window;
         let mut answers = Vec::new();
+        while let Some((from, bytes)) = self.recv_before(deadline)? {
+            if let Some(a) = parse_answer(&bytes, from.port(), conn) {
+                answers.push(a);
+                if enough(&answers) {
+                    break;
+                }
+            }
+        }
+        Ok(answers)
+    }
+
+    /// The next datagram from the target before `deadline` (recorded), or `None` once it
+    /// passed.
+    fn recv_before(&mut self, deadline: Instant) -> io::Result<Option<(SocketAddr, Vec<u8>)>> {
         let mut buf = [0u8; 9000];
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                return Ok(answers);
+                return Ok(None);
             }
             self.socket.set_read_timeout(Some(left))?;
             match self.socket.recv_from(&mut buf) {
@@ -192,19 +206,14 @@ impl Runner {
                     let bytes = buf[..n].to_vec();
                     self.record(from, SocketAddr::from((self.local, PORT)), &bytes);
                     if from.ip() == self.target {
-                        if let Some(a) = parse_answer(&bytes, from.port(), conn) {
-                            answers.push(a);
-                            if enough(&answers) {
-                                return Ok(answers);
-                            }
-                        }
+                        return Ok(Some((from, bytes)));
                     }
                 }
                 Err(e)
                     if e.kind() == io::ErrorKind::WouldBlock
                         || e.kind() == io::ErrorKind::TimedOut =>
                 {
-                    return Ok(answers);
+                    return Ok(None);
                 }
                 Err(e) => return Err(e),
             }
@@ -438,41 +447,23 @@ impl Runner {
         early: bool,
     ) -> io::Result<Option<CmAnswer>> {
         let deadline = Instant::now() + window;
-        let mut buf = [0u8; 9000];
         let mut answer = None;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() || (early && answer.is_some()) {
-                return Ok(answer);
+        while !(early && answer.is_some()) {
+            let Some((_, bytes)) = self.recv_before(deadline)? else {
+                break;
+            };
+            let Some(mad) = cm::unwrap(&bytes) else {
+                continue;
+            };
+            let (a, out) = side.receive(&mad);
+            for m in out {
+                self.send(&cm::wrap(&m, self.local, self.target))?;
             }
-            self.socket.set_read_timeout(Some(left))?;
-            match self.socket.recv_from(&mut buf) {
-                Ok((n, from)) => {
-                    let bytes = buf[..n].to_vec();
-                    self.record(from, SocketAddr::from((self.local, PORT)), &bytes);
-                    if from.ip() != self.target {
-                        continue;
-                    }
-                    let Some(mad) = cm::unwrap(&bytes) else {
-                        continue;
-                    };
-                    let (a, out) = side.receive(&mad);
-                    for m in out {
-                        self.send(&cm::wrap(&m, self.local, self.target))?;
-                    }
-                    if a.is_some() && answer.is_none() {
-                        answer = a;
-                    }
-                }
-                Err(e)
-                    if e.kind() == io::ErrorKind::WouldBlock
-                        || e.kind() == io::ErrorKind::TimedOut =>
-                {
-                    return Ok(answer);
-                }
-                Err(e) => return Err(e),
+            if answer.is_none() {
+                answer = a;
             }
         }
+        Ok(answer)
     }
 
     /// Runs a `requester` case: the agent's WRITE to us, answered as the case says; then the
