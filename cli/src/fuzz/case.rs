@@ -446,42 +446,36 @@ pub fn generate(campaign: Campaign, seed: u64, index: u32) -> Case {
                     let pkey = (rng.below(0x7FFF) as u16) & 0x7FFE;
                     case.what = format!("header-pkey-{pkey:04x}");
                     case.rule = "a P_Key of another partition is dropped silently";
-                    case.steps.push(step(
+                    dropped_then_taken(
+                        &mut case,
                         PacketSpec {
                             pkey: Some(pkey),
                             ..PacketSpec::write_only(0, off, len)
                         },
-                        Expect::Silence,
-                    ));
-                    case.steps
-                        .push(step(PacketSpec::write_only(0, off, len), Expect::Ack(0)));
+                    );
                 }
                 1 => {
                     let tver = 1 + rng.below(15) as u8;
                     case.what = format!("header-tver-{tver}");
                     case.rule = "a transport header version other than 0 is dropped silently";
-                    case.steps.push(step(
+                    dropped_then_taken(
+                        &mut case,
                         PacketSpec {
                             tver,
                             ..PacketSpec::write_only(0, off, len)
                         },
-                        Expect::Silence,
-                    ));
-                    case.steps
-                        .push(step(PacketSpec::write_only(0, off, len), Expect::Ack(0)));
+                    );
                 }
                 2 => {
                     case.what = "header-bad-icrc".into();
                     case.rule = "a packet whose ICRC is wrong is dropped silently";
-                    case.steps.push(step(
+                    dropped_then_taken(
+                        &mut case,
                         PacketSpec {
                             bad_icrc: true,
                             ..PacketSpec::write_only(0, off, len)
                         },
-                        Expect::Silence,
-                    ));
-                    case.steps
-                        .push(step(PacketSpec::write_only(0, off, len), Expect::Ack(0)));
+                    );
                 }
                 3 => {
                     let x = 1 + rng.below(0xFF) as u32;
@@ -630,6 +624,27 @@ pub fn generate(campaign: Campaign, seed: u64, index: u32) -> Case {
         case.needs_recv = true;
     }
     case
+}
+
+/// A damaged packet that must be dropped silently, then the same packet undamaged, which must
+/// be taken (ACKed at the same PSN: the drop left no trace).
+fn dropped_then_taken(case: &mut Case, damaged: PacketSpec) {
+    let valid = PacketSpec {
+        pkey: None,
+        tver: 0,
+        bad_icrc: false,
+        qpn_xor: 0,
+        ..damaged.clone()
+    };
+    let psn = damaged.psn_off;
+    case.steps.push(Step {
+        packet: damaged,
+        expect: Expect::Silence,
+    });
+    case.steps.push(Step {
+        packet: valid,
+        expect: Expect::Ack(psn),
+    });
 }
 
 /// The case `index` for an unmodified `ibv_rc_pingpong` server (`-n 1 -s size`): one case per

@@ -220,6 +220,29 @@ impl Runner {
         }
     }
 
+    /// `CONNECT`: the target's QP to our `qpn` expecting `psn`, with its `rnr_retry`,
+    /// `retry_cnt` and `timeout`; its (QPN, PSN, R_Key, region address).
+    fn agent_connect(
+        &mut self,
+        qpn: u32,
+        psn: u32,
+        rnr: u8,
+        retry: u8,
+        timeout: u8,
+    ) -> io::Result<[u64; 4]> {
+        let reply = self.agent.cmd(&format!(
+            "CONNECT {MTU} {} {qpn} {psn} {rnr} {retry} {timeout}",
+            self.local
+        ))?;
+        let f: Vec<u64> = reply
+            .split_whitespace()
+            .skip(1)
+            .filter_map(|s| s.parse().ok())
+            .collect();
+        <[u64; 4]>::try_from(f.as_slice())
+            .map_err(|_| io::Error::other(format!("agent: bad CONNECT reply {reply:?}")))
+    }
+
     /// A fresh target QP connected to our QP `qpn` expecting `start_psn`, its region filled.
     fn connect(
         &mut self,
@@ -231,20 +254,7 @@ impl Runner {
         self.agent.cmd("RESET")?;
         self.agent
             .cmd(&format!("FILL 0 {REGION_LEN} {fill_seed}"))?;
-        let reply = self.agent.cmd(&format!(
-            "CONNECT {MTU} {} {qpn} {start_psn} 7 7 14",
-            self.local
-        ))?;
-        let f: Vec<u64> = reply
-            .split_whitespace()
-            .skip(1)
-            .filter_map(|s| s.parse().ok())
-            .collect();
-        let [target_qpn, _, rkey, addr] = f[..] else {
-            return Err(io::Error::other(format!(
-                "agent: bad CONNECT reply {reply:?}"
-            )));
-        };
+        let [target_qpn, _, rkey, addr] = self.agent_connect(qpn, start_psn, 7, 7, 14)?;
         if recv {
             self.agent.cmd(&format!("RECV 0 {}", 4 * MTU))?;
         }
@@ -478,21 +488,8 @@ impl Runner {
             _ => (7, 7),
         };
         // timeout 12: 16.8 ms per try.
-        let reply = self.agent.cmd(&format!(
-            "CONNECT {MTU} {} {qpn} {} {rnr} {retry} 12",
-            self.local,
-            rng.below(1 << 24)
-        ))?;
-        let f: Vec<u64> = reply
-            .split_whitespace()
-            .skip(1)
-            .filter_map(|s| s.parse().ok())
-            .collect();
-        let [target_qpn, target_psn, ..] = f[..] else {
-            return Err(io::Error::other(format!(
-                "agent: bad CONNECT reply {reply:?}"
-            )));
-        };
+        let [target_qpn, target_psn, ..] =
+            self.agent_connect(qpn, rng.below(1 << 24) as u32, rnr, retry, 12)?;
         let conn = Conn {
             local: self.local,
             target: self.target,
