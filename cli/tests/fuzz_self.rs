@@ -23,6 +23,8 @@ fn every_campaign_against_ferroce_conforms() {
     let dir = std::env::temp_dir().join(format!("ferroce-fuzz-self-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let pcap = dir.join("self.pcap");
+    // A wider answer window than the default 30 ms: the test shares two cores with the rest
+    // of the suite, and a late ACK would read as a deviation.
     let (ok, out) = fuzz(
         &[
             "--seconds",
@@ -32,6 +34,8 @@ fn every_campaign_against_ferroce_conforms() {
             "-q",
             "--local",
             "127.0.90.20",
+            "--window-ms",
+            "100",
         ],
         &pcap,
     );
@@ -41,11 +45,21 @@ fn every_campaign_against_ferroce_conforms() {
         .filter_map(|s| s.parse().ok())
         .collect();
     assert_eq!(n.len(), 5, "{last}");
-    assert!(n[0] >= 60, "too few cases in 30 s: {last}");
+    assert!(n[0] >= 40, "too few cases in 30 s: {last}");
     assert_eq!((n[1], n[2], n[3], n[4]), (n[0], 0, 0, 0), "{last}");
     assert!(ok, "exit status");
     // Every campaign ran.
-    for c in ["psn", "rkey", "opcode", "header", "atomic", "read"] {
+    for c in [
+        "psn",
+        "rkey",
+        "opcode",
+        "header",
+        "atomic",
+        "read",
+        "havoc",
+        "cm",
+        "requester",
+    ] {
         assert!(out.lines().any(|l| l.starts_with(c)), "{c} missing:\n{out}");
     }
     // The pcap holds the packets both ways.
