@@ -105,6 +105,11 @@ pub struct PacketSpec {
     pub pokes: Vec<(u16, u8)>,
     /// Havoc: the packet (before its ICRC) cut to or grown to this many bytes.
     pub resize: Option<u16>,
+    /// A BTH pad count other than the payload's.
+    pub pad: Option<u8>,
+    /// Sent to the target's previous QP (destroyed since), as a packet replayed from another
+    /// connection would be.
+    pub to_previous_qp: bool,
 }
 
 impl PacketSpec {
@@ -123,6 +128,8 @@ impl PacketSpec {
             bad_icrc: false,
             pokes: Vec::new(),
             resize: None,
+            pad: None,
+            to_previous_qp: false,
         }
     }
 
@@ -288,7 +295,7 @@ pub fn generate(campaign: Campaign, seed: u64, index: u32) -> Case {
     let off = rng.below(REGION_LEN - u64::from(MTU)) as i64;
     let step = |packet, expect| Step { packet, expect };
     match campaign {
-        Campaign::Psn => match rng.below(5) {
+        Campaign::Psn => match rng.below(7) {
             0 => {
                 let n = 1 + rng.below(4) as u32;
                 case.what = format!("psn-in-order-{n}");
@@ -334,6 +341,31 @@ pub fn generate(campaign: Campaign, seed: u64, index: u32) -> Case {
                     .push(step(PacketSpec::write_only(1, off, len), Expect::Ack(1)));
                 case.steps
                     .push(step(PacketSpec::write_only(0, off, len), Expect::Ack(1)));
+            }
+            5 => {
+                case.what = "psn-reordered".into();
+                case.rule = "a request overtaken by the next one: the later is NAKed (sequence error, once) and dropped, the earlier taken, the later taken when it comes again";
+                case.steps.push(step(
+                    PacketSpec::write_only(1, off, len),
+                    Expect::Nak(NakCode::PsnSeqError, 0),
+                ));
+                case.steps
+                    .push(step(PacketSpec::write_only(0, off, len), Expect::Ack(0)));
+                case.steps
+                    .push(step(PacketSpec::write_only(1, off, len), Expect::Ack(1)));
+            }
+            6 => {
+                case.what = "psn-replayed-from-another-connection".into();
+                case.rule = "a packet for a QP destroyed since (replayed from an earlier connection) is dropped silently";
+                case.steps.push(step(
+                    PacketSpec {
+                        to_previous_qp: true,
+                        ..PacketSpec::write_only(0, off, len)
+                    },
+                    Expect::Silence,
+                ));
+                case.steps
+                    .push(step(PacketSpec::write_only(0, off, len), Expect::Ack(0)));
             }
             _ => {
                 case.start_psn = 0xFF_FFFF - rng.below(2) as u32;
@@ -441,7 +473,7 @@ pub fn generate(campaign: Campaign, seed: u64, index: u32) -> Case {
             }
         },
         Campaign::Header => {
-            match rng.below(6) {
+            match rng.below(7) {
                 0 => {
                     let pkey = (rng.below(0x7FFF) as u16) & 0x7FFE;
                     case.what = format!("header-pkey-{pkey:04x}");
@@ -496,6 +528,22 @@ pub fn generate(campaign: Campaign, seed: u64, index: u32) -> Case {
                     case.steps.push(step(
                         PacketSpec {
                             reth: Some((off, claimed)),
+                            ..PacketSpec::write_only(0, off, len)
+                        },
+                        Expect::Nak(NakCode::InvalidRequest, 0),
+                    ));
+                }
+                6 => {
+                    // A length that needs padding, and another pad count than it needs: the
+                    // payload the receiver computes is not the RETH's length.
+                    let len = (len | 3).max(5) - 2;
+                    let right = (4 - len % 4) % 4;
+                    let pad = (right + 1 + rng.below(3) as u32) % 4;
+                    case.what = format!("header-pad-count-{pad}-for-{len}");
+                    case.rule = "a WRITE ONLY whose pad count makes its payload differ from the RETH length is NAKed (invalid request)";
+                    case.steps.push(step(
+                        PacketSpec {
+                            pad: Some(pad as u8),
                             ..PacketSpec::write_only(0, off, len)
                         },
                         Expect::Nak(NakCode::InvalidRequest, 0),

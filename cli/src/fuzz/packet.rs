@@ -81,6 +81,9 @@ pub fn build(spec: &PacketSpec, conn: &Conn) -> Vec<u8> {
     if spec.tver != 0 {
         buf[1] = (buf[1] & 0xF0) | (spec.tver & 0x0F);
     }
+    if let Some(pad) = spec.pad {
+        buf[1] = (buf[1] & !0x30) | ((pad & 3) << 4);
+    }
     // Havoc: bytes overwritten and the length changed before the ICRC (which stays last).
     let body = buf.len() - 4;
     for &(at, v) in &spec.pokes {

@@ -101,6 +101,9 @@ pub struct Runner {
     pub cm_port: u16,
     /// Whether the listener was asked for (`CMLISTEN`) yet.
     cm_ready: bool,
+    /// The target QP of the last connection and of the one before it (destroyed since).
+    last_target_qpn: Option<u32>,
+    prev_target_qpn: Option<u32>,
 }
 
 /// A connected case: the connection and the fill seed of the region.
@@ -142,6 +145,8 @@ impl Runner {
             with_counters: true,
             cm_port: 7471,
             cm_ready: false,
+            last_target_qpn: None,
+            prev_target_qpn: None,
         })
     }
 
@@ -255,6 +260,7 @@ impl Runner {
         self.agent
             .cmd(&format!("FILL 0 {REGION_LEN} {fill_seed}"))?;
         let [target_qpn, _, rkey, addr] = self.agent_connect(qpn, start_psn, 7, 7, 14)?;
+        self.prev_target_qpn = self.last_target_qpn.replace(target_qpn as u32);
         if recv {
             self.agent.cmd(&format!("RECV 0 {}", 4 * MTU))?;
         }
@@ -293,7 +299,17 @@ impl Runner {
         let live = self.connect(qpn, case.start_psn, fill_seed, case.needs_recv)?;
         let before = self.counters()?;
         for (i, s) in steps.iter().enumerate() {
-            let bytes = build(&s.packet, &live.conn);
+            let conn = if s.packet.to_previous_qp {
+                Conn {
+                    target_qpn: self
+                        .prev_target_qpn
+                        .unwrap_or(live.conn.target_qpn.wrapping_sub(1)),
+                    ..live.conn
+                }
+            } else {
+                live.conn
+            };
+            let bytes = build(&s.packet, &conn);
             self.send(&bytes)?;
             let answers = self.collect(&live.conn, self.window)?;
             if let Err(why) = judge(s.expect, &answers, live.fill_seed) {
