@@ -137,6 +137,11 @@ struct FuzzArgs {
     /// can, as `ferroce fuzz-agent` does; with rdma_peer run `cm_reject serve IP PORT` beside).
     #[arg(long, default_value_t = 7471)]
     cm_port: u16,
+    /// Connect the target's QP for each case through its rdma_cm (a listener that accepts on
+    /// the cm port + 1 and names its region in the REP: `fuzz-agent`'s CMACCEPT, or
+    /// `cm_reject accept IP PORT`) instead of the agent's CONNECT.
+    #[arg(long)]
+    via_cm: bool,
 }
 
 #[derive(Args, Debug)]
@@ -256,6 +261,7 @@ fn fuzz(a: FuzzArgs) -> ExitCode {
             replay: None,
             quiet: a.quiet,
             cm_port: a.cm_port,
+            via_cm: false,
         };
         println!(
             "ferroce fuzz: ibv_rc_pingpong server {at}, from {}, seed {}",
@@ -324,6 +330,7 @@ fn fuzz(a: FuzzArgs) -> ExitCode {
         replay,
         quiet: a.quiet,
         cm_port: a.cm_port,
+        via_cm: a.via_cm,
     };
     println!(
         "ferroce fuzz: target {target} (agent {agent}), from {local}, seed {}, campaigns {}",

@@ -74,7 +74,16 @@ fn the_same_seed_runs_the_same_cases() {
     std::fs::create_dir_all(&dir).unwrap();
     let cases = |seed: &str| {
         let (ok, out) = fuzz(
-            &["--cases", "18", "--seed", seed, "--local", "127.0.90.21"],
+            &[
+                "--cases",
+                "18",
+                "--seed",
+                seed,
+                "--local",
+                "127.0.90.21",
+                "--cm-port",
+                "7491",
+            ],
             &dir.join("d.pcap"),
         );
         assert!(ok);
@@ -142,6 +151,36 @@ fn pingpong_mode_runs_one_case_per_server_run() {
         server.join().unwrap(),
         vec![true; 3],
         "every server run ended well"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_rc_campaigns_run_over_connections_made_by_the_cm() {
+    let dir = std::env::temp_dir().join(format!("ferroce-fuzz-cm-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (ok, out) = fuzz(
+        &[
+            "--via-cm",
+            "--campaign",
+            "psn,rkey,opcode,header,atomic,read,havoc",
+            "--cases",
+            "28",
+            "--seed",
+            "5",
+            "--local",
+            "127.0.90.22",
+            "--window-ms",
+            "100",
+            "--cm-port",
+            "7481",
+        ],
+        &dir.join("cm.pcap"),
+    );
+    assert!(ok, "exit status");
+    assert_eq!(
+        out.lines().last(),
+        Some("28 cases, 28 conform, 0 deviate, 0 hangs, 0 crashes")
     );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -344,6 +344,23 @@ fuzz_rxe() {
     case "|$FUZZ_KNOWN_RXE|" in *"|$rule|"*) ;; *) echo "$rule";; esac; done)
   sed -n '/^campaign /,$p' "$out"
   [ -n "$splat" ] && { echo "guest console:"; echo "$splat"; }
+  # The RC campaigns again with every connection made through the kernel's rdma_cm
+  # (cm_reject accept: a QP and a region per connection, named in the REP).
+  local vres="" vout="$OUT/fuzz-via-cm.txt"
+  if [ -n "$REJECT_BIN" ]; then
+    local apid vpid
+    apid=$(gspawn 1 "timeout 300 /host/cm_reject accept $G 7472")
+    vpid=$(gspawn 1 "/host/rdma_peer 18801 65536")
+    gexec 1 "for i in \$(seq 1 100); do ss -Htln 'sport = :18801' | grep -q . && exit 0; sleep 0.1; done" 30 >/dev/null
+    nsexec timeout 300 "$FERROCE" fuzz --target $G --agent-port 18801 --via-cm \
+      --campaign psn,rkey,opcode,header,atomic,read,havoc --seconds 45 --seed "${FUZZ_SEED:-1}" -q \
+      --pcap "$OUT/fuzz-via-cm.pcap" >"$vout" 2>&1
+    gwait 1 "$vpid" 30 >/dev/null
+    gexec 1 "pkill -x cm_reject; true" 20 >/dev/null; gwait 1 "$apid" 30 >/dev/null
+    vres=$(tail -n 1 "$vout")
+    result "fuzz: the RC campaigns over connections made by rxe's rdma_cm (--via-cm, 45 s): $vres" \
+      $(echo "$vres" | grep -Eq '^[1-9][0-9]* cases, [0-9]+ conform, 0 deviate, 0 hangs, 0 crashes$' && echo 1 || echo 0) "(see $vout)"
+  fi
   # As the client of unmodified ibv_rc_pingpong servers: one case per server run, six runs.
   local ppid grc ppout="$OUT/fuzz-pingpong.txt"
   ppid=$(gspawn 1 "for i in 1 2 3 4 5 6; do timeout 90 ibv_rc_pingpong -d rxe0 -g 1 -n 1 -s 64 -p 18900 || exit 1; done")

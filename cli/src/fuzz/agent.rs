@@ -10,7 +10,8 @@
 //! (i·31 + SEED) & 255) → `OK`; `HASH OFF LEN` → `HASH hex` (FNV-1a 64); `RESET` (a fresh QP)
 //! → `OK qpn`; `COUNTERS` → `CNT duplicate_request out_of_seq_request` (the device's
 //! counters, as rxe's port hw_counters); `CMLISTEN PORT` (an rdma_cm listener on the device's
-//! address that rejects every request, reason 28, for the `cm` campaign) → `OK`; `QUIT`.
+//! address that rejects every request, reason 28, for the `cm` campaign) → `OK`; `CMACCEPT
+//! PORT` (one that accepts, for `--via-cm`: see `cm_accept`) → `OK`; `QUIT`.
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{IpAddr, TcpListener};
@@ -57,6 +58,77 @@ fn cm_listen(addr: IpAddr, port: u16) -> ferroce::Result<()> {
             let e = ch.get_event();
             if e.event == CmEventType::ConnectRequest {
                 let _ = e.id.reject(b"ferroce fuzz-agent");
+            }
+        }
+    });
+    Ok(())
+}
+
+/// An rdma_cm listener at `addr`:`port` that accepts every connection with a QP of its own
+/// and a region of `mem` bytes filled with the pattern of the seed in the request's private
+/// data (8 bytes, then 1 if a receive of 4 KiB is to be posted); the REP's private data names
+/// the region: R_Key (4 bytes) and address (8), big endian. The connection's objects live
+/// until it is disconnected.
+fn cm_accept(addr: IpAddr, port: u16, mem: usize) -> ferroce::Result<()> {
+    use ferroce::cm::{CmEventType, CmId, ConnParam, EventChannel, PortSpace};
+    let ch = EventChannel::new()?;
+    let id = CmId::new(&ch, PortSpace::Tcp)?;
+    id.bind_addr(std::net::SocketAddr::new(addr, port))?;
+    id.listen(16)?;
+    std::thread::spawn(move || {
+        let _listener = id;
+        let mut live = Vec::new();
+        loop {
+            let e = ch.get_event();
+            match e.event {
+                CmEventType::ConnectRequest => {
+                    let pd8 = &e.param.private_data;
+                    let seed = pd8
+                        .get(..8)
+                        .and_then(|b| b.try_into().ok())
+                        .map_or(0, u64::from_be_bytes);
+                    let recv = pd8.get(8) == Some(&1);
+                    let accepted = (|| -> ferroce::Result<_> {
+                        let ctx =
+                            e.id.context()
+                                .ok_or(ferroce::Error::InvalidArgument("no device"))?;
+                        let pd = ctx.alloc_pd();
+                        let access = AccessFlags::LOCAL_WRITE
+                            | AccessFlags::REMOTE_WRITE
+                            | AccessFlags::REMOTE_READ
+                            | AccessFlags::REMOTE_ATOMIC;
+                        let mr = pd.reg_mr(mem, access)?;
+                        let bytes: Vec<u8> = (0..mem as u64)
+                            .map(|i| (i.wrapping_mul(31).wrapping_add(seed) & 255) as u8)
+                            .collect();
+                        mr.write(0, &bytes)?;
+                        let qp = e.id.create_qp(&pd, None)?;
+                        if recv {
+                            qp.post_recv(&RecvWr::new(1, mr.sge(0, 4096)))?;
+                        }
+                        let r = mr.remote();
+                        let mut data = r.rkey.to_be_bytes().to_vec();
+                        data.extend_from_slice(&r.addr.to_be_bytes());
+                        e.id.accept(&ConnParam {
+                            private_data: data,
+                            ..ConnParam::defaults()
+                        })?;
+                        Ok((e.id.clone(), qp, mr, pd))
+                    })();
+                    match accepted {
+                        Ok(objects) => live.push(objects),
+                        Err(err) => {
+                            log::debug!("fuzz-agent: a connection not accepted: {err}");
+                            let _ = e.id.reject(b"");
+                        }
+                    }
+                }
+                CmEventType::Disconnected => {
+                    let _ = e.id.disconnect();
+                    let gone = e.id.qp().map(|q| q.qp_num());
+                    live.retain(|(_, qp, ..)| Some(qp.qp_num()) != gone);
+                }
+                _ => {}
             }
         }
     });
@@ -208,6 +280,13 @@ pub fn serve(addr: IpAddr, tcp: u16, mem: usize) -> Result<(), Box<dyn std::erro
                 Some(port) => match cm_listen(addr, port as u16) {
                     Ok(()) => "OK".to_owned(),
                     Err(e) => format!("ERR cmlisten {e}"),
+                },
+                None => "ERR usage".to_owned(),
+            },
+            Some("CMACCEPT") => match num(1) {
+                Some(port) => match cm_accept(addr, port as u16, mem) {
+                    Ok(()) => "OK".to_owned(),
+                    Err(e) => format!("ERR cmaccept {e}"),
                 },
                 None => "ERR usage".to_owned(),
             },

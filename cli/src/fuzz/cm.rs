@@ -116,6 +116,9 @@ pub struct CmSide {
     now: Instant,
     /// Our connection's ID, once the REQ is built.
     pub id: Option<u32>,
+    /// Go on with a REP (RTU) instead of rejecting it, keeping its private data here.
+    pub accepted: Option<Vec<u8>>,
+    keep: bool,
 }
 
 impl CmSide {
@@ -132,11 +135,42 @@ impl CmSide {
             target,
             now: Instant::from_nanos(1),
             id: None,
+            accepted: None,
+            keep: false,
         }
+    }
+
+    /// Like [`CmSide::new`], for a connection that goes up: a REP is answered with an RTU.
+    pub fn connecting(seed: u64, local: Ipv4Addr, target: Ipv4Addr) -> CmSide {
+        CmSide {
+            keep: true,
+            ..CmSide::new(seed, local, target)
+        }
+    }
+
+    /// After a REP: the target's QPN and the PSN our requests start from.
+    pub fn negotiated(&self) -> Option<(u32, u32)> {
+        let n = self.engine.negotiated(self.id?)?;
+        Some((n.dest_qp_num, n.sq_psn))
+    }
+
+    /// A DREQ for the connection (the MADs to send).
+    pub fn disconnect(&mut self) -> Vec<[u8; 256]> {
+        if let Some(id) = self.id {
+            let _ = self.engine.disconnect(self.now, id);
+        }
+        std::iter::from_fn(|| self.engine.poll_transmit())
+            .map(|o| o.mad)
+            .collect()
     }
 
     /// The REQ to `port` (a made-up QP and rdma_cm port), as a 256-byte MAD.
     pub fn request(&mut self, port: u16, qpn: u32) -> Option<[u8; 256]> {
+        self.request_with(port, qpn, &[])
+    }
+
+    /// [`CmSide::request`] with `user` after the rdma_cm header in the private data.
+    pub fn request_with(&mut self, port: u16, qpn: u32, user: &[u8]) -> Option<[u8; 256]> {
         let mut data = vec![0u8; cma_hdr::HEADER_LEN];
         cma_hdr::Repr::new(
             IpAddr::V4(self.local),
@@ -144,6 +178,7 @@ impl CmSide {
             IpAddr::V4(self.target),
         )
         .emit(&mut cma_hdr::Packet::new_unchecked(&mut data[..]));
+        data.extend_from_slice(user);
         let req = ConnectReq {
             service_id: service_id(port),
             path: Path {
@@ -184,9 +219,16 @@ impl CmSide {
                 CmEvent::Rejected { id, reason, .. } if Some(id) == self.id => {
                     answer = Some(CmAnswer::Rejected(reason));
                 }
-                CmEvent::ConnectResponse { id, .. } if Some(id) == self.id => {
+                CmEvent::ConnectResponse {
+                    id, private_data, ..
+                } if Some(id) == self.id => {
                     answer = Some(CmAnswer::Reply);
-                    let _ = self.engine.reject(id, b"ferroce fuzz");
+                    if self.keep {
+                        self.accepted = Some(private_data);
+                        let _ = self.engine.establish(self.now, id);
+                    } else {
+                        let _ = self.engine.reject(id, b"ferroce fuzz");
+                    }
                 }
                 _ => {}
             }

@@ -59,8 +59,11 @@ pub struct Options {
     pub replay: Option<(u64, Campaign, u32)>,
     /// Print only deviations and the summary.
     pub quiet: bool,
-    /// The port of the target's rdma_cm listener (the `cm` campaign).
+    /// The port of the target's rdma_cm listener (the `cm` campaign); `--via-cm` connects to
+    /// an accepting one on the next port.
     pub cm_port: u16,
+    /// Connect the RC cases through the target's rdma_cm.
+    pub via_cm: bool,
 }
 
 /// Counts of one campaign.
@@ -175,6 +178,7 @@ pub fn run(opts: &Options, mut target_alive: impl FnMut() -> bool) -> std::io::R
         opts.pcap.as_deref(),
     )?;
     runner.cm_port = opts.cm_port;
+    runner.via_cm = opts.via_cm;
     let mut summary = Summary::default();
     let deadline = Instant::now() + Duration::from_secs_f64(opts.seconds.max(0.0));
     let cases: Box<dyn Iterator<Item = Case>> = match opts.replay {

@@ -104,6 +104,12 @@ pub struct Runner {
     /// The target QP of the last connection and of the one before it (destroyed since).
     last_target_qpn: Option<u32>,
     prev_target_qpn: Option<u32>,
+    /// Connect the RC cases through the target's rdma_cm (`--via-cm`) instead of the agent's
+    /// `CONNECT`.
+    pub via_cm: bool,
+    /// The live CM connection (disconnected before the next).
+    cm_conn: Option<CmSide>,
+    cm_accept_ready: bool,
 }
 
 /// A connected case: the connection and the fill seed of the region.
@@ -147,6 +153,9 @@ impl Runner {
             cm_ready: false,
             last_target_qpn: None,
             prev_target_qpn: None,
+            via_cm: false,
+            cm_conn: None,
+            cm_accept_ready: false,
         })
     }
 
@@ -225,6 +234,66 @@ impl Runner {
         }
     }
 
+    /// A connection through the target's rdma_cm (its accepting listener on the cm port + 1):
+    /// our REQ (the fill seed and whether to post
+    /// a receive in its private data), the target's REP (its QP, the PSN we start from, and its
+    /// region's R_Key and address in the private data), our RTU. The PSN is the CM's.
+    fn connect_cm(&mut self, qpn: u32, fill_seed: u64, recv: bool) -> io::Result<Live> {
+        if !self.cm_accept_ready {
+            // The agent's own accepting listener if it has one; else one runs on the target.
+            let _ = self.agent.cmd(&format!("CMACCEPT {}", self.cm_port + 1));
+            self.cm_accept_ready = true;
+        }
+        if let Some(mut old) = self.cm_conn.take() {
+            for m in old.disconnect() {
+                self.send(&cm::wrap(&m, self.local, self.target))?;
+            }
+        }
+        let mut side =
+            CmSide::connecting(u64::from(qpn) ^ fill_seed << 32, self.local, self.target);
+        let mut user = fill_seed.to_be_bytes().to_vec();
+        user.push(u8::from(recv));
+        let mad = side
+            .request_with(self.cm_port + 1, qpn, &user)
+            .ok_or_else(|| io::Error::other("the CM engine built no REQ"))?;
+        self.send(&cm::wrap(&mad, self.local, self.target))?;
+        let answer = self.collect_cm(&mut side, self.window.max(Duration::from_secs(3)), true)?;
+        let (Some(CmAnswer::Reply), Some(pd), Some((target_qpn, psn))) =
+            (answer.clone(), side.accepted.clone(), side.negotiated())
+        else {
+            return Err(io::Error::other(format!(
+                "the target's rdma_cm did not accept the connection: {answer:?}"
+            )));
+        };
+        let rkey = pd
+            .get(..4)
+            .and_then(|b| b.try_into().ok())
+            .map(u32::from_be_bytes);
+        let addr = pd
+            .get(4..12)
+            .and_then(|b| b.try_into().ok())
+            .map(u64::from_be_bytes);
+        let (Some(rkey), Some(addr)) = (rkey, addr) else {
+            return Err(io::Error::other("the REP names no region"));
+        };
+        // The RTU the REP brought out went with it; give the target a moment to reach RTS.
+        std::thread::sleep(Duration::from_millis(5));
+        self.prev_target_qpn = self.last_target_qpn.replace(target_qpn);
+        self.cm_conn = Some(side);
+        Ok(Live {
+            conn: Conn {
+                local: self.local,
+                target: self.target,
+                local_qpn: qpn,
+                target_qpn,
+                start_psn: psn,
+                rkey,
+                addr,
+            },
+            fill_seed,
+        })
+    }
+
     /// `CONNECT`: the target's QP to our `qpn` expecting `psn`, with its `rnr_retry`,
     /// `retry_cnt` and `timeout`; its (QPN, PSN, R_Key, region address).
     fn agent_connect(
@@ -256,6 +325,9 @@ impl Runner {
         fill_seed: u64,
         recv: bool,
     ) -> io::Result<Live> {
+        if self.via_cm {
+            return self.connect_cm(qpn, fill_seed, recv);
+        }
         self.agent.cmd("RESET")?;
         self.agent
             .cmd(&format!("FILL 0 {REGION_LEN} {fill_seed}"))?;
@@ -293,7 +365,9 @@ impl Runner {
 
     /// Runs `steps` of `case` on a fresh connection.
     fn run_steps(&mut self, case: &Case, steps: &[Step]) -> Result<Verdict, io::Error> {
-        let mut rng = Rng::new(case.seed ^ u64::from(case.index).rotate_left(32));
+        let mut rng = Rng::new(
+            case.seed ^ u64::from(case.index).rotate_left(32) ^ (case.campaign as u64) << 8,
+        );
         let qpn = 0x100 + rng.below(0xFF_FE00) as u32;
         let fill_seed = rng.below(256);
         let live = self.connect(qpn, case.start_psn, fill_seed, case.needs_recv)?;
@@ -621,7 +695,9 @@ impl Runner {
                 Ok(v) => v,
                 Err(e) => return Verdict::Crash(e.to_string()),
             };
-            return match self.probe(case.seed ^ u64::from(case.index)) {
+            return match self
+                .probe(case.seed ^ u64::from(case.index) ^ (case.campaign as u64) << 40)
+            {
                 Ok(true) => v,
                 Ok(false) => Verdict::Hang(format!(
                     "after {}, a fresh connection's WRITE got no ACK",
@@ -640,7 +716,7 @@ impl Runner {
             Ok(v) => v,
             Err(e) => return Verdict::Crash(e.to_string()),
         };
-        match self.probe(case.seed ^ u64::from(case.index)) {
+        match self.probe(case.seed ^ u64::from(case.index) ^ (case.campaign as u64) << 40) {
             Ok(true) => v,
             Ok(false) => Verdict::Hang(format!(
                 "after {}, a fresh connection's WRITE got no ACK",

@@ -7,10 +7,18 @@
  *                                     private data; exit 0
  *   cm_reject serve ADDR PORT [DATA]  listen; reject every request with DATA, until killed
  *                                     (the rdma_cm listener of `ferroce fuzz`'s cm campaign)
+ *   cm_reject accept ADDR PORT        listen; accept every request with a QP and a 64 KiB region
+ *                                     of its own, filled with byte i = (i*31 + SEED) & 255 (SEED:
+ *                                     the first 8 bytes of the request's private data, big
+ *                                     endian; a 9th byte 1 posts a 4 KiB receive), the REP's
+ *                                     private data naming it (rkey, addr: 4 + 8 bytes, big
+ *                                     endian); each torn down when disconnected (`ferroce fuzz
+ *                                     --via-cm`)
  *   cm_reject client ADDR PORT        connect; print "REJECTED status S len L data D" (D: the
  *                                     private data up to its first NUL); exit 0 if rejected
  */
 #include <netdb.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,6 +67,71 @@ int main(int argc, char **argv) {
 			if (e->event == RDMA_CM_EVENT_CONNECT_REQUEST)
 				rdma_reject(e->id, data, (uint8_t)(strlen(data) + 1));
 			rdma_ack_cm_event(e);
+		}
+	}
+	if (!strcmp(argv[1], "accept")) {
+		if (rdma_bind_addr(id, ai->ai_addr) || rdma_listen(id, 16)) {
+			perror("listen");
+			return 1;
+		}
+		printf("LISTENING\n");
+		fflush(stdout);
+		for (;;) {
+			struct rdma_cm_event *e = next(ch, (enum rdma_cm_event_type)-1);
+			struct rdma_cm_id *c = e->id;
+			if (e->event == RDMA_CM_EVENT_CONNECT_REQUEST) {
+				const uint8_t *pd = e->param.conn.private_data;
+				uint64_t seed = 0;
+				int recv = 0;
+				if (pd && e->param.conn.private_data_len >= 9) {
+					for (int i = 0; i < 8; i++)
+						seed = seed << 8 | pd[i];
+					recv = pd[8] == 1;
+				}
+				rdma_ack_cm_event(e);
+				struct ibv_qp_init_attr qa = {.qp_type = IBV_QPT_RC,
+							       .cap = {.max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1}};
+				uint8_t *buf = malloc(65536);
+				struct ibv_mr *mr = NULL;
+				if (buf && !rdma_create_qp(c, NULL, &qa))
+					mr = ibv_reg_mr(c->qp->pd, buf, 65536,
+							IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC);
+				if (!mr) {
+					rdma_reject(c, NULL, 0);
+					continue;
+				}
+				for (size_t i = 0; i < 65536; i++)
+					buf[i] = (uint8_t)((i * 31 + seed) & 255);
+				if (recv) {
+					struct ibv_sge sge = {.addr = (uintptr_t)buf, .length = 4096, .lkey = mr->lkey};
+					struct ibv_recv_wr wr = {.wr_id = 1, .sg_list = &sge, .num_sge = 1}, *bad;
+					ibv_post_recv(c->qp, &wr, &bad);
+				}
+				uint8_t rep[12];
+				uint64_t a = (uintptr_t)buf;
+				for (int i = 0; i < 4; i++)
+					rep[i] = (uint8_t)(mr->rkey >> (24 - 8 * i));
+				for (int i = 0; i < 8; i++)
+					rep[4 + i] = (uint8_t)(a >> (56 - 8 * i));
+				struct rdma_conn_param p = {.private_data = rep, .private_data_len = sizeof rep,
+							    .responder_resources = 1, .initiator_depth = 1, .rnr_retry_count = 7};
+				c->context = mr;
+				if (rdma_accept(c, &p))
+					perror("rdma_accept");
+			} else if (e->event == RDMA_CM_EVENT_DISCONNECTED) {
+				struct ibv_mr *mr = c->context;
+				rdma_ack_cm_event(e);
+				rdma_disconnect(c);
+				rdma_destroy_qp(c);
+				if (mr) {
+					void *b = mr->addr;
+					ibv_dereg_mr(mr);
+					free(b);
+				}
+				rdma_destroy_id(c);
+			} else {
+				rdma_ack_cm_event(e);
+			}
 		}
 	}
 	if (!strcmp(argv[1], "server")) {
