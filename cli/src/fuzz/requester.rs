@@ -26,17 +26,22 @@ pub enum ReqKind {
     GhostAck(u32),
     /// A sequence NAK naming its first PSN: it sends the message again, whose ACK ends it.
     SeqNak,
+    /// The ACK of its last PSN with this MSN (not the 1 it should be): the WR must still
+    /// complete one way or another and the target keep serving (the IBTA leaves what a
+    /// requester makes of the MSN to it; rxe and ferroce complete by PSN).
+    AckMsn(u32),
 }
 
 impl ReqKind {
-    /// The `ibv_wc_status` the target must report.
-    pub const fn status(self) -> i32 {
+    /// The `ibv_wc_status` the target must report (`None`: any, as long as one comes).
+    pub const fn status(self) -> Option<i32> {
         match self {
-            ReqKind::Ack | ReqKind::GhostAck(_) | ReqKind::SeqNak => 0,
-            ReqKind::NakInvalid => 9,
-            ReqKind::NakAccess => 10,
-            ReqKind::Silence(_) => 12,
-            ReqKind::RnrExhaust(_) => 13,
+            ReqKind::Ack | ReqKind::GhostAck(_) | ReqKind::SeqNak => Some(0),
+            ReqKind::NakInvalid => Some(9),
+            ReqKind::NakAccess => Some(10),
+            ReqKind::Silence(_) => Some(12),
+            ReqKind::RnrExhaust(_) => Some(13),
+            ReqKind::AckMsn(_) => None,
         }
     }
 
@@ -48,6 +53,7 @@ impl ReqKind {
             ReqKind::Ack | ReqKind::NakAccess | ReqKind::NakInvalid | ReqKind::GhostAck(_) => {
                 Some(1)
             }
+            ReqKind::AckMsn(_) => None,
         }
     }
 }
@@ -56,7 +62,7 @@ impl ReqKind {
 pub fn generate(seed: u64, index: u32) -> (ReqKind, u32, String, &'static str) {
     let mut rng = Rng::new(seed ^ 0x4E_0000_0000 ^ u64::from(index) << 24);
     let len = 1 + rng.below(3 * 1024) as u32;
-    let (kind, rule) = match rng.below(7) {
+    let (kind, rule) = match rng.below(8) {
         0 => (
             ReqKind::Ack,
             "an ACK of the message's last PSN completes it successfully",
@@ -81,9 +87,13 @@ pub fn generate(seed: u64, index: u32) -> (ReqKind, u32, String, &'static str) {
             ReqKind::GhostAck(1 + rng.below(1000) as u32),
             "an ACK for a PSN never sent is ignored; the real ACK completes the WR",
         ),
-        _ => (
+        6 => (
             ReqKind::SeqNak,
             "a sequence NAK naming the first PSN brings the whole message again",
+        ),
+        _ => (
+            ReqKind::AckMsn(2 + rng.below(0xFF_FFFD) as u32),
+            "an ACK with another MSN still ends in a completion, and the target keeps serving",
         ),
     };
     let what = match kind {
@@ -94,6 +104,7 @@ pub fn generate(seed: u64, index: u32) -> (ReqKind, u32, String, &'static str) {
         ReqKind::Silence(n) => format!("requester-silence-retry-{n}-{len}"),
         ReqKind::GhostAck(d) => format!("requester-ghost-ack-plus-{d}-{len}"),
         ReqKind::SeqNak => format!("requester-seq-nak-{len}"),
+        ReqKind::AckMsn(m) => format!("requester-ack-msn-{m}-{len}"),
     };
     (kind, len, what, rule)
 }
@@ -109,11 +120,13 @@ mod tests {
             let (k, len, what, rule) = generate(2, i);
             assert!((1..=3072).contains(&len) && what.starts_with("requester") && !rule.is_empty());
             seen.insert(what.split('-').nth(1).unwrap_or_default().to_owned());
-            assert!(k.tries().is_some_and(|t| t >= 1));
+            assert!(k.tries().is_none_or(|t| t >= 1));
         }
         assert_eq!(seen.len(), 6, "{seen:?}");
+        assert!((0..300).any(|i| matches!(generate(2, i).0, ReqKind::AckMsn(_))));
         assert_eq!(ReqKind::RnrExhaust(2).tries(), Some(3));
-        assert_eq!(ReqKind::Silence(3).status(), 12);
+        assert_eq!(ReqKind::Silence(3).status(), Some(12));
+        assert_eq!(ReqKind::AckMsn(9).status(), None);
         assert_eq!(generate(9, 4), generate(9, 4));
     }
 }
