@@ -92,7 +92,7 @@ struct FuzzArgs {
     /// The target's RoCE address (an agent listens on it, `--agent-port`).
     #[arg(long, required_unless_present_any = ["self_target", "pingpong"])]
     target: Option<Ipv4Addr>,
-    /// Aim at an unmodified `ibv_rc_pingpong -g 1 -n 1 -s SIZE` server instead (HOST[:PORT],
+    /// Aim at an unmodified `ibv_rc_pingpong -g 1 -n 1 -s SIZE` server instead (`HOST[:PORT]`,
     /// port 18515 by default): one case per server run, `--cases` runs.
     #[arg(long)]
     pingpong: Option<String>,
