@@ -324,6 +324,11 @@ fuzz_rxe() {
   cp "$PEER_BIN" "$RUN/g1/rdma_peer"
   local pid rc out="$OUT/fuzz-rxe.txt" pcap="$OUT/fuzz-rxe.pcap" lines0 splat last unknown
   lines0=$(wc -l < "$RUN/g1/console.log")
+  # The fuzzer's own address on the bridge: its plain UDP socket cannot share 10.77.0.1:4791
+  # with ferroce processes of earlier scenarios that may still be running (they share it as
+  # one reuseport group).
+  local F=10.77.0.2
+  ip -n "$NS" addr add $F/24 dev br0 2>/dev/null || true
   # The cm campaign's rdma_cm listener (rejects every request, reason 28).
   local cmpid=""
   if [ -n "$REJECT_BIN" ]; then
@@ -332,7 +337,7 @@ fuzz_rxe() {
   fi
   pid=$(gspawn 1 "/host/rdma_peer 18800 65536")
   gexec 1 "for i in \$(seq 1 100); do ss -Htln 'sport = :18800' | grep -q . && exit 0; sleep 0.1; done" 30 >/dev/null
-  nsexec timeout $(( ${FUZZ_SECONDS:-90} + 120 )) "$FERROCE" fuzz --target $G --agent-port 18800 --campaign "${FUZZ_CAMPAIGN:-all}" \
+  nsexec timeout $(( ${FUZZ_SECONDS:-90} + 120 )) "$FERROCE" fuzz --target $G --local $F --agent-port 18800 --campaign "${FUZZ_CAMPAIGN:-all}" \
     --seconds "${FUZZ_SECONDS:-90}" --seed "${FUZZ_SEED:-1}" -q --pcap "$pcap" >"$out" 2>&1; rc=$?
   gwait 1 "$pid" 30 >/dev/null
   [ -n "$cmpid" ] && { gexec 1 "pkill -x cm_reject; true" 20 >/dev/null; gwait 1 "$cmpid" 30 >/dev/null; }
@@ -352,7 +357,7 @@ fuzz_rxe() {
     apid=$(gspawn 1 "timeout 300 /host/cm_reject accept $G 7472")
     vpid=$(gspawn 1 "/host/rdma_peer 18801 65536")
     gexec 1 "for i in \$(seq 1 100); do ss -Htln 'sport = :18801' | grep -q . && exit 0; sleep 0.1; done" 30 >/dev/null
-    nsexec timeout 300 "$FERROCE" fuzz --target $G --agent-port 18801 --via-cm \
+    nsexec timeout 300 "$FERROCE" fuzz --target $G --local $F --agent-port 18801 --via-cm \
       --campaign psn,rkey,opcode,header,atomic,read,havoc --seconds 45 --seed "${FUZZ_SEED:-1}" -q \
       --pcap "$OUT/fuzz-via-cm.pcap" >"$vout" 2>&1
     gwait 1 "$vpid" 30 >/dev/null
@@ -364,7 +369,7 @@ fuzz_rxe() {
   # As the client of unmodified ibv_rc_pingpong servers: one case per server run, six runs.
   local ppid grc ppout="$OUT/fuzz-pingpong.txt"
   ppid=$(gspawn 1 "for i in 1 2 3 4 5 6; do timeout 90 ibv_rc_pingpong -d rxe0 -g 1 -n 1 -s 64 -p 18900 || exit 1; done")
-  nsexec timeout 600 "$FERROCE" fuzz --pingpong "$G:18900" --cases 6 --seed "${FUZZ_SEED:-1}" \
+  nsexec timeout 600 "$FERROCE" fuzz --pingpong "$G:18900" --local $F --cases 6 --seed "${FUZZ_SEED:-1}" \
     --pcap "$OUT/fuzz-pingpong.pcap" >"$ppout" 2>&1
   gwait 1 "$ppid" 120 >/dev/null; grc=$?
   result "fuzz: 6 cases against unmodified ibv_rc_pingpong servers on rxe (one per run): $(tail -n 1 "$ppout")" \
