@@ -45,13 +45,23 @@ fn mtu_of(n: u32) -> Mtu {
     }
 }
 
-/// An rdma_cm listener at `addr`:`port` whose thread rejects every connection request.
-fn cm_listen(addr: IpAddr, port: u16) -> ferroce::Result<()> {
-    use ferroce::cm::{CmEventType, CmId, EventChannel, PortSpace};
+/// An rdma_cm ID listening at `addr`:`port` (TCP port space) and its event channel.
+fn listener(
+    addr: IpAddr,
+    port: u16,
+) -> ferroce::Result<(ferroce::cm::EventChannel, ferroce::cm::CmId)> {
+    use ferroce::cm::{CmId, EventChannel, PortSpace};
     let ch = EventChannel::new()?;
     let id = CmId::new(&ch, PortSpace::Tcp)?;
     id.bind_addr(std::net::SocketAddr::new(addr, port))?;
     id.listen(16)?;
+    Ok((ch, id))
+}
+
+/// An rdma_cm listener at `addr`:`port` whose thread rejects every connection request.
+fn cm_listen(addr: IpAddr, port: u16) -> ferroce::Result<()> {
+    use ferroce::cm::CmEventType;
+    let (ch, id) = listener(addr, port)?;
     std::thread::spawn(move || {
         let _listener = id;
         loop {
@@ -70,11 +80,8 @@ fn cm_listen(addr: IpAddr, port: u16) -> ferroce::Result<()> {
 /// the region: R_Key (4 bytes) and address (8), big endian. The connection's objects live
 /// until it is disconnected.
 fn cm_accept(addr: IpAddr, port: u16, mem: usize) -> ferroce::Result<()> {
-    use ferroce::cm::{CmEventType, CmId, ConnParam, EventChannel, PortSpace};
-    let ch = EventChannel::new()?;
-    let id = CmId::new(&ch, PortSpace::Tcp)?;
-    id.bind_addr(std::net::SocketAddr::new(addr, port))?;
-    id.listen(16)?;
+    use ferroce::cm::{CmEventType, ConnParam};
+    let (ch, id) = listener(addr, port)?;
     std::thread::spawn(move || {
         let _listener = id;
         let mut live = Vec::new();

@@ -260,7 +260,8 @@ pub fn run_pingpong(
             size,
             opts.window,
             pcap.as_deref(),
-        );
+        )
+        .unwrap_or_else(|e| Verdict::Crash(e.to_string()));
         let id = format!("{seed}:pingpong:{i}");
         let replay = format!("ferroce fuzz --pingpong {server} --replay {id}");
         summary.record(&case, &id, &verdict, opts.quiet, &replay);

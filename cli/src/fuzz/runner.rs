@@ -756,22 +756,11 @@ impl Runner {
 /// One case against an unmodified `ibv_rc_pingpong -g 1 -n 1 -s SIZE` server at `server`
 /// (its TCP port): the client's address exchange, the case's packets, then the run's ping
 /// (which must be ACKed), the server's pong (which we ACK, so its run ends as a client's
-/// would). A server that does not take the ping is a hang; one that cannot be reached, a crash.
+/// would). A server that does not take the ping is a hang.
+///
+/// # Errors
+/// A server that cannot be reached or breaks the exchange (the caller's crash).
 pub fn run_pingpong(
-    server: SocketAddr,
-    local: Ipv4Addr,
-    case: &Case,
-    size: u32,
-    window: Duration,
-    pcap: Option<&std::path::Path>,
-) -> Verdict {
-    match pingpong(server, local, case, size, window, pcap) {
-        Ok(v) => v,
-        Err(e) => Verdict::Crash(e.to_string()),
-    }
-}
-
-fn pingpong(
     server: SocketAddr,
     local: Ipv4Addr,
     case: &Case,

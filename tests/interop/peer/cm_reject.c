@@ -38,6 +38,16 @@ static struct rdma_cm_event *next(struct rdma_event_channel *ch, enum rdma_cm_ev
 	return e;
 }
 
+/* The long-running modes' listener: bound, listening, announced on stdout. */
+static void listen_or_exit(struct rdma_cm_id *id, struct addrinfo *ai) {
+	if (rdma_bind_addr(id, ai->ai_addr) || rdma_listen(id, 16)) {
+		perror("listen");
+		exit(1);
+	}
+	printf("LISTENING\n");
+	fflush(stdout);
+}
+
 int main(int argc, char **argv) {
 	if (argc < 4) {
 		fprintf(stderr, "usage: cm_reject server|client ADDR PORT [DATA]\n");
@@ -56,12 +66,7 @@ int main(int argc, char **argv) {
 	}
 	if (!strcmp(argv[1], "serve")) {
 		const char *data = argc > 4 ? argv[4] : "no";
-		if (rdma_bind_addr(id, ai->ai_addr) || rdma_listen(id, 16)) {
-			perror("listen");
-			return 1;
-		}
-		printf("LISTENING\n");
-		fflush(stdout);
+		listen_or_exit(id, ai);
 		for (;;) {
 			struct rdma_cm_event *e = next(ch, (enum rdma_cm_event_type)-1);
 			if (e->event == RDMA_CM_EVENT_CONNECT_REQUEST)
@@ -70,12 +75,7 @@ int main(int argc, char **argv) {
 		}
 	}
 	if (!strcmp(argv[1], "accept")) {
-		if (rdma_bind_addr(id, ai->ai_addr) || rdma_listen(id, 16)) {
-			perror("listen");
-			return 1;
-		}
-		printf("LISTENING\n");
-		fflush(stdout);
+		listen_or_exit(id, ai);
 		for (;;) {
 			struct rdma_cm_event *e = next(ch, (enum rdma_cm_event_type)-1);
 			struct rdma_cm_id *c = e->id;
