@@ -111,6 +111,7 @@ pub(crate) fn errno_name(e: c_int) -> &'static str {
         libc::ENOMEM => "ENOMEM",
         libc::EADDRINUSE => "EADDRINUSE",
         libc::ENODEV => "ENODEV",
+        libc::EADDRNOTAVAIL => "EADDRNOTAVAIL",
         libc::EAGAIN => "EAGAIN",
         libc::ENOENT => "ENOENT",
         _ => "errno",

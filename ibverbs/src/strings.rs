@@ -185,21 +185,85 @@ pub extern "C" fn ibv_dofork_range(base: *mut c_void, size: usize) -> c_int {
     0
 }
 
-/// `ibv_get_sysfs_path`: ferroce devices have no sysfs; "/sys" keeps callers' paths well formed.
+/// `ibv_get_sysfs_path`: `SYSFS_PATH` (at most 256 bytes, trailing slashes dropped) unless the
+/// process runs set-user-ID, else "/sys", fixed at the first call — rdma-core's rule. ferroce's
+/// devices have no kernel sysfs; `ferroce sysfs DIR` lays out a tree of them for programs that
+/// read one (docs/c-abi.md).
 #[unsafe(no_mangle)]
 pub extern "C" fn ibv_get_sysfs_path() -> *const c_char {
-    cstr!("/sys")
+    static PATH: std::sync::OnceLock<std::ffi::CString> = std::sync::OnceLock::new();
+    PATH.get_or_init(|| {
+        // SAFETY: getuid and geteuid cannot fail.
+        let same_user = unsafe { libc::getuid() == libc::geteuid() };
+        let env = std::env::var_os("SYSFS_PATH").filter(|_| same_user);
+        let mut bytes = env.map_or_else(
+            || b"/sys".to_vec(),
+            |v| std::os::unix::ffi::OsStrExt::as_bytes(v.as_os_str()).to_vec(),
+        );
+        bytes.truncate(256);
+        while bytes.last() == Some(&b'/') {
+            bytes.pop();
+        }
+        // An environment value has no NUL byte, so this cannot fail; "/sys" if it did.
+        std::ffi::CString::new(bytes).unwrap_or_else(|_| c"/sys".to_owned())
+    })
+    .as_ptr()
 }
 
-/// `ibv_read_sysfs_file`: ferroce devices have no sysfs files (-1, ENOENT).
+/// `ibv_read_sysfs_file`: reads `dir/file` into `buf` (a final newline dropped, the text
+/// NUL-terminated); the byte count, or −1 with errno (ENOENT where nothing is there, as for
+/// kernel paths of ferroce's devices; ENOSPC-like truncation fails with −1, as rdma-core).
+///
+/// # Safety
+/// `dir` and `file` are C strings; `buf` holds `size` bytes.
 #[unsafe(no_mangle)]
-pub extern "C" fn ibv_read_sysfs_file(
+pub unsafe extern "C" fn ibv_read_sysfs_file(
     dir: *const c_char,
     file: *const c_char,
     buf: *mut c_char,
     size: usize,
 ) -> c_int {
-    let _ = (dir, file, buf, size);
-    crate::set_errno(libc::ENOENT);
-    -1
+    if dir.is_null() || file.is_null() || buf.is_null() {
+        crate::set_errno(libc::EINVAL);
+        return -1;
+    }
+    // SAFETY: the caller's contract: two C strings.
+    let (d, f) = unsafe {
+        (
+            std::ffi::CStr::from_ptr(dir).to_bytes(),
+            std::ffi::CStr::from_ptr(file).to_bytes(),
+        )
+    };
+    let mut path = d.to_vec();
+    path.push(b'/');
+    path.extend_from_slice(f);
+    let path = std::path::PathBuf::from(std::ffi::OsString::from(
+        <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(&path),
+    ));
+    let mut data = match std::fs::read(&path) {
+        Ok(d) => d,
+        Err(e) => {
+            log::debug!("ibv_read_sysfs_file {}: {e}", path.display());
+            crate::set_errno(e.raw_os_error().unwrap_or(libc::ENOENT));
+            return -1;
+        }
+    };
+    data.truncate(size);
+    let mut len = data.len();
+    if len > 0 {
+        if data[len - 1] == b'\n' {
+            len -= 1;
+        } else if len == size {
+            log::debug!("ibv_read_sysfs_file {}: longer than {size} bytes", path.display());
+            return -1;
+        }
+    }
+    // SAFETY: `buf` holds `size` bytes and len < size here (a dropped newline, or a short read).
+    unsafe {
+        core::ptr::copy_nonoverlapping(data.as_ptr(), buf.cast::<u8>(), len);
+        if len < size {
+            *buf.add(len) = 0;
+        }
+    }
+    len as c_int
 }

@@ -10,68 +10,11 @@
 
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
-use std::io::Read;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 mod common;
-
-/// The directory holding both libraries, linked once per test run.
-fn lib_dir() -> &'static Path {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let exe = std::env::current_exe().unwrap();
-        let profile_dir = exe.parent().unwrap().parent().unwrap();
-        let release = profile_dir.file_name().is_some_and(|n| n == "release");
-        let mut cargo = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
-        cargo
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .args([
-                "build",
-                "-q",
-                "-p",
-                "ferroce-ibverbs",
-                "-p",
-                "ferroce-librdmacm",
-                "--lib",
-            ])
-            .env("CARGO_TARGET_DIR", profile_dir.parent().unwrap());
-        if release {
-            cargo.arg("--release");
-        }
-        assert!(
-            cargo.status().unwrap().success(),
-            "building the static libraries"
-        );
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("ferroce-rdmacm");
-        std::fs::create_dir_all(&dir).unwrap();
-        let verbs = dir.join("libibverbs.so.1");
-        let st = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/link.sh"))
-            .arg(profile_dir.join("libferroce_ibverbs.a"))
-            .arg(&verbs)
-            .status()
-            .unwrap();
-        assert!(st.success(), "linking libibverbs.so.1");
-        let st = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../librdmacm/link.sh"))
-            .arg(profile_dir.join("libferroce_librdmacm.a"))
-            .arg(&verbs)
-            .arg(dir.join("librdmacm.so.1"))
-            .status()
-            .unwrap();
-        assert!(st.success(), "linking librdmacm.so.1");
-        dir
-    })
-}
-
-fn have(prog: &str, package: &str) -> bool {
-    let found = Command::new("sh")
-        .args(["-c", &format!("command -v {prog}")])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    common::installed(prog, found, package)
-}
+use common::{finish, have, lib_dir, start};
 
 fn command(prog: &str, args: &[&str], addr: &str) -> Command {
     let mut c = Command::new(prog);
@@ -82,50 +25,6 @@ fn command(prog: &str, args: &[&str], addr: &str) -> Command {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     c
-}
-
-/// A started program whose output is read as it comes (a verbose program would block on a
-/// full pipe).
-struct Running {
-    child: Child,
-    out: std::thread::JoinHandle<String>,
-    err: std::thread::JoinHandle<String>,
-}
-
-fn start(mut c: Command) -> Running {
-    let mut child = c.spawn().unwrap();
-    let mut so = child.stdout.take().unwrap();
-    let mut se = child.stderr.take().unwrap();
-    let out = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = so.read_to_string(&mut s);
-        s
-    });
-    let err = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = se.read_to_string(&mut s);
-        s
-    });
-    Running { child, out, err }
-}
-
-/// Waits at most `limit` for `r` (killing it after); returns (success, stdout + stderr).
-fn finish(mut r: Running, limit: Duration) -> (bool, String) {
-    let t0 = Instant::now();
-    let ok = loop {
-        if let Some(st) = r.child.try_wait().unwrap() {
-            break st.success();
-        }
-        if t0.elapsed() > limit {
-            let _ = r.child.kill();
-            let _ = r.child.wait();
-            break false;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let mut text = r.out.join().unwrap();
-    text.push_str(&r.err.join().unwrap());
-    (ok, text)
 }
 
 const LIMIT: Duration = Duration::from_secs(60);

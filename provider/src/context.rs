@@ -25,7 +25,7 @@ pub mod limits {
     /// `max_sge`.
     pub const MAX_SGE: u32 = 32;
     /// `max_cqe`.
-    pub const MAX_CQE: u32 = 32767;
+    pub const MAX_CQE: u32 = 4_194_303;
     /// `max_mr_size`.
     pub const MAX_MR_SIZE: u64 = 1 << 40;
     /// `max_qp_rd_atom` and `max_qp_init_rd_atom`.

@@ -18,6 +18,9 @@ pub enum Error {
     Taken(String),
     /// No such device / address on this host (ENODEV).
     NoDevice(String),
+    /// A wildcard bind overlaps a port another ID holds (EADDRNOTAVAIL, the kernel rdma_cm's
+    /// answer when either binding is a wildcard).
+    AddressNotAvailable(String),
     /// `modify_qp` refused the transition or an attribute (EINVAL).
     Modify(ModifyQpError),
     /// A post refused the work request (EINVAL, or ENOMEM for a full queue).
@@ -60,6 +63,7 @@ impl fmt::Display for Error {
             ),
             Error::Taken(what) => f.write_str(what),
             Error::NoDevice(d) => write!(f, "no device {d}"),
+            Error::AddressNotAvailable(what) => f.write_str(what),
             Error::Modify(e) => write!(f, "modify_qp: {e}"),
             Error::Post(e) => write!(f, "post: {e}"),
             Error::Busy(what) => write!(f, "resource busy: {what}"),
@@ -92,6 +96,7 @@ impl Error {
             Error::Io(e) => e.raw_os_error().unwrap_or(libc::EIO),
             Error::AddressInUse(_) | Error::Taken(_) => libc::EADDRINUSE,
             Error::NoDevice(_) => libc::ENODEV,
+            Error::AddressNotAvailable(_) => libc::EADDRNOTAVAIL,
             Error::Post(PostError::QueueFull) => libc::ENOMEM,
             Error::Modify(_)
             | Error::Post(_)

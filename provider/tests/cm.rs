@@ -193,13 +193,15 @@ fn bad_parameters_say_which_and_why() {
         .unwrap();
     let e = next(&ch, CmEventType::AddrError);
     assert_eq!(e.status, -libc::ENODEV);
-    // A port listened on is taken host-wide.
+    // A bound port is taken host-wide, from the bind on (the kernel's bind list).
     let a = CmId::new(&ch, PortSpace::Tcp).unwrap();
     a.bind_addr(sa("127.0.64.1:7474")).unwrap();
-    a.listen(1).unwrap();
     let b = CmId::new(&ch, PortSpace::Tcp).unwrap();
+    let e = b.bind_addr(sa("127.0.64.1:7474")).unwrap_err();
+    assert_eq!(e.errno(), libc::EADDRINUSE, "{e}");
+    a.listen(1).unwrap();
+    drop(a);
     b.bind_addr(sa("127.0.64.1:7474")).unwrap();
-    assert_eq!(b.listen(1).unwrap_err().errno(), libc::EADDRINUSE);
 }
 
 #[test]

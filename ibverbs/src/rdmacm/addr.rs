@@ -119,11 +119,36 @@ pub(crate) fn qp_attr_to_c(a: &QpAttr) -> ibv_qp_attr {
     }
 }
 
-/// `rdma_getaddrinfo`: getaddrinfo(3) for the address, one result, with rdma_cm's port space
-/// and QP type (TCP/RC by default, UDP/UD for datagram hints).
+/// A malloc'd copy of the `len` bytes of address `a` (NULL for none or no memory).
 ///
 /// # Safety
-/// `node` and `service` NULL or C strings; `hints` NULL or valid; `res` valid for writing.
+/// `a` is NULL or holds `len` bytes.
+unsafe fn copy_addr(a: *const libc::sockaddr, len: libc::socklen_t) -> *mut libc::sockaddr {
+    if a.is_null() || len == 0 {
+        return core::ptr::null_mut();
+    }
+    // SAFETY: malloc of `len` bytes; the copy reads `len` bytes of `a` (the caller's promise).
+    unsafe {
+        let c = libc::malloc(len as usize).cast::<libc::sockaddr>();
+        if !c.is_null() {
+            core::ptr::copy_nonoverlapping(a.cast::<u8>(), c.cast::<u8>(), len as usize);
+        }
+        c
+    }
+}
+
+/// `rdma_getaddrinfo` as librdmacm answers it (one result): with a node or service,
+/// getaddrinfo(3) under the hints' family, flags and the socket type of their QP type / port
+/// space, the address becoming the source (`RAI_PASSIVE`) or the destination; with neither,
+/// the answer is built from the hints (their flags, family, QP type, port space and
+/// destination). Either way a source the hints carry is kept when the answer has none. The
+/// QP type and port space are the hints' or follow the socket type (RC/TCP, UD/UDP).
+/// Failures: nothing to resolve (no node, service or hints) is −1 with errno EINVAL;
+/// getaddrinfo's own are its EAI_* code; memory is −1 with ENOMEM.
+///
+/// # Safety
+/// `node` and `service` NULL or C strings; `hints` NULL or valid (its addresses holding
+/// their lengths); `res` valid for writing.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ferroce_rdma_getaddrinfo(
     node: *const c_char,
@@ -131,84 +156,135 @@ pub unsafe extern "C" fn ferroce_rdma_getaddrinfo(
     hints: *const rdma_addrinfo,
     res: *mut *mut rdma_addrinfo,
 ) -> c_int {
-    if res.is_null() || (node.is_null() && service.is_null()) {
-        return libc::EAI_NONAME;
+    if res.is_null() || (node.is_null() && service.is_null() && hints.is_null()) {
+        log::debug!("rdma_getaddrinfo: no node, service or hints (EINVAL)");
+        crate::set_errno(libc::EINVAL);
+        return -1;
     }
     // SAFETY: a non-NULL hints is the caller's valid struct.
     let h = (!hints.is_null()).then(|| unsafe { &*hints });
     let flags = h.map_or(0, |h| h.ai_flags);
-    let ps = h.map_or(0, |h| h.ai_port_space);
-    let qp_type = h.map_or(0, |h| h.ai_qp_type);
-    let udp = ps == 0x0111 || qp_type == 4;
-    // SAFETY: all-zero bytes are a valid addrinfo (no hints beyond these).
-    let mut ai: libc::addrinfo = unsafe { core::mem::zeroed() };
-    ai.ai_family = h.map_or(libc::AF_UNSPEC, |h| h.ai_family);
-    ai.ai_socktype = if udp {
-        libc::SOCK_DGRAM
-    } else {
-        libc::SOCK_STREAM
-    };
-    if flags & RAI_PASSIVE != 0 {
-        ai.ai_flags |= libc::AI_PASSIVE;
-    }
-    if flags & RAI_NUMERICHOST != 0 {
-        ai.ai_flags |= libc::AI_NUMERICHOST;
-    }
-    let mut out: *mut libc::addrinfo = core::ptr::null_mut();
-    // SAFETY: C strings or NULL, a valid hints struct and out-pointer.
-    let rc = unsafe { libc::getaddrinfo(node, service, &raw const ai, &raw mut out) };
-    if rc != 0 {
-        return rc;
-    }
-    // SAFETY: getaddrinfo succeeded, so `out` is a valid non-empty list; only the first result is kept.
-    let (addr, len) = unsafe {
-        let first = &*out;
-        let len = first.ai_addrlen as usize;
-        let copy = libc::malloc(len).cast::<libc::sockaddr>();
-        if !copy.is_null() {
-            core::ptr::copy_nonoverlapping(first.ai_addr.cast::<u8>(), copy.cast::<u8>(), len);
-        }
-        libc::freeaddrinfo(out);
-        (copy, len as libc::socklen_t)
-    };
-    if addr.is_null() {
-        return libc::EAI_MEMORY;
-    }
+    let hint_qp = h.map_or(0, |h| h.ai_qp_type);
+    let hint_ps = h.map_or(0, |h| h.ai_port_space);
     let size = core::mem::size_of::<rdma_addrinfo>();
-    // SAFETY: calloc of the struct's size (zeroed: every pointer NULL); the fields are set below.
+    // SAFETY: calloc of the struct's size (zeroed: every pointer NULL); filled below.
     let r = unsafe { libc::calloc(1, size) }.cast::<rdma_addrinfo>();
     if r.is_null() {
-        // SAFETY: `addr` came from malloc above.
-        unsafe { libc::free(addr.cast()) };
-        return libc::EAI_MEMORY;
+        crate::set_errno(libc::ENOMEM);
+        return -1;
     }
-    // SAFETY: `addr` holds a sockaddr (copied above).
-    let family = c_int::from(unsafe { (*addr).sa_family });
-    // SAFETY: `r` is zeroed memory of the struct's size, ours to fill.
-    unsafe {
-        (*r).ai_flags = flags;
-        (*r).ai_family = family;
-        (*r).ai_qp_type = if udp { 4 } else { 2 };
-        (*r).ai_port_space = if udp { 0x0111 } else { 0x0106 };
-        if flags & RAI_PASSIVE != 0 {
-            (*r).ai_src_addr = addr;
-            (*r).ai_src_len = len;
-        } else {
-            (*r).ai_dst_addr = addr;
-            (*r).ai_dst_len = len;
-            if let Some(h) = h.filter(|h| !h.ai_src_addr.is_null() && h.ai_src_len > 0) {
-                let n = h.ai_src_len as usize;
-                let s = libc::malloc(n).cast::<libc::sockaddr>();
-                if !s.is_null() {
-                    core::ptr::copy_nonoverlapping(h.ai_src_addr.cast::<u8>(), s.cast::<u8>(), n);
-                    (*r).ai_src_addr = s;
-                    (*r).ai_src_len = h.ai_src_len;
+    let fail = move |rc: c_int, errno: c_int| {
+        // SAFETY: `r` and whatever was hung on it are this call's, freed once.
+        unsafe { ferroce_rdma_freeaddrinfo(r) };
+        if errno != 0 {
+            crate::set_errno(errno);
+        }
+        rc
+    };
+    if node.is_null() && service.is_null() {
+        let Some(h) = h else { return fail(-1, libc::EINVAL) };
+        // SAFETY: `r` is ours to fill; the hints' destination holds ai_dst_len bytes.
+        unsafe {
+            (*r).ai_flags = h.ai_flags;
+            (*r).ai_family = h.ai_family;
+            (*r).ai_qp_type = h.ai_qp_type;
+            (*r).ai_port_space = h.ai_port_space;
+            if h.ai_dst_len > 0 {
+                (*r).ai_dst_addr = copy_addr(h.ai_dst_addr, h.ai_dst_len);
+                if (*r).ai_dst_addr.is_null() {
+                    return fail(-1, libc::ENOMEM);
                 }
+                (*r).ai_dst_len = h.ai_dst_len;
             }
+        }
+    } else {
+        // SAFETY: all-zero bytes are a valid addrinfo; the fields that matter are set below.
+        let mut ai: libc::addrinfo = unsafe { core::mem::zeroed() };
+        if flags & RAI_PASSIVE != 0 {
+            ai.ai_flags |= libc::AI_PASSIVE;
+        }
+        if flags & RAI_NUMERICHOST != 0 {
+            ai.ai_flags |= libc::AI_NUMERICHOST;
+        }
+        ai.ai_family = h.map_or(libc::AF_UNSPEC, |h| h.ai_family);
+        ai.ai_socktype = match hint_qp {
+            2 | 3 | 9 | 10 => libc::SOCK_STREAM, // RC, UC, XRC_SEND, XRC_RECV
+            4 => libc::SOCK_DGRAM,               // UD
+            _ => 0,
+        };
+        ai.ai_protocol = match hint_ps {
+            0x0106 => libc::IPPROTO_TCP,
+            0x0002 | 0x0111 => libc::IPPROTO_UDP,
+            0x013F if ai.ai_socktype == libc::SOCK_STREAM => libc::IPPROTO_TCP,
+            0x013F if ai.ai_socktype == libc::SOCK_DGRAM => libc::IPPROTO_UDP,
+            _ => 0,
+        };
+        let mut out: *mut libc::addrinfo = core::ptr::null_mut();
+        // SAFETY: C strings or NULL, a valid hints struct and out-pointer.
+        let rc = unsafe { libc::getaddrinfo(node, service, &raw const ai, &raw mut out) };
+        if rc != 0 {
+            log::debug!("rdma_getaddrinfo: getaddrinfo says {rc}");
+            return fail(rc, 0);
+        }
+        // SAFETY: getaddrinfo succeeded, so `out` is a valid non-empty list, freed once after its first result is copied; `r` is ours to fill.
+        unsafe {
+            let first = &*out;
+            let a = copy_addr(first.ai_addr, first.ai_addrlen);
+            let (socktype, protocol, family) =
+                (first.ai_socktype, first.ai_protocol, first.ai_family);
+            libc::freeaddrinfo(out);
+            if a.is_null() {
+                return fail(-1, libc::ENOMEM);
+            }
+            (*r).ai_family = family;
+            (*r).ai_qp_type = if hint_qp != 0 {
+                hint_qp
+            } else if socktype == libc::SOCK_DGRAM {
+                4
+            } else {
+                2
+            };
+            (*r).ai_port_space = if hint_ps != 0 {
+                hint_ps
+            } else if protocol == libc::IPPROTO_UDP {
+                0x0111
+            } else {
+                0x0106
+            };
+            if flags & RAI_PASSIVE != 0 {
+                (*r).ai_flags = RAI_PASSIVE;
+                (*r).ai_src_addr = a;
+                (*r).ai_src_len = first_len(a);
+            } else {
+                (*r).ai_dst_addr = a;
+                (*r).ai_dst_len = first_len(a);
+            }
+        }
+    }
+    // SAFETY: `r` is ours; the hints' source holds ai_src_len bytes.
+    unsafe {
+        if let Some(h) = h.filter(|h| (*r).ai_src_len == 0 && h.ai_src_len > 0) {
+            (*r).ai_src_addr = copy_addr(h.ai_src_addr, h.ai_src_len);
+            if (*r).ai_src_addr.is_null() {
+                return fail(-1, libc::ENOMEM);
+            }
+            (*r).ai_src_len = h.ai_src_len;
         }
         *res = r;
     }
     0
+}
+
+/// The length of a sockaddr of ours by its family.
+///
+/// # Safety
+/// `a` points to a sockaddr.
+unsafe fn first_len(a: *const libc::sockaddr) -> libc::socklen_t {
+    // SAFETY: the caller's promise.
+    match c_int::from(unsafe { (*a).sa_family }) {
+        libc::AF_INET6 => core::mem::size_of::<libc::sockaddr_in6>() as libc::socklen_t,
+        _ => core::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+    }
 }
 
 /// `rdma_freeaddrinfo`.

@@ -15,6 +15,7 @@ pub mod addr;
 use core::ffi::{c_char, c_int, c_void};
 use std::collections::HashMap;
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use ferroce::cm::{CmEvent, CmEventType, CmId, ConnParam, EventChannel, PortSpace};
@@ -35,8 +36,9 @@ type Chan = Obj<rdma_event_channel, EventChannel>;
 pub struct IdState {
     /// The provider's ID.
     pub id: CmId,
-    /// A synchronous ID's own channel (created with `channel` NULL).
-    sync: Option<usize>,
+    /// A synchronous ID's own channel (created, or migrated, with `channel` NULL); 0 for an
+    /// asynchronous ID. `rdma_migrate_id` changes it, as librdmacm's `sync` flag.
+    sync: AtomicUsize,
     /// `rdma_create_ep`'s QP attributes for `rdma_get_request`, and its PD.
     ep: Mutex<Option<(ibv_qp_init_attr, usize)>>,
     /// CQs and channels `rdma_create_qp` made for the ID (destroyed with its QP).
@@ -75,6 +77,14 @@ fn verbs_for(addr: std::net::IpAddr) -> Option<(*mut ibv_context, *mut ibv_pd)> 
     Some((ctx, pd))
 }
 
+/// What every rdma_cm entry point sets up first: logging, and the CM restricted to the
+/// devices `ibv_get_device_list` lists (so `id->verbs` is always one of them).
+fn cm_init() {
+    crate::init_logging();
+    ferroce::cm::set_listed_devices_only(true);
+}
+
+#[track_caller]
 fn fail_int(e: c_int) -> c_int {
     let at = std::panic::Location::caller();
     log::debug!(
@@ -131,7 +141,7 @@ fn new_c_id(id: CmId, channel: *mut rdma_event_channel, context: *mut c_void) ->
         c,
         IdState {
             id: id.clone(),
-            sync: None,
+            sync: AtomicUsize::new(0),
             ep: Mutex::new(None),
             made: Mutex::new(Vec::new()),
         },
@@ -308,7 +318,7 @@ unsafe fn complete(id: *mut rdma_cm_id, want: CmEventType) -> c_int {
     let Some(st) = (unsafe { state(id) }) else {
         return fail_int(libc::EINVAL);
     };
-    let Some(ch) = st.sync else { return 0 };
+    let Some(ch) = st.sync() else { return 0 };
     // SAFETY: as above: the ID's fields are the library's to write for a sync ID.
     unsafe {
         if !(*id).event.is_null() {
@@ -340,7 +350,7 @@ unsafe fn complete(id: *mut rdma_cm_id, want: CmEventType) -> c_int {
 /// `rdma_create_event_channel`.
 #[unsafe(no_mangle)]
 pub extern "C" fn ferroce_rdma_create_event_channel() -> *mut rdma_event_channel {
-    crate::init_logging();
+    cm_init();
     match EventChannel::new() {
         Ok(ch) => Chan::into_raw(rdma_event_channel { fd: ch.fd() }, ch),
         Err(e) => {
@@ -373,6 +383,7 @@ pub unsafe extern "C" fn ferroce_rdma_create_id(
     context: *mut c_void,
     ps: u32,
 ) -> c_int {
+    cm_init();
     let Some(ps) = PortSpace::from_raw(ps) else {
         log::debug!("rdma_create_id: port space {ps:#x} is none of rdma_cm's");
         return fail_int(libc::EINVAL);
@@ -406,11 +417,14 @@ pub unsafe extern "C" fn ferroce_rdma_create_id(
 }
 
 impl IdState {
+    /// The ID's own channel if it is synchronous.
+    fn sync(&self) -> Option<usize> {
+        Some(self.sync.load(Ordering::Acquire)).filter(|c| *c != 0)
+    }
+
+    /// Makes the ID synchronous on its own channel `ch`, or asynchronous (NULL).
     fn sync_set(&self, ch: *mut rdma_event_channel) {
-        // The sync field is set once, right after creation, before the ID is shared.
-        let p = core::ptr::from_ref(&self.sync).cast_mut();
-        // SAFETY: the ID was created on this thread an instant ago and is not yet visible to any other, so this write races with nothing.
-        unsafe { p.write(Some(ch as usize)) };
+        self.sync.store(ch as usize, Ordering::Release);
     }
 }
 
@@ -425,7 +439,7 @@ pub unsafe extern "C" fn ferroce_rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
         return fail_int(libc::EINVAL);
     };
     st.id.set_user_context(0);
-    let sync = st.sync;
+    let sync = st.sync();
     // SAFETY: `id` is live until freed below; its pending event is ours to ack.
     unsafe {
         if !(*id).event.is_null() {
@@ -865,7 +879,7 @@ fn event_type(v: u32) -> Option<CmEventType> {
     .find(|t| *t as u32 == v)
 }
 
-/// `rdma_set_option`: TOS and ACK_TIMEOUT are honoured, REUSEADDR and AFONLY accepted.
+/// `rdma_set_option`: TOS, AFONLY and ACK_TIMEOUT are honoured, REUSEADDR accepted.
 ///
 /// # Safety
 /// `id` is live; `optval` holds `optlen` bytes.
@@ -888,8 +902,20 @@ pub unsafe extern "C" fn ferroce_rdma_set_option(
     let byte = unsafe { *optval.cast::<u8>() };
     match (level, optname) {
         (0, 0) => st.id.set_tos(byte),
-        (0, 1) | (0, 2) => {}
+        // REUSEADDR: an int, as the kernel reads it.
+        (0, 1) if optlen == core::mem::size_of::<c_int>() => {}
+        (0, 2) if optlen == core::mem::size_of::<c_int>() => {
+            // SAFETY: optval holds an int (optlen says so); it may be unaligned.
+            let v = unsafe { optval.cast::<c_int>().read_unaligned() };
+            if let Err(e) = st.id.set_afonly(v != 0) {
+                return err_int(&e);
+            }
+        }
         (0, 3) => st.id.set_ack_timeout(byte),
+        (0, 1 | 2) => {
+            log::debug!("rdma_set_option: option {optname} takes an int, not {optlen} bytes");
+            return fail_int(libc::EINVAL);
+        }
         _ => {
             log::debug!("rdma_set_option: level {level} option {optname} not offered");
             return fail_int(libc::ENOSYS);
@@ -898,10 +924,12 @@ pub unsafe extern "C" fn ferroce_rdma_set_option(
     0
 }
 
-/// `rdma_migrate_id`.
+/// `rdma_migrate_id`: the ID and its queued events move to `ch`; with `ch` NULL the ID
+/// becomes synchronous on a channel of its own, and an ID that was synchronous becomes
+/// asynchronous on `ch` (its own channel and kept event gone), as librdmacm does.
 ///
 /// # Safety
-/// `id` is live; `ch` a live channel of ours.
+/// `id` is live; `ch` NULL or a live channel of ours.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ferroce_rdma_migrate_id(
     id: *mut rdma_cm_id,
@@ -911,14 +939,35 @@ pub unsafe extern "C" fn ferroce_rdma_migrate_id(
     let Some(st) = (unsafe { state(id) }) else {
         return fail_int(libc::EINVAL);
     };
-    if ch.is_null() {
+    let old_sync = st.sync();
+    if ch.is_null() && old_sync.is_some() {
+        log::debug!("rdma_migrate_id: the ID is synchronous already");
         return fail_int(libc::EINVAL);
     }
-    // SAFETY: `ch` is a live channel of ours; `id` live.
-    unsafe {
-        st.id.migrate(Chan::rust(ch));
-        (*id).channel = ch;
+    let (ch, sync) = if ch.is_null() {
+        let own = ferroce_rdma_create_event_channel();
+        if own.is_null() {
+            return -1;
+        }
+        (own, true)
+    } else {
+        (ch, false)
+    };
+    // SAFETY: `ch` is a live channel of ours (the caller's, or made above); `id` live.
+    unsafe { st.id.migrate(Chan::rust(ch)) };
+    if let Some(old) = old_sync {
+        // SAFETY: a sync ID's kept event and channel are its own: nobody else holds them, and the ID's events now go to `ch`.
+        unsafe {
+            if !(*id).event.is_null() {
+                ferroce_rdma_ack_cm_event((*id).event);
+                (*id).event = core::ptr::null_mut();
+            }
+            ferroce_rdma_destroy_event_channel(old as *mut rdma_event_channel);
+        }
     }
+    st.sync_set(if sync { ch } else { core::ptr::null_mut() });
+    // SAFETY: `id` is live; `channel` is the library's field to write.
+    unsafe { (*id).channel = ch };
     0
 }
 
@@ -1032,7 +1081,7 @@ pub unsafe extern "C" fn ferroce_rdma_get_request(
     let Some(st) = (unsafe { state(listen) }) else {
         return fail_int(libc::EINVAL);
     };
-    let Some(ch) = st.sync else {
+    let Some(ch) = st.sync() else {
         log::debug!("rdma_get_request: the listening ID is not synchronous");
         return fail_int(libc::EINVAL);
     };

@@ -3,9 +3,11 @@
 #![allow(dead_code)] // each test crate uses its part
 
 use std::collections::HashMap;
-use std::io::Write;
-use std::path::Path;
-use std::process::Command;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
 
 /// Whether `what` (found by `found`) is installed. If it is not: a loud `SKIPPED` line naming
 /// the package to install, and `false`, except under CI (`CI` set, where `.ci/run` installs
@@ -67,4 +69,103 @@ pub(crate) fn c_layout(src: &str, exe: &str, header: &str) -> HashMap<String, us
             )
         })
         .collect()
+}
+
+/// The directory holding both libraries, linked once per test run.
+pub(crate) fn lib_dir() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let exe = std::env::current_exe().unwrap();
+        let profile_dir = exe.parent().unwrap().parent().unwrap();
+        let release = profile_dir.file_name().is_some_and(|n| n == "release");
+        let mut cargo = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+        cargo
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .args([
+                "build",
+                "-q",
+                "-p",
+                "ferroce-ibverbs",
+                "-p",
+                "ferroce-librdmacm",
+                "--lib",
+            ])
+            .env("CARGO_TARGET_DIR", profile_dir.parent().unwrap());
+        if release {
+            cargo.arg("--release");
+        }
+        assert!(
+            cargo.status().unwrap().success(),
+            "building the static libraries"
+        );
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("ferroce-rdmacm");
+        std::fs::create_dir_all(&dir).unwrap();
+        let verbs = dir.join("libibverbs.so.1");
+        let st = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/link.sh"))
+            .arg(profile_dir.join("libferroce_ibverbs.a"))
+            .arg(&verbs)
+            .status()
+            .unwrap();
+        assert!(st.success(), "linking libibverbs.so.1");
+        let st = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../librdmacm/link.sh"))
+            .arg(profile_dir.join("libferroce_librdmacm.a"))
+            .arg(&verbs)
+            .arg(dir.join("librdmacm.so.1"))
+            .status()
+            .unwrap();
+        assert!(st.success(), "linking librdmacm.so.1");
+        dir
+    })
+}
+
+pub(crate) fn have(prog: &str, package: &str) -> bool {
+    let found = Command::new("sh")
+        .args(["-c", &format!("command -v {prog}")])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    installed(prog, found, package)
+}
+
+/// A started program whose output is read as it comes (a verbose program would block on a
+/// full pipe).
+pub(crate) struct Running {
+    pub(crate) child: Child,
+    out: std::thread::JoinHandle<String>,
+    err: std::thread::JoinHandle<String>,
+}
+
+pub(crate) fn start(mut c: Command) -> Running {
+    let mut child = c.spawn().unwrap();
+    let mut so = child.stdout.take().unwrap();
+    let mut se = child.stderr.take().unwrap();
+    let out = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = so.read_to_string(&mut s);
+        s
+    });
+    let err = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = se.read_to_string(&mut s);
+        s
+    });
+    Running { child, out, err }
+}
+
+/// Waits at most `limit` for `r` (killing it after); returns (success, stdout + stderr).
+pub(crate) fn finish(mut r: Running, limit: Duration) -> (bool, String) {
+    let t0 = Instant::now();
+    let ok = loop {
+        if let Some(st) = r.child.try_wait().unwrap() {
+            break st.success();
+        }
+        if t0.elapsed() > limit {
+            let _ = r.child.kill();
+            let _ = r.child.wait();
+            break false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut text = r.out.join().unwrap();
+    text.push_str(&r.err.join().unwrap());
+    (ok, text)
 }

@@ -55,6 +55,20 @@ impl EventChannel {
         self.inner.cond.notify_all();
     }
 
+    /// Takes the queued events of `id` (its own, and the requests that came through it as a
+    /// listener), keeping the others in order.
+    pub(crate) fn take_for(&self, id: &super::CmId) -> Vec<CmEvent> {
+        let mut q = self.inner.queue.lock();
+        let (mine, rest): (VecDeque<CmEvent>, VecDeque<CmEvent>) = q
+            .drain(..)
+            .partition(|e| e.id == *id || e.listen_id.as_ref() == Some(id));
+        *q = rest;
+        if q.is_empty() {
+            self.inner.fd.drain();
+        }
+        mine.into()
+    }
+
     /// `rdma_get_cm_event`: the next event, waiting for one.
     pub fn get_event(&self) -> CmEvent {
         loop {

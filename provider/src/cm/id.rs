@@ -55,8 +55,13 @@ pub(crate) struct IdState {
     qp: Option<QpHold>,
     /// The CQs `create_qp` made (kept with the ID).
     cqs: Vec<CompletionQueue>,
-    /// Listens: each device's agent, the host-wide route and the ServiceID.
-    listens: Vec<(Arc<Agent>, GsiRoute, u64)>,
+    /// The port the bind took: each device's agent and its host-wide route of the ServiceID
+    /// (the kernel's bind list entry; REQs for it reach this process).
+    bound: Vec<(Arc<Agent>, GsiRoute)>,
+    /// Listening on every entry of `bound`.
+    listening: bool,
+    /// `RDMA_OPTION_ID_AFONLY` as set (None: the kernel's default at bind).
+    afonly: Option<bool>,
     /// The request's values (passive side), for accept's 255.
     requested: (u8, u8),
     /// The REP's private data (active side), carried by ESTABLISHED.
@@ -146,10 +151,19 @@ impl CmId {
         self.inner.channel.lock().clone()
     }
 
-    /// `rdma_migrate_id`: the ID's later events go to `channel` (those queued stay where they
-    /// are).
+    /// `rdma_migrate_id`: the ID's events go to `channel`, those queued on its old channel
+    /// (its own and the requests that came through it) moved along, as the kernel's
+    /// `ucma_migrate_id` moves them.
     pub fn migrate(&self, channel: &EventChannel) {
-        *self.inner.channel.lock() = channel.clone();
+        let mut ch = self.inner.channel.lock();
+        if Arc::ptr_eq(&ch.inner, &channel.inner) {
+            return;
+        }
+        let moved = ch.take_for(self);
+        *ch = channel.clone();
+        for e in moved {
+            channel.push(e);
+        }
     }
 
     /// `rdma_get_local_addr` (the bound or resolved source, with its port).
@@ -228,21 +242,66 @@ impl CmId {
             .store(v, std::sync::atomic::Ordering::Relaxed);
     }
 
-    /// `rdma_bind_addr`: the local address (port 0: one is chosen when listening). An
-    /// unspecified address binds every ferroce device (a listen listens on each).
+    /// `rdma_bind_addr`: the local address, its port taken at once (a free one of
+    /// [`PORT_RANGE`] for port 0, as the kernel's `cma_get_port`). An unspecified address
+    /// binds every ferroce device of its family, or of both for an IPv6 one without AFONLY
+    /// (a listen listens on each).
     ///
     /// # Errors
     /// [`Error::NoDevice`] (ENODEV) if no ferroce device is on the address,
+    /// [`Error::Taken`] (EADDRINUSE) if another ID holds the port on the device,
+    /// [`Error::AddressNotAvailable`] (EADDRNOTAVAIL) if a wildcard overlaps another ID's port,
     /// [`Error::InvalidArgument`] if the ID is bound already.
+    ///
+    /// [`PORT_RANGE`]: super::PORT_RANGE
     pub fn bind_addr(&self, addr: SocketAddr) -> Result<()> {
         let mut st = self.inner.st.lock();
         if st.local.is_some() {
             return Err(Error::InvalidArgument("the ID is bound already"));
         }
-        if !addr.ip().is_unspecified() {
-            st.agent = Some(Agent::of(&route::device_for(addr.ip())?)?);
+        let afonly = st.afonly.unwrap_or_else(|| default_afonly(addr.ip()));
+        let wildcard = addr.ip().is_unspecified();
+        let agents = if wildcard {
+            let mut v = Vec::new();
+            for d in crate::device_list() {
+                if !afonly || d.addr.is_ipv4() == addr.is_ipv4() {
+                    v.push(Agent::of(&d)?);
+                }
+            }
+            v
+        } else {
+            vec![Agent::of(&route::bind_device(addr.ip())?)?]
+        };
+        let (port, routes) = reserve(&agents, self.inner.ps, addr.port(), wildcard)?;
+        if !wildcard {
+            st.agent = agents.first().cloned();
         }
-        st.local = Some(addr);
+        st.local = Some(SocketAddr::new(addr.ip(), port));
+        st.bound = routes;
+        st.afonly = Some(afonly);
+        log::debug!(
+            "rdma_bind_addr {:?} (afonly {afonly}, {} devices)",
+            st.local,
+            agents.len()
+        );
+        Ok(())
+    }
+
+    /// `rdma_set_option(RDMA_OPTION_ID_AFONLY)`: whether a wildcard bind covers its own family
+    /// only (default: yes for IPv4, `net.ipv6.bindv6only` for IPv6).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] once the ID listens or is resolved (the kernel takes it
+    /// while the ID is idle or bound).
+    pub fn set_afonly(&self, afonly: bool) -> Result<()> {
+        let mut st = self.inner.st.lock();
+        if st.listening || st.peer.is_some() {
+            log::debug!("rdma_set_option AFONLY: the ID is neither idle nor only bound");
+            return Err(Error::InvalidArgument(
+                "AFONLY is set on an idle or bound ID only",
+            ));
+        }
+        st.afonly = Some(afonly);
         Ok(())
     }
 
@@ -265,27 +324,14 @@ impl CmId {
         let bound = st.local.filter(|a| !a.ip().is_unspecified());
         let src_ip = match bound.or(src.filter(|a| !a.ip().is_unspecified())) {
             Some(a) => Ok(a.ip()),
-            // The route's source; for a destination on this host without a device on that
-            // source (127.0.0.1 for 127.x.y.z), the destination's own device, as the kernel
-            // maps loopback to the device owning the address.
-            None => route::source_for(dst.ip()).map(|s| {
-                let dst_local = route::device_for(dst.ip()).is_ok();
-                if (route::device_for(s).is_err() || !route::listed(s))
-                    && dst_local
-                    && (route::listed(dst.ip()) || !route::listed(s))
-                {
-                    dst.ip()
-                } else {
-                    s
-                }
-            }),
+            None => route::pick_source(dst.ip()),
         };
         let port = bound
             .or(src)
             .map(|a| a.port())
             .filter(|p| *p != 0)
             .unwrap_or_else(route::random_port);
-        let found = src_ip.and_then(|ip| Ok((ip, Agent::of(&route::device_for(ip)?)?)));
+        let found = src_ip.and_then(|ip| Ok((ip, Agent::of(&route::bind_device(ip)?)?)));
         let e = match found {
             Ok((ip, agent)) => {
                 st.local = Some(SocketAddr::new(ip, port));
@@ -401,58 +447,30 @@ impl CmId {
         st.cqs.clear();
     }
 
-    /// `rdma_listen`: takes the ServiceID of the bound port (a free port of [`PORT_RANGE`]
-    /// for port 0) host-wide and listens on it on the bound device (every ferroce device for
-    /// an unspecified address).
+    /// `rdma_listen`: listens on the port the bind took, on the bound device (every device
+    /// the wildcard covers); an unbound ID is bound to the IPv4 wildcard and port 0 first, as
+    /// the kernel does.
     ///
     /// # Errors
-    /// [`Error::Taken`] (EADDRINUSE) if another ID or process listens on the port,
-    /// [`Error::NoDevice`] if there is no device to listen on.
-    ///
-    /// [`PORT_RANGE`]: super::PORT_RANGE
+    /// What [`CmId::bind_addr`] refuses for an unbound ID; [`Error::Cm`] if the engine
+    /// refuses the listen.
     pub fn listen(&self, _backlog: i32) -> Result<()> {
+        if self.inner.st.lock().local.is_none() {
+            self.bind_addr((std::net::Ipv4Addr::UNSPECIFIED, 0).into())?;
+        }
         let mut st = self.inner.st.lock();
-        if !st.listens.is_empty() {
+        if st.listening {
             return Ok(());
         }
-        let local = st
-            .local
-            .unwrap_or_else(|| (std::net::Ipv4Addr::UNSPECIFIED, 0).into());
-        let agents: Vec<Arc<Agent>> = match &st.agent {
-            Some(a) => vec![a.clone()],
-            None => {
-                let mut v = Vec::new();
-                for d in crate::device_list() {
-                    if local.is_ipv4() == d.addr.is_ipv4() || local.ip().is_unspecified() {
-                        v.push(Agent::of(&d)?);
-                    }
-                }
-                v
-            }
-        };
-        if agents.is_empty() {
-            return Err(Error::NoDevice("to listen on".into()));
-        }
-        let mut port = local.port();
-        let mut listens = Vec::new();
-        for a in &agents {
-            let route = if port == 0 {
-                a.ctx
-                    .gsi_listen_any(self.inner.ps.service_id(0), super::PORT_RANGE)?
-            } else {
-                a.ctx.gsi_listen(self.inner.ps.service_id(port))?
-            };
+        for (a, route) in &st.bound {
             let sid = route.service_id().unwrap_or(0);
-            port = sid as u16;
             if let Err(e) = a.engine.lock().listen(sid) {
                 return Err(Error::Cm(e));
             }
             a.listeners.lock().insert(sid, Arc::downgrade(&self.inner));
-            listens.push((a.clone(), route, sid));
         }
-        st.local = Some(SocketAddr::new(local.ip(), port));
-        st.listens = listens;
-        log::debug!("rdma_listen on {:?} ({} devices)", st.local, agents.len());
+        st.listening = true;
+        log::debug!("rdma_listen on {:?} ({} devices)", st.local, st.bound.len());
         Ok(())
     }
 
@@ -925,12 +943,70 @@ impl IdInner {
     }
 }
 
+/// The kernel's default of AFONLY at bind: IPv4 binds are of their family only, IPv6 ones
+/// as `net.ipv6.bindv6only` says (0, both families, unless the host says otherwise).
+fn default_afonly(ip: IpAddr) -> bool {
+    ip.is_ipv4()
+        || std::fs::read_to_string("/proc/sys/net/ipv6/bindv6only").is_ok_and(|v| v.trim() == "1")
+}
+
+/// Takes `port` of port space `ps` (a free one for 0: the same on every device) on each
+/// agent's device: the routes that make the binding, and the port.
+fn reserve(
+    agents: &[Arc<Agent>],
+    ps: PortSpace,
+    port: u16,
+    wildcard: bool,
+) -> Result<(u16, Vec<(Arc<Agent>, GsiRoute)>)> {
+    if agents.is_empty() {
+        return Ok((if port == 0 { route::random_port() } else { port }, Vec::new()));
+    }
+    // A port picked on the first device may be taken on another: pick again.
+    for _ in 0..32 {
+        let mut routes = Vec::new();
+        let mut p = port;
+        let mut failed = None;
+        for a in agents {
+            let r = if p == 0 {
+                a.ctx.gsi_listen_any(ps.service_id(0), super::PORT_RANGE)
+            } else {
+                a.ctx.gsi_listen(ps.service_id(p))
+            };
+            match r {
+                Ok(r) => {
+                    p = r.service_id().unwrap_or(0) as u16;
+                    routes.push((a.clone(), r));
+                }
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            }
+        }
+        match failed {
+            None => return Ok((p, routes)),
+            Some(Error::Taken(_)) if port == 0 => continue,
+            Some(Error::Taken(what)) if wildcard => {
+                return Err(Error::AddressNotAvailable(format!(
+                    "a wildcard bind of port {port} overlaps a binding of it: {what}"
+                )));
+            }
+            Some(e) => return Err(e),
+        }
+    }
+    Err(Error::Busy("no port of the range is free on every device"))
+}
+
 impl Drop for IdInner {
     fn drop(&mut self) {
         let st = self.st.get_mut();
-        for (agent, _route, sid) in st.listens.drain(..) {
-            agent.engine.lock().unlisten(sid);
-            agent.listeners.lock().remove(&sid);
+        let listening = st.listening;
+        for (agent, route) in st.bound.drain(..) {
+            if listening {
+                let sid = route.service_id().unwrap_or(0);
+                agent.engine.lock().unlisten(sid);
+                agent.listeners.lock().remove(&sid);
+            }
         }
         if let (Some(agent), Some(comm)) = (st.agent.take(), st.comm.take()) {
             let now = agent.now();

@@ -32,7 +32,7 @@ mod route;
 pub use channel::EventChannel;
 pub use ferroce_transport::cm::{ConnParam, DepthCaps, Path, QpPlan};
 pub use id::{CmId, RDMA_UDP_QKEY, REQ_USER_DATA};
-pub use route::{PORT_RANGE, service_port};
+pub use route::{PORT_RANGE, service_port, set_listed_devices_only};
 
 use ferroce_transport::AhAttr;
 

@@ -5,6 +5,7 @@
 
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::ops::RangeInclusive;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use ferroce_transport::cm::{Path, param};
 
@@ -36,6 +37,64 @@ pub(crate) fn source_for(dst: IpAddr) -> Result<IpAddr> {
 /// Whether `addr` is one of the devices verbs lists ([`crate::device_list`]).
 pub(crate) fn listed(addr: IpAddr) -> bool {
     crate::device_list().iter().any(|d| d.addr == addr)
+}
+
+static LISTED_ONLY: AtomicBool = AtomicBool::new(false);
+
+/// Makes the connection manager see only the devices verbs lists ([`crate::device_list`],
+/// i.e. `FERROCE_DEVICES`), as the kernel's rdma_cm sees only RDMA devices: binding another
+/// address is ENODEV, a route whose source is not a listed device resolves to ADDR_ERROR
+/// −ENODEV, and a destination on this host with no listed device on the route's source is
+/// reached from the first listed device of its family (the kernel's loopback binding). The
+/// C ABI turns this on (there `id->verbs` must be one of `ibv_get_device_list`'s); the Rust
+/// API's default takes any local address as a device, as [`Device::find`] does.
+pub fn set_listed_devices_only(on: bool) {
+    LISTED_ONLY.store(on, Ordering::Relaxed);
+}
+
+pub(crate) fn listed_only() -> bool {
+    LISTED_ONLY.load(Ordering::Relaxed)
+}
+
+/// The device the CM binds `addr` to: [`device_for`], restricted to listed devices in
+/// [`set_listed_devices_only`]'s mode.
+pub(crate) fn bind_device(addr: IpAddr) -> Result<Device> {
+    if listed_only() && !listed(addr) {
+        log::debug!("rdma_cm: {addr} is not a listed device (FERROCE_DEVICES): ENODEV");
+        return Err(Error::NoDevice(format!("{addr} is not a listed device")));
+    }
+    device_for(addr)
+}
+
+/// The source address `rdma_resolve_addr` picks for `dst` when the ID has none.
+pub(crate) fn pick_source(dst: IpAddr) -> Result<IpAddr> {
+    let s = source_for(dst)?;
+    let dst_local = device_for(dst).is_ok();
+    if !listed_only() {
+        // The route's source; for a destination on this host without a device on that
+        // source (127.0.0.1 for 127.x.y.z), the destination's own device, as the kernel
+        // maps loopback to the device owning the address.
+        let use_dst = (device_for(s).is_err() || !listed(s))
+            && dst_local
+            && (listed(dst) || !listed(s));
+        return Ok(if use_dst { dst } else { s });
+    }
+    if listed(s) {
+        return Ok(s);
+    }
+    if listed(dst) {
+        return Ok(dst);
+    }
+    if dst_local || dst.is_loopback() {
+        if let Some(d) = crate::device_list()
+            .into_iter()
+            .find(|d| d.addr.is_ipv4() == dst.is_ipv4())
+        {
+            return Ok(d.addr);
+        }
+    }
+    log::debug!("rdma_cm: the route to {dst} leaves from {s}, which is no listed device");
+    Err(Error::NoDevice(format!("on the route to {dst} (from {s})")))
 }
 
 /// The device on `addr` (a listed device, else any local address's): ENODEV (rdma_cm's "no

@@ -1,0 +1,422 @@
+/* librdmacm's rules as rdma-core and the kernel's rdma_cm keep them, asserted one case per run:
+ * `cm_rules CASE ADDR...`. Built against Debian's <rdma/rdma_cma.h> and run on ferroce's
+ * librdmacm.so.1 / libibverbs.so.1 (ibverbs/tests/cm_rules.rs). Prints "ok CASE" and exits 0,
+ * or prints what broke and exits 1; an alarm turns a hang into a failure. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <poll.h>
+#include <rdma/rdma_cma.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* libibverbs exports it; its declaration is in rdma-core's provider header, not verbs.h. */
+const char *ibv_get_sysfs_path(void);
+
+static const char *case_name;
+
+#define CHECK(cond)                                                                        \
+	do {                                                                               \
+		if (!(cond)) {                                                             \
+			fprintf(stderr, "%s: %s:%d: %s (errno %d: %s)\n", case_name,      \
+				__FILE__, __LINE__, #cond, errno, strerror(errno));        \
+			exit(1);                                                           \
+		}                                                                          \
+	} while (0)
+
+static void on_alarm(int sig)
+{
+	(void)sig;
+	static const char msg[] = "hung: the alarm went off\n";
+	write(2, msg, sizeof msg - 1);
+	_exit(2);
+}
+
+/* ADDR (v4 or v6) and PORT into `ss`. */
+static struct sockaddr *addr_of(const char *text, int port, struct sockaddr_storage *ss)
+{
+	memset(ss, 0, sizeof *ss);
+	struct sockaddr_in *a4 = (struct sockaddr_in *)ss;
+	struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)ss;
+	if (inet_pton(AF_INET, text, &a4->sin_addr) == 1) {
+		a4->sin_family = AF_INET;
+		a4->sin_port = htons(port);
+	} else {
+		CHECK(inet_pton(AF_INET6, text, &a6->sin6_addr) == 1);
+		a6->sin6_family = AF_INET6;
+		a6->sin6_port = htons(port);
+	}
+	return (struct sockaddr *)ss;
+}
+
+static struct rdma_cm_event *next_event(struct rdma_event_channel *ch, enum rdma_cm_event_type want)
+{
+	struct rdma_cm_event *e;
+	CHECK(rdma_get_cm_event(ch, &e) == 0);
+	if (e->event != want) {
+		fprintf(stderr, "%s: got %s (status %d), wanted %s\n", case_name,
+			rdma_event_str(e->event), e->status, rdma_event_str(want));
+		exit(1);
+	}
+	return e;
+}
+
+/* Whether `ch` has an event pending (its fd readable). */
+static int pending(struct rdma_event_channel *ch)
+{
+	struct pollfd p = { .fd = ch->fd, .events = POLLIN };
+	return poll(&p, 1, 0) == 1;
+}
+
+static struct ibv_qp_init_attr qp_attr(void)
+{
+	struct ibv_qp_init_attr a;
+	memset(&a, 0, sizeof a);
+	a.cap.max_send_wr = 4;
+	a.cap.max_recv_wr = 4;
+	a.cap.max_send_sge = 1;
+	a.cap.max_recv_sge = 1;
+	a.qp_type = IBV_QPT_RC;
+	return a;
+}
+
+/* librpma's way: a synchronous ID resolved, then migrated to a channel, which makes it
+ * asynchronous (rdma_connect returns at once; ESTABLISHED comes on the channel); queued events
+ * move with a migrated ID; an asynchronous ID migrated to NULL becomes synchronous. */
+static void migrate(const char *addr, int port)
+{
+	struct sockaddr_storage ss;
+	struct rdma_event_channel *lch = rdma_create_event_channel(), *cch = rdma_create_event_channel();
+	CHECK(lch && cch);
+	struct rdma_cm_id *lid, *cid;
+	CHECK(rdma_create_id(lch, &lid, NULL, RDMA_PS_TCP) == 0);
+	CHECK(rdma_bind_addr(lid, addr_of(addr, port, &ss)) == 0);
+	CHECK(rdma_listen(lid, 4) == 0);
+
+	CHECK(rdma_create_id(NULL, &cid, NULL, RDMA_PS_TCP) == 0);
+	CHECK(rdma_resolve_addr(cid, NULL, addr_of(addr, port, &ss), 2000) == 0);
+	CHECK(rdma_resolve_route(cid, 2000) == 0);
+	/* A synchronous ID cannot be migrated to "synchronous". */
+	CHECK(rdma_migrate_id(cid, NULL) == -1 && errno == EINVAL);
+	CHECK(rdma_migrate_id(cid, cch) == 0);
+	CHECK(cid->channel == cch);
+	struct ibv_qp_init_attr a = qp_attr();
+	CHECK(rdma_create_qp(cid, NULL, &a) == 0);
+	/* Asynchronous now: this returns before anybody accepts (synchronous, it would wait
+	 * for ESTABLISHED forever, as the accept comes from this thread). */
+	CHECK(rdma_connect(cid, NULL) == 0);
+	struct rdma_cm_event *e = next_event(lch, RDMA_CM_EVENT_CONNECT_REQUEST);
+	struct rdma_cm_id *sid = e->id;
+	CHECK(rdma_ack_cm_event(e) == 0);
+	a = qp_attr();
+	CHECK(rdma_create_qp(sid, NULL, &a) == 0);
+	CHECK(rdma_accept(sid, NULL) == 0);
+	e = next_event(cch, RDMA_CM_EVENT_ESTABLISHED);
+	CHECK(e->id == cid);
+	CHECK(rdma_ack_cm_event(e) == 0);
+	rdma_ack_cm_event(next_event(lch, RDMA_CM_EVENT_ESTABLISHED));
+	/* The DREQ reaches the passive side; its rdma_disconnect answers with the DREP that
+	 * brings the active side's DISCONNECTED. */
+	CHECK(rdma_disconnect(cid) == 0);
+	rdma_ack_cm_event(next_event(lch, RDMA_CM_EVENT_DISCONNECTED));
+	CHECK(rdma_disconnect(sid) == 0);
+	rdma_ack_cm_event(next_event(cch, RDMA_CM_EVENT_DISCONNECTED));
+	rdma_destroy_qp(sid);
+	rdma_destroy_qp(cid);
+	CHECK(rdma_destroy_id(sid) == 0);
+	CHECK(rdma_destroy_id(cid) == 0);
+
+	/* An event queued for an ID moves with it (the kernel moves the ID's events). */
+	struct rdma_event_channel *other = rdma_create_event_channel();
+	CHECK(rdma_create_id(cch, &cid, NULL, RDMA_PS_TCP) == 0);
+	CHECK(rdma_resolve_addr(cid, NULL, addr_of(addr, port, &ss), 2000) == 0);
+	CHECK(rdma_migrate_id(cid, other) == 0);
+	CHECK(!pending(cch));
+	e = next_event(other, RDMA_CM_EVENT_ADDR_RESOLVED);
+	CHECK(e->id == cid);
+	rdma_ack_cm_event(e);
+
+	/* Asynchronous to synchronous: rdma_resolve_route now completes before it returns, its
+	 * event kept in id->event, nothing on the old channel. */
+	CHECK(rdma_migrate_id(cid, NULL) == 0);
+	CHECK(cid->channel != other && cid->channel != NULL);
+	CHECK(rdma_resolve_route(cid, 2000) == 0);
+	CHECK(cid->event && cid->event->event == RDMA_CM_EVENT_ROUTE_RESOLVED);
+	CHECK(!pending(other));
+	CHECK(rdma_destroy_id(cid) == 0);
+	CHECK(rdma_destroy_id(lid) == 0);
+	rdma_destroy_event_channel(other);
+	rdma_destroy_event_channel(cch);
+	rdma_destroy_event_channel(lch);
+}
+
+/* Port 0 is given a port at bind (the kernel's cma_get_port), the one listen then uses; a
+ * port bound by one ID is refused to another (EADDRINUSE). */
+static void bind_port0(const char *addr)
+{
+	struct sockaddr_storage ss;
+	struct rdma_cm_id *a, *b;
+	CHECK(rdma_create_id(NULL, &a, NULL, RDMA_PS_TCP) == 0);
+	CHECK(rdma_bind_addr(a, addr_of(addr, 0, &ss)) == 0);
+	int port = ntohs(rdma_get_src_port(a));
+	CHECK(port != 0);
+	CHECK(ntohs(((struct sockaddr_in *)rdma_get_local_addr(a))->sin_port) == port);
+	CHECK(a->verbs != NULL);
+	CHECK(rdma_create_id(NULL, &b, NULL, RDMA_PS_TCP) == 0);
+	CHECK(rdma_bind_addr(b, addr_of(addr, port, &ss)) == -1 && errno == EADDRINUSE);
+	CHECK(rdma_listen(a, 1) == 0);
+	CHECK(ntohs(rdma_get_src_port(a)) == port);
+	CHECK(rdma_destroy_id(a) == 0);
+	/* Free again once its ID is gone. */
+	CHECK(rdma_bind_addr(b, addr_of(addr, port, &ss)) == 0);
+	CHECK(rdma_destroy_id(b) == 0);
+}
+
+/* qperf's client on another device than the server: the resolved ID is on a device of its
+ * own (id->verbs set and usable), its source that device's address. */
+static void resolve_other(const char *server, const char *own)
+{
+	struct sockaddr_storage ss;
+	struct rdma_cm_id *id;
+	CHECK(rdma_create_id(NULL, &id, NULL, RDMA_PS_TCP) == 0);
+	CHECK(rdma_resolve_addr(id, NULL, addr_of(server, 7471, &ss), 2000) == 0);
+	CHECK(id->verbs != NULL);
+	struct ibv_device_attr da;
+	CHECK(ibv_query_device(id->verbs, &da) == 0);
+	char text[INET6_ADDRSTRLEN];
+	struct sockaddr_in *src = (struct sockaddr_in *)rdma_get_local_addr(id);
+	CHECK(inet_ntop(AF_INET, &src->sin_addr, text, sizeof text));
+	if (strcmp(text, own) != 0) {
+		fprintf(stderr, "%s: source %s, not the device's %s\n", case_name, text, own);
+		exit(1);
+	}
+	CHECK(rdma_destroy_id(id) == 0);
+}
+
+/* A listener on ADDR:PORT that, when its client disconnects, destroys its ID without
+ * rdma_disconnect and exits (qperf's server). */
+static void drep_server(const char *addr, int port)
+{
+	struct sockaddr_storage ss;
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	struct rdma_cm_id *lid;
+	CHECK(rdma_create_id(ch, &lid, NULL, RDMA_PS_TCP) == 0);
+	CHECK(rdma_bind_addr(lid, addr_of(addr, port, &ss)) == 0);
+	CHECK(rdma_listen(lid, 1) == 0);
+	printf("listening\n");
+	fflush(stdout);
+	struct rdma_cm_event *e = next_event(ch, RDMA_CM_EVENT_CONNECT_REQUEST);
+	struct rdma_cm_id *id = e->id;
+	rdma_ack_cm_event(e);
+	struct ibv_qp_init_attr a = qp_attr();
+	CHECK(rdma_create_qp(id, NULL, &a) == 0);
+	CHECK(rdma_accept(id, NULL) == 0);
+	rdma_ack_cm_event(next_event(ch, RDMA_CM_EVENT_ESTABLISHED));
+	rdma_ack_cm_event(next_event(ch, RDMA_CM_EVENT_DISCONNECTED));
+	rdma_destroy_qp(id);
+	CHECK(rdma_destroy_id(id) == 0);
+	CHECK(rdma_destroy_id(lid) == 0);
+	rdma_destroy_event_channel(ch);
+	/* Straight out, as qperf's server goes. */
+	exit(0);
+}
+
+/* The active side: its DREQ must be answered by a DREP (DISCONNECTED with status 0), not
+ * time out (status -ETIMEDOUT, as the kernel reports an unanswered DREQ). */
+static void drep_client(const char *addr, int port)
+{
+	struct sockaddr_storage ss;
+	struct rdma_cm_id *id;
+	CHECK(rdma_create_id(NULL, &id, NULL, RDMA_PS_TCP) == 0);
+	CHECK(rdma_resolve_addr(id, NULL, addr_of(addr, port, &ss), 2000) == 0);
+	CHECK(rdma_resolve_route(id, 2000) == 0);
+	struct ibv_qp_init_attr a = qp_attr();
+	CHECK(rdma_create_qp(id, NULL, &a) == 0);
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	CHECK(rdma_migrate_id(id, ch) == 0);
+	CHECK(rdma_connect(id, NULL) == 0);
+	rdma_ack_cm_event(next_event(ch, RDMA_CM_EVENT_ESTABLISHED));
+	CHECK(rdma_disconnect(id) == 0);
+	struct rdma_cm_event *e = next_event(ch, RDMA_CM_EVENT_DISCONNECTED);
+	if (e->status != 0) {
+		fprintf(stderr, "%s: DISCONNECTED with status %d: the DREQ went unanswered\n",
+			case_name, e->status);
+		exit(1);
+	}
+	rdma_ack_cm_event(e);
+	rdma_destroy_qp(id);
+	CHECK(rdma_destroy_id(id) == 0);
+	rdma_destroy_event_channel(ch);
+}
+
+static int listen_any(int family, int afonly, int port, struct rdma_cm_id **out)
+{
+	struct sockaddr_storage ss;
+	struct rdma_cm_id *id;
+	CHECK(rdma_create_id(NULL, &id, NULL, RDMA_PS_TCP) == 0);
+	if (afonly >= 0)
+		CHECK(rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_AFONLY, &afonly,
+				      sizeof afonly) == 0);
+	*out = id;
+	if (rdma_bind_addr(id, addr_of(family == AF_INET ? "0.0.0.0" : "::", port, &ss)))
+		return -1;
+	return rdma_listen(id, 1);
+}
+
+/* tgt's iSER target: 0.0.0.0:PORT and [::]:PORT with AFONLY both listen; without it the
+ * IPv6 wildcard covers IPv4 too and its bind is refused (EADDRNOTAVAIL, the kernel's answer
+ * when either binding is a wildcard), while an IPv4 wildcard is of its family by default. */
+static void afonly(int port)
+{
+	struct rdma_cm_id *v4, *v6;
+	CHECK(listen_any(AF_INET, 1, port, &v4) == 0);
+	CHECK(listen_any(AF_INET6, 1, port, &v6) == 0);
+	CHECK(rdma_destroy_id(v6) == 0);
+	CHECK(rdma_destroy_id(v4) == 0);
+	CHECK(listen_any(AF_INET, -1, port, &v4) == 0);
+	CHECK(listen_any(AF_INET6, -1, port, &v6) == -1 && errno == EADDRNOTAVAIL);
+	CHECK(rdma_destroy_id(v6) == 0);
+	CHECK(rdma_destroy_id(v4) == 0);
+	/* AFONLY may be set on a bound ID, not on a listening one. */
+	struct rdma_cm_id *id;
+	struct sockaddr_storage ss;
+	int one = 1;
+	CHECK(rdma_create_id(NULL, &id, NULL, RDMA_PS_TCP) == 0);
+	CHECK(rdma_bind_addr(id, addr_of("0.0.0.0", port, &ss)) == 0);
+	CHECK(rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_AFONLY, &one, sizeof one) == 0);
+	CHECK(rdma_listen(id, 1) == 0);
+	CHECK(rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_AFONLY, &one, sizeof one) == -1 &&
+	      errno == EINVAL);
+	CHECK(rdma_destroy_id(id) == 0);
+}
+
+/* An address no device is on: ENODEV, nothing bound; a device's address: bound, verbs set. */
+static void bind_nodev(const char *device, const char *other)
+{
+	struct sockaddr_storage ss;
+	struct rdma_cm_id *id;
+	CHECK(rdma_create_id(NULL, &id, NULL, RDMA_PS_TCP) == 0);
+	CHECK(rdma_bind_addr(id, addr_of(other, 7480, &ss)) == -1 && errno == ENODEV);
+	CHECK(id->verbs == NULL);
+	CHECK(rdma_bind_addr(id, addr_of(device, 7480, &ss)) == 0);
+	CHECK(id->verbs != NULL);
+	CHECK(rdma_destroy_id(id) == 0);
+}
+
+/* libfabric's call: no node, no service, the addresses in the hints. */
+static void getaddrinfo_hints(const char *addr)
+{
+	struct sockaddr_storage src, dst;
+	struct rdma_addrinfo hints, *res;
+	memset(&hints, 0, sizeof hints);
+	hints.ai_port_space = RDMA_PS_TCP;
+	hints.ai_qp_type = IBV_QPT_RC;
+	hints.ai_family = AF_INET;
+	hints.ai_src_addr = addr_of(addr, 0, &src);
+	hints.ai_src_len = sizeof(struct sockaddr_in);
+	hints.ai_dst_addr = addr_of(addr, 7490, &dst);
+	hints.ai_dst_len = sizeof(struct sockaddr_in);
+	CHECK(rdma_getaddrinfo(NULL, NULL, &hints, &res) == 0);
+	CHECK(res->ai_dst_len == sizeof(struct sockaddr_in));
+	CHECK(memcmp(res->ai_dst_addr, &dst, sizeof(struct sockaddr_in)) == 0);
+	CHECK(res->ai_src_len == sizeof(struct sockaddr_in));
+	CHECK(memcmp(res->ai_src_addr, &src, sizeof(struct sockaddr_in)) == 0);
+	CHECK(res->ai_port_space == RDMA_PS_TCP && res->ai_qp_type == IBV_QPT_RC);
+	CHECK(res->ai_family == AF_INET);
+	rdma_freeaddrinfo(res);
+	/* Passive, the source only. */
+	memset(&hints, 0, sizeof hints);
+	hints.ai_flags = RAI_PASSIVE;
+	hints.ai_src_addr = addr_of(addr, 7491, &src);
+	hints.ai_src_len = sizeof(struct sockaddr_in);
+	CHECK(rdma_getaddrinfo(NULL, NULL, &hints, &res) == 0);
+	CHECK(res->ai_flags == RAI_PASSIVE && res->ai_dst_addr == NULL);
+	CHECK(memcmp(res->ai_src_addr, &src, sizeof(struct sockaddr_in)) == 0);
+	rdma_freeaddrinfo(res);
+	/* With a service and a source hint: the source kept beside the resolved destination. */
+	memset(&hints, 0, sizeof hints);
+	hints.ai_src_addr = addr_of(addr, 0, &src);
+	hints.ai_src_len = sizeof(struct sockaddr_in);
+	CHECK(rdma_getaddrinfo(addr, "7492", &hints, &res) == 0);
+	CHECK(res->ai_dst_addr && ntohs(((struct sockaddr_in *)res->ai_dst_addr)->sin_port) == 7492);
+	CHECK(res->ai_src_addr && memcmp(res->ai_src_addr, &src, sizeof(struct sockaddr_in)) == 0);
+	CHECK(res->ai_port_space == RDMA_PS_TCP && res->ai_qp_type == IBV_QPT_RC);
+	rdma_freeaddrinfo(res);
+	/* Nothing at all: EINVAL. */
+	errno = 0;
+	CHECK(rdma_getaddrinfo(NULL, NULL, NULL, &res) == -1 && errno == EINVAL);
+}
+
+/* A CQ as large as RxM's (262,144) and up to the device's max_cqe; one past it EINVAL. */
+static void big_cq(void)
+{
+	int n;
+	struct ibv_device **list = ibv_get_device_list(&n);
+	CHECK(list && n > 0);
+	struct ibv_context *ctx = ibv_open_device(list[0]);
+	CHECK(ctx);
+	struct ibv_device_attr da;
+	CHECK(ibv_query_device(ctx, &da) == 0);
+	CHECK(da.max_cqe >= 4194303);
+	struct ibv_cq *cq = ibv_create_cq(ctx, 262144, NULL, NULL, 0);
+	CHECK(cq && cq->cqe >= 262144);
+	CHECK(ibv_destroy_cq(cq) == 0);
+	cq = ibv_create_cq(ctx, da.max_cqe, NULL, NULL, 0);
+	CHECK(cq);
+	CHECK(ibv_destroy_cq(cq) == 0);
+	errno = 0;
+	CHECK(ibv_create_cq(ctx, da.max_cqe + 1, NULL, NULL, 0) == NULL && errno == EINVAL);
+	ibv_close_device(ctx);
+	ibv_free_device_list(list);
+}
+
+/* SYSFS_PATH, as rdma-core reads it (trailing slashes dropped). */
+static void sysfs_path(const char *want)
+{
+	const char *p = ibv_get_sysfs_path();
+	CHECK(p);
+	if (strcmp(p, want) != 0) {
+		fprintf(stderr, "%s: %s, wanted %s\n", case_name, p, want);
+		exit(1);
+	}
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2)
+		return 2;
+	case_name = argv[1];
+	signal(SIGALRM, on_alarm);
+	alarm(30);
+	const char *c = argv[1];
+	if (!strcmp(c, "migrate") && argc == 4)
+		migrate(argv[2], atoi(argv[3]));
+	else if (!strcmp(c, "bind_port0") && argc == 3)
+		bind_port0(argv[2]);
+	else if (!strcmp(c, "resolve_other") && argc == 4)
+		resolve_other(argv[2], argv[3]);
+	else if (!strcmp(c, "drep_server") && argc == 4)
+		drep_server(argv[2], atoi(argv[3]));
+	else if (!strcmp(c, "drep_client") && argc == 4)
+		drep_client(argv[2], atoi(argv[3]));
+	else if (!strcmp(c, "afonly") && argc == 3)
+		afonly(atoi(argv[2]));
+	else if (!strcmp(c, "bind_nodev") && argc == 4)
+		bind_nodev(argv[2], argv[3]);
+	else if (!strcmp(c, "getaddrinfo") && argc == 3)
+		getaddrinfo_hints(argv[2]);
+	else if (!strcmp(c, "big_cq") && argc == 2)
+		big_cq();
+	else if (!strcmp(c, "sysfs_path") && argc == 3)
+		sysfs_path(argv[2]);
+	else {
+		fprintf(stderr, "unknown case or arguments: %s\n", c);
+		return 2;
+	}
+	printf("ok %s\n", c);
+	return 0;
+}

@@ -1,0 +1,161 @@
+//! librdmacm's rules as rdma-core and the kernel's rdma_cm keep them, asserted by a C program
+//! (`tests/c/cm_rules.c`, against Debian's `<rdma/rdma_cma.h>`) on ferroce's librdmacm.so.1 and
+//! libibverbs.so.1 — each a case the middleware of issue 23 tripped on:
+//!
+//! * `rdma_migrate_id` makes a synchronous ID asynchronous and back, moving its queued events
+//!   (librpma);
+//! * port 0 gets its port at `rdma_bind_addr`, a bound port is taken (qperf `-cm1`);
+//! * a client whose device is another address than the server's resolves onto its own device,
+//!   `id->verbs` set (qperf with two addresses);
+//! * a passive side that destroys its ID after DISCONNECTED answers the DREQ (qperf's server);
+//! * AFONLY wildcards of both families share a port (tgt's iSER target);
+//! * binding an address no device is on is ENODEV (libfabric's interface probe);
+//! * `rdma_getaddrinfo` from the hints alone (libfabric's verbs provider);
+//! * CQs of up to `max_cqe` = 4,194,303 (libfabric's RxM asks for 262,144);
+//! * `SYSFS_PATH`.
+
+#![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+mod common;
+use common::{finish, installed, lib_dir, start};
+
+/// The case program, compiled once (None, after a loud skip, without librdmacm-dev).
+fn program() -> Option<&'static Path> {
+    static EXE: OnceLock<Option<PathBuf>> = OnceLock::new();
+    EXE.get_or_init(|| {
+        let found = Path::new("/usr/include/rdma/rdma_cma.h").exists();
+        if !installed("<rdma/rdma_cma.h>", found, "librdmacm-dev") {
+            return None;
+        }
+        let exe = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cm_rules");
+        let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/c/cm_rules.c");
+        let st = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
+            .args(["-Wall", "-Werror", "-Wno-unused-result", src, "-o"])
+            .arg(&exe)
+            .args(["-lrdmacm", "-libverbs"])
+            .status()
+            .unwrap();
+        assert!(st.success(), "compiling {src}");
+        Some(exe)
+    })
+    .as_deref()
+}
+
+fn case(devices: &str, args: &[&str]) -> Command {
+    let mut c = Command::new(program().unwrap());
+    c.args(args)
+        .env("LD_LIBRARY_PATH", lib_dir())
+        .env("FERROCE_DEVICES", devices)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    c
+}
+
+/// Runs one case to its end and asserts it passed.
+fn run(devices: &str, args: &[&str]) {
+    let (ok, out) = finish(start(case(devices, args)), Duration::from_secs(60));
+    assert!(ok && out.contains(&format!("ok {}", args[0])), "{args:?}:\n{out}");
+}
+
+#[test]
+fn migrate_id_switches_sync_and_async() {
+    if program().is_none() {
+        return;
+    }
+    run("127.0.73.1", &["migrate", "127.0.73.1", "7500"]);
+}
+
+#[test]
+fn bind_takes_the_port() {
+    if program().is_none() {
+        return;
+    }
+    run("127.0.73.2", &["bind_port0", "127.0.73.2"]);
+    run("::1", &["bind_port0", "::1"]);
+}
+
+#[test]
+fn resolve_onto_the_own_device() {
+    if program().is_none() {
+        return;
+    }
+    // The server's address is on this host but not a device of this process.
+    run("127.0.73.4", &["resolve_other", "127.0.73.3", "127.0.73.4"]);
+}
+
+#[test]
+fn destroyed_id_answers_the_dreq() {
+    if program().is_none() {
+        return;
+    }
+    let a = "127.0.73.5";
+    let server = start(case(a, &["drep_server", a, "7501"]));
+    let mut tries = 0;
+    let (ok, text) = loop {
+        let (ok, text) = finish(
+            start(case(a, &["drep_client", a, "7501"])),
+            Duration::from_secs(60),
+        );
+        tries += 1;
+        // The server may not listen yet: REJ 8 (the client's connect gets REJECTED).
+        if ok || !text.contains("REJECTED") || tries == 50 {
+            break (ok, text);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let (sok, stext) = finish(server, Duration::from_secs(60));
+    assert!(ok && sok, "client:\n{text}\nserver:\n{stext}");
+}
+
+#[test]
+fn afonly_wildcards_of_both_families() {
+    if program().is_none() {
+        return;
+    }
+    run("127.0.73.6,::1", &["afonly", "7502"]);
+}
+
+#[test]
+fn bind_outside_the_devices_is_enodev() {
+    if program().is_none() {
+        return;
+    }
+    run("127.0.73.7", &["bind_nodev", "127.0.73.7", "127.0.0.1"]);
+}
+
+#[test]
+fn getaddrinfo_from_hints() {
+    if program().is_none() {
+        return;
+    }
+    run("127.0.73.8", &["getaddrinfo", "127.0.73.8"]);
+}
+
+#[test]
+fn cq_up_to_max_cqe() {
+    if program().is_none() {
+        return;
+    }
+    run("127.0.73.9", &["big_cq"]);
+}
+
+#[test]
+fn sysfs_path_from_the_environment() {
+    if program().is_none() {
+        return;
+    }
+    let mut c = case("127.0.73.10", &["sysfs_path", "/tmp/ferroce-sysfs"]);
+    c.env("SYSFS_PATH", "/tmp/ferroce-sysfs//");
+    let (ok, out) = finish(start(c), Duration::from_secs(30));
+    assert!(ok, "{out}");
+    let mut c = case("127.0.73.10", &["sysfs_path", "/sys"]);
+    c.env_remove("SYSFS_PATH");
+    let (ok, out) = finish(start(c), Duration::from_secs(30));
+    assert!(ok, "{out}");
+}
