@@ -496,6 +496,22 @@ impl Shared {
         self.process(rx, n, local_ip)
     }
 
+    /// Takes what waits on the socket through the engine now, in the caller's thread (at
+    /// most 64 batches; nothing if another receiver holds the path for 100 ms). At exit, MADs
+    /// this process just sent to its own address — which it receives first when it is the
+    /// address's QP1 role holder — are forwarded to their processes before it goes.
+    pub(crate) fn receive_now(&self) {
+        let Some(mut rx) = self.rx.try_lock_for(Duration::from_millis(100)) else {
+            return;
+        };
+        let batch = rx.batch();
+        for _ in 0..64 {
+            if self.receive_once(&mut **rx) < batch {
+                break;
+            }
+        }
+    }
+
     /// As [`Shared::receive_once`] for a program's poll of an empty CQ: a poll that finds
     /// nothing takes no lock (timers are the progress thread's, which sleeps until the next).
     fn receive_inline(&self, rx: &mut dyn Receiver) -> usize {

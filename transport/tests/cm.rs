@@ -710,6 +710,52 @@ fn a_dreq_for_an_unknown_connection_gets_a_drep() {
     assert_eq!(n.sent[1].last(), Some(&"DREP"));
 }
 
+/// qperf's server: DISCONNECTED comes, the program never destroys the connection's ID and
+/// exits. Its CM tears down what is left (as the kernel does when the process's rdma_cm file
+/// closes): the DREQ is answered at once, the active side never waits for its DREQ timeout.
+#[test]
+fn destroy_all_answers_a_dreq_received() {
+    let mut n = Net::new();
+    let (a, b) = n.established();
+    let now = n.now;
+    n.cm[0].disconnect(now, a).unwrap();
+    n.run_for(10 * MS);
+    assert_eq!(
+        n.take_events(1),
+        vec![CmEvent::Disconnected {
+            id: b,
+            timed_out: false
+        }]
+    );
+    assert_eq!(n.cm[1].state(b), Some(State::DreqRcvd));
+    let now = n.now;
+    n.cm[1].destroy_all(now);
+    n.run_for(10 * MS);
+    assert_eq!(
+        n.take_events(0),
+        vec![CmEvent::Disconnected {
+            id: a,
+            timed_out: false
+        }]
+    );
+    assert_eq!(n.sent[1].last(), Some(&"DREP"));
+
+    // An established connection left at exit sends its DREQ; the peer hears of it at once.
+    let mut n = Net::new();
+    let (a, b) = n.established();
+    let now = n.now;
+    n.cm[0].destroy_all(now);
+    n.run_for(10 * MS);
+    assert_eq!(
+        n.take_events(1),
+        vec![CmEvent::Disconnected {
+            id: b,
+            timed_out: false
+        }]
+    );
+    let _ = a;
+}
+
 #[test]
 fn a_second_req_from_a_connected_qp_is_stale() {
     let mut n = Net::new();

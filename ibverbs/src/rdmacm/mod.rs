@@ -84,6 +84,18 @@ fn cm_init() {
     ferroce::cm::set_listed_devices_only(true);
 }
 
+/// When the library is unloaded (at exit, or dlclose): the CM's connections left are torn
+/// down on the wire ([`ferroce::cm::shutdown`]), as the kernel does when a process's rdma_cm
+/// file closes — qperf's server, for one, exits with its connection's ID never destroyed.
+extern "C" fn at_unload() {
+    ferroce::cm::shutdown();
+}
+
+/// The destructor entry: `.fini_array` holds functions the dynamic loader calls at unload.
+#[used]
+#[unsafe(link_section = ".fini_array")]
+static AT_UNLOAD: extern "C" fn() = at_unload;
+
 #[track_caller]
 fn fail_int(e: c_int) -> c_int {
     let at = std::panic::Location::caller();

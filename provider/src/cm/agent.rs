@@ -26,6 +26,39 @@ const SLOT: usize = GRH_LEN + MAD_LEN;
 /// The agents of this process, by device address.
 static AGENTS: Mutex<Vec<(IpAddr, Weak<Agent>)>> = Mutex::new(Vec::new());
 
+/// Tears down every connection this process's CM agents still hold, on the wire, before
+/// the process goes — what the kernel does when a process's rdma_cm file closes (DREPs for
+/// DREQs received, DREQs for established connections, rejects for pending requests), so the
+/// peers of a program that exits without destroying its IDs learn of it at once instead of
+/// after their DREQ timeout. The MADs are sent before this returns. Call it at exit (the C
+/// ABI runs it when the library is unloaded); the IDs are unusable afterwards.
+pub fn shutdown() {
+    let wait = Duration::from_millis(100);
+    let agents: Vec<Arc<Agent>> = match AGENTS.try_lock_for(wait) {
+        Some(all) => all.iter().filter_map(|(_, w)| w.upgrade()).collect(),
+        None => return,
+    };
+    for a in agents {
+        let now = a.now();
+        // The agent's thread may hold the engine for a moment; a wedged one is left alone
+        // rather than hanging the exit.
+        let Some(mut e) = a.engine.try_lock_for(wait) else {
+            log::debug!("rdma_cm shutdown: the CM of {} is busy; skipped", a.device.addr);
+            continue;
+        };
+        let n = e.len();
+        e.destroy_all(now);
+        drop(e);
+        if n > 0 {
+            log::debug!("rdma_cm shutdown: {n} connections on {} torn down", a.device.addr);
+        }
+        a.flush();
+        // A MAD for a process on this address went to the address's QP1: if that is this
+        // process (the role holder), forward it now, not after the process is gone.
+        a.ctx.shared.receive_now();
+    }
+}
+
 pub(crate) struct Agent {
     pub(crate) ctx: Context,
     pub(crate) device: Device,

@@ -29,6 +29,7 @@ mod channel;
 mod id;
 mod route;
 
+pub use agent::shutdown;
 pub use channel::EventChannel;
 pub use ferroce_transport::cm::{ConnParam, DepthCaps, Path, QpPlan};
 pub use id::{CmId, RDMA_UDP_QKEY, REQ_USER_DATA};

@@ -636,6 +636,18 @@ impl CmEngine {
         }
     }
 
+    /// Destroys every connection as [`CmEngine::destroy`] does each — what the kernel does
+    /// when a process's rdma_cm file closes: a DREQ received is answered with its DREP, an
+    /// established connection sends its DREQ, a pending request is rejected. The caller
+    /// transmits what [`CmEngine::poll_transmit`] then gives before its process goes.
+    pub fn destroy_all(&mut self, now: Instant) {
+        let mut ids: Vec<CommId> = self.conns.keys().copied().collect();
+        ids.sort_unstable();
+        for id in ids {
+            self.destroy(now, id);
+        }
+    }
+
     /// Sends a SIDR_REQ for `service_id` to `peer` (UD service resolution): a
     /// [`CmEvent::SidrResponse`] or [`CmEvent::Unreachable`] after 16 sends 4.1 s apart.
     ///
