@@ -254,7 +254,10 @@ pub unsafe extern "C" fn ibv_read_sysfs_file(
         if data[len - 1] == b'\n' {
             len -= 1;
         } else if len == size {
-            log::debug!("ibv_read_sysfs_file {}: longer than {size} bytes", path.display());
+            log::debug!(
+                "ibv_read_sysfs_file {}: longer than {size} bytes",
+                path.display()
+            );
             return -1;
         }
     }

@@ -60,7 +60,10 @@ fn case(devices: &str, args: &[&str]) -> Command {
 /// Runs one case to its end and asserts it passed.
 fn run(devices: &str, args: &[&str]) {
     let (ok, out) = finish(start(case(devices, args)), Duration::from_secs(60));
-    assert!(ok && out.contains(&format!("ok {}", args[0])), "{args:?}:\n{out}");
+    assert!(
+        ok && out.contains(&format!("ok {}", args[0])),
+        "{args:?}:\n{out}"
+    );
 }
 
 #[test]

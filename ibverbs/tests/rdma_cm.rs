@@ -193,3 +193,55 @@ fn ipv6_rping_ucmatose_udaddy() {
         assert!(out.contains("return status 0"), "{out}");
     }
 }
+
+/// qperf's RC tests over rdma_cm (`-cm1`): every one with the client on the server's address
+/// and on an address of its own (its device another than the server's), each reporting its
+/// figure. qperf's server never destroys its connection's ID and exits: its CM answers the
+/// client's DREQ at exit (the C case `drep_server` in `cm_rules` checks that it is at once).
+#[test]
+#[ignore = "flaky (issue 23): about one run in three, one RC test's results time out (the \
+            connection made, its data not finishing); run with --ignored while it is chased"]
+fn qperf_rc_tests_over_rdma_cm() {
+    if !have("qperf", "qperf") {
+        return;
+    }
+    let tests = [
+        ("rc_bw", "bw"),
+        ("rc_bi_bw", "bw"),
+        ("rc_lat", "latency"),
+        ("rc_rdma_read_bw", "bw"),
+        ("rc_rdma_read_lat", "latency"),
+        ("rc_rdma_write_bw", "bw"),
+        ("rc_rdma_write_lat", "latency"),
+        ("rc_rdma_write_poll_lat", "latency"),
+        ("rc_compare_swap_mr", "msg_rate"),
+        ("rc_fetch_add_mr", "msg_rate"),
+    ];
+    for (k, (server, client)) in [("127.0.71.7", "127.0.71.7"), ("127.0.71.9", "127.0.71.8")]
+        .into_iter()
+        .enumerate()
+    {
+        let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        let port = (19870 + k).to_string();
+        let srv = start(command("qperf", &["--listen_port", &port], server));
+        let mut args = vec!["--listen_port", &port, "-cm1", "-t", "1", server];
+        args.extend(tests.iter().map(|t| t.0));
+        std::thread::sleep(Duration::from_millis(300));
+        let (ok, out) = finish(start(command("qperf", &args, client)), LIMIT);
+        let mut srv = srv;
+        let _ = srv.child.kill();
+        let (_, sout) = finish(srv, Duration::from_secs(5));
+        assert!(ok, "qperf client on {client}:\n{out}\n--- server\n{sout}");
+        for (name, figure) in tests {
+            let at = out
+                .find(&format!("{name}:\n"))
+                .unwrap_or_else(|| panic!("{name} did not run (client on {client}):\n{out}"));
+            let rest = &out[at + name.len() + 2..];
+            let line = rest.lines().next().unwrap_or("");
+            assert!(
+                line.trim_start().starts_with(&format!("{figure} ")),
+                "{name} (client on {client}): {line:?}\n{out}"
+            );
+        }
+    }
+}

@@ -182,7 +182,9 @@ pub unsafe extern "C" fn ferroce_rdma_getaddrinfo(
         rc
     };
     if node.is_null() && service.is_null() {
-        let Some(h) = h else { return fail(-1, libc::EINVAL) };
+        let Some(h) = h else {
+            return fail(-1, libc::EINVAL);
+        };
         // SAFETY: `r` is ours to fill; the hints' destination holds ai_dst_len bytes.
         unsafe {
             (*r).ai_flags = h.ai_flags;

@@ -43,14 +43,20 @@ pub fn shutdown() {
         // The agent's thread may hold the engine for a moment; a wedged one is left alone
         // rather than hanging the exit.
         let Some(mut e) = a.engine.try_lock_for(wait) else {
-            log::debug!("rdma_cm shutdown: the CM of {} is busy; skipped", a.device.addr);
+            log::debug!(
+                "rdma_cm shutdown: the CM of {} is busy; skipped",
+                a.device.addr
+            );
             continue;
         };
         let n = e.len();
         e.destroy_all(now);
         drop(e);
         if n > 0 {
-            log::debug!("rdma_cm shutdown: {n} connections on {} torn down", a.device.addr);
+            log::debug!(
+                "rdma_cm shutdown: {n} connections on {} torn down",
+                a.device.addr
+            );
         }
         a.flush();
         // A MAD for a process on this address went to the address's QP1: if that is this

@@ -43,6 +43,9 @@ impl QpHold {
     }
 }
 
+/// One device's part of a binding: its agent and the route of the ServiceID there.
+type Binding = (Arc<Agent>, GsiRoute);
+
 #[derive(Default)]
 pub(crate) struct IdState {
     local: Option<SocketAddr>,
@@ -57,7 +60,7 @@ pub(crate) struct IdState {
     cqs: Vec<CompletionQueue>,
     /// The port the bind took: each device's agent and its host-wide route of the ServiceID
     /// (the kernel's bind list entry; REQs for it reach this process).
-    bound: Vec<(Arc<Agent>, GsiRoute)>,
+    bound: Vec<Binding>,
     /// Listening on every entry of `bound`.
     listening: bool,
     /// `RDMA_OPTION_ID_AFONLY` as set (None: the kernel's default at bind).
@@ -957,9 +960,16 @@ fn reserve(
     ps: PortSpace,
     port: u16,
     wildcard: bool,
-) -> Result<(u16, Vec<(Arc<Agent>, GsiRoute)>)> {
+) -> Result<(u16, Vec<Binding>)> {
     if agents.is_empty() {
-        return Ok((if port == 0 { route::random_port() } else { port }, Vec::new()));
+        return Ok((
+            if port == 0 {
+                route::random_port()
+            } else {
+                port
+            },
+            Vec::new(),
+        ));
     }
     // A port picked on the first device may be taken on another: pick again.
     for _ in 0..32 {

@@ -74,9 +74,8 @@ pub(crate) fn pick_source(dst: IpAddr) -> Result<IpAddr> {
         // The route's source; for a destination on this host without a device on that
         // source (127.0.0.1 for 127.x.y.z), the destination's own device, as the kernel
         // maps loopback to the device owning the address.
-        let use_dst = (device_for(s).is_err() || !listed(s))
-            && dst_local
-            && (listed(dst) || !listed(s));
+        let use_dst =
+            (device_for(s).is_err() || !listed(s)) && dst_local && (listed(dst) || !listed(s));
         return Ok(if use_dst { dst } else { s });
     }
     if listed(s) {
