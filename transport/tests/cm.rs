@@ -9,7 +9,7 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use ferroce_transport::cm::{
-    CmConfig, CmEngine, CmError, CmEvent, ConnParam, ConnectReq, Path, State,
+    BOUND_REQ_HOLD, CmConfig, CmEngine, CmError, CmEvent, ConnParam, ConnectReq, Path, State,
 };
 use ferroce_transport::{Instant, Mtu};
 use ferroce_wire::cm::{Message, port_space, service_id};
@@ -754,6 +754,58 @@ fn destroy_all_answers_a_dreq_received() {
         }]
     );
     let _ = a;
+}
+
+/// qperf's server sends its port to the client between `rdma_bind_addr` and `rdma_listen`: a
+/// REQ that arrives in between waits for the listen (up to `BOUND_REQ_HOLD`) instead of being
+/// rejected; without a listen it is rejected when the wait is over, or when the bind ends.
+#[test]
+fn a_req_for_a_bound_port_waits_for_the_listen() {
+    let mut n = Net::new();
+    n.cm[1].bind(SID);
+    let a = n.connect(b"early");
+    n.run_for(50 * MS);
+    assert!(n.take_events(0).is_empty() && n.take_events(1).is_empty());
+    assert!(!n.sent[1].contains(&"REJ"), "{:?}", n.sent[1]);
+    n.cm[1].listen(SID).unwrap();
+    n.run_for(10 * MS);
+    let b = match n.take_events(1).as_slice() {
+        [CmEvent::ConnectRequest { id, private_data, .. }] => {
+            assert_eq!(&private_data[..5], b"early");
+            *id
+        }
+        other => panic!("{other:?}"),
+    };
+    n.accept(b);
+    n.run_for(10 * MS);
+    assert!(matches!(
+        n.take_events(0).as_slice(),
+        [CmEvent::ConnectResponse { id, .. }] if *id == a
+    ));
+
+    // Bound, never listened: REJ invalid service ID once the wait is over.
+    let mut n = Net::new();
+    n.cm[1].bind(SID);
+    let a = n.connect(&[]);
+    n.run_for(BOUND_REQ_HOLD - 10 * MS);
+    assert!(n.take_events(0).is_empty());
+    n.run_for(20 * MS);
+    match n.take_events(0).as_slice() {
+        [CmEvent::Rejected { id, reason: 8, .. }] => assert_eq!(*id, a),
+        other => panic!("{other:?}"),
+    }
+
+    // The bind ends (the ID destroyed): rejected at once.
+    let mut n = Net::new();
+    n.cm[1].bind(SID);
+    let a = n.connect(&[]);
+    n.run_for(10 * MS);
+    n.cm[1].unbind(SID);
+    n.run_for(5 * MS);
+    match n.take_events(0).as_slice() {
+        [CmEvent::Rejected { id, reason: 8, .. }] => assert_eq!(*id, a),
+        other => panic!("{other:?}"),
+    }
 }
 
 #[test]

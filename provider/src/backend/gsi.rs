@@ -219,8 +219,9 @@ impl Registry {
         Ok(())
     }
 
-    /// Takes a free service ID `base | port` for a port in `ports`, starting at `start` (a
-    /// random point, as the kernel's port allocation) and walking up; returns the port.
+    /// Takes a free service ID `base | port` for a port in `ports`, starting at the range's
+    /// `start mod len`-th port (`start` random, as the kernel's port allocation) and walking
+    /// up; returns the port.
     pub(crate) fn listen_any_service(
         &self,
         slot: u8,
@@ -233,7 +234,8 @@ impl Registry {
             return Err(Taken::Full);
         }
         let n = hi - lo + 1;
-        let first = u32::from(start).clamp(lo, hi) - lo;
+        // Spread over the whole range (a clamp sent half of all starts to its first port).
+        let first = u32::from(start) % n;
         for k in 0..n {
             let port = (lo + (first + k) % n) as u16;
             match self.listen_service(slot, base | u64::from(port)) {
@@ -440,12 +442,17 @@ mod tests {
         assert_eq!(reg.listen_service(slot, 0x42), Ok(()));
         let base = 0x0106_0000;
         let ports: Vec<_> = (0..3)
-            .map(|_| reg.listen_any_service(slot, base, 5000..=5002, 5001))
+            .map(|_| reg.listen_any_service(slot, base, 5000..=5002, 1))
             .collect();
         assert_eq!(ports, [Ok(5001), Ok(5002), Ok(5000)]);
         assert_eq!(
-            reg.listen_any_service(slot, base, 5000..=5002, 5001),
+            reg.listen_any_service(slot, base, 5000..=5002, 1),
             Err(Taken::Full)
+        );
+        // A start beyond the range wraps into it (a clamp would pile such starts on the ends).
+        assert_eq!(
+            reg.listen_any_service(slot, base, 7000..=7002, 65534),
+            Ok(7000 + 65534 % 3)
         );
         assert_eq!(reg.register_class(slot, 4), Ok(()));
         assert_eq!(reg.class_owner(4), Some(slot));

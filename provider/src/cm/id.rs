@@ -276,6 +276,9 @@ impl CmId {
             vec![Agent::of(&route::bind_device(addr.ip())?)?]
         };
         let (port, routes) = reserve(&agents, self.inner.ps, addr.port(), wildcard)?;
+        for (a, route) in &routes {
+            a.engine.lock().bind(route.service_id().unwrap_or(0));
+        }
         if !wildcard {
             st.agent = agents.first().cloned();
         }
@@ -473,6 +476,15 @@ impl CmId {
             a.listeners.lock().insert(sid, Arc::downgrade(&self.inner));
         }
         st.listening = true;
+        let agents: Vec<Arc<Agent>> = st.bound.iter().map(|(a, _)| a.clone()).collect();
+        drop(st);
+        // REQs that came between the bind and now are taken (their events follow).
+        for a in agents {
+            let now = a.now();
+            a.engine.lock().handle_timeout(now);
+            a.flush();
+        }
+        let st = self.inner.st.lock();
         log::debug!("rdma_listen on {:?} ({} devices)", st.local, st.bound.len());
         Ok(())
     }
@@ -1012,11 +1024,18 @@ impl Drop for IdInner {
         let st = self.st.get_mut();
         let listening = st.listening;
         for (agent, route) in st.bound.drain(..) {
+            let sid = route.service_id().unwrap_or(0);
+            {
+                let mut e = agent.engine.lock();
+                if listening {
+                    e.unlisten(sid);
+                }
+                e.unbind(sid);
+            }
             if listening {
-                let sid = route.service_id().unwrap_or(0);
-                agent.engine.lock().unlisten(sid);
                 agent.listeners.lock().remove(&sid);
             }
+            agent.flush();
         }
         if let (Some(agent), Some(comm)) = (st.agent.take(), st.comm.take()) {
             let now = agent.now();

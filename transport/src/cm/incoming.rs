@@ -28,6 +28,11 @@ impl CmEngine {
             );
             return;
         }
+        self.dispatch(now, src, mad);
+    }
+
+    /// Takes one whole MAD (received, or a held REQ run again).
+    pub(crate) fn dispatch(&mut self, now: Instant, src: IpAddr, mad: &[u8]) {
         let (hdr, msg) = match Message::parse(mad) {
             Ok(m) => m,
             Err(e) => {
@@ -38,7 +43,7 @@ impl CmEngine {
         };
         let tid = hdr.transaction_id;
         match msg {
-            Message::Req(r, pd) => self.on_req(now, src, tid, &r, pd),
+            Message::Req(r, pd) => self.on_req(now, src, tid, &r, pd, mad),
             Message::Rep(r, pd) => self.on_rep(r.remote_comm_id, &r, pd),
             Message::Rtu(r, _) => self.on_rtu(r.remote_comm_id, r.local_comm_id),
             Message::Rej(r, _, pd) => self.on_rej(now, &r, pd),
@@ -59,7 +64,15 @@ impl CmEngine {
         log::debug!("CM: {what} for {id:#010x} dropped (state {state:?})");
     }
 
-    fn on_req(&mut self, now: Instant, src: IpAddr, tid: u64, r: &req::Repr, pd: &[u8]) {
+    fn on_req(
+        &mut self,
+        now: Instant,
+        src: IpAddr,
+        tid: u64,
+        r: &req::Repr,
+        pd: &[u8],
+        mad: &[u8],
+    ) {
         // A duplicate: the active side resent its REQ.
         if let Some(&id) = self.by_remote.get(&(r.local_comm_id, r.local_ca_guid)) {
             self.counters.duplicates += 1;
@@ -119,6 +132,9 @@ impl CmEngine {
             return;
         }
         if !self.listeners.contains_key(&r.service_id) {
+            if self.hold_req(now, src, r.service_id, mad) {
+                return;
+            }
             log::debug!(
                 "CM: REQ from {src} for ServiceID {:#x}: nobody listens, REJ invalid service ID",
                 r.service_id

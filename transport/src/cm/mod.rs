@@ -253,6 +253,22 @@ pub struct CmCounters {
     pub rejects_sent: u64,
 }
 
+/// How long a REQ for a ServiceID that is bound but not listened yet waits for the listen
+/// before it is rejected (invalid service ID, as at once for a port nobody holds).
+pub const BOUND_REQ_HOLD: Duration = Duration::from_millis(1000);
+
+/// Most REQs held at once (more are rejected at once).
+const MAX_HELD: usize = 64;
+
+/// A REQ waiting for the listen of its bound ServiceID.
+#[derive(Debug, Clone)]
+struct HeldReq {
+    service_id: u64,
+    until: Instant,
+    src: IpAddr,
+    mad: [u8; MAD_LEN],
+}
+
 /// The connection manager of one device.
 #[derive(Debug)]
 pub struct CmEngine {
@@ -261,6 +277,10 @@ pub struct CmEngine {
     conns: HashMap<CommId, Conn>,
     /// Listened ServiceIDs.
     listeners: HashMap<u64, ()>,
+    /// Bound ServiceIDs (`rdma_bind_addr` took the port; a listen may follow).
+    bound: HashMap<u64, ()>,
+    /// REQs for a bound ServiceID that arrived before its listen.
+    held: Vec<HeldReq>,
     /// (remote comm ID, remote CA GUID) → local ID: finds duplicate REQs.
     by_remote: HashMap<(u32, u64), CommId>,
     out: VecDeque<Outgoing>,
@@ -276,6 +296,8 @@ impl CmEngine {
             cfg,
             conns: HashMap::new(),
             listeners: HashMap::new(),
+            bound: HashMap::new(),
+            held: Vec::new(),
             by_remote: HashMap::new(),
             out: VecDeque::new(),
             events: VecDeque::new(),
@@ -343,6 +365,85 @@ impl CmEngine {
     /// Stops listening for `service_id` (connections made through it stay).
     pub fn unlisten(&mut self, service_id: u64) {
         self.listeners.remove(&service_id);
+    }
+
+    /// Marks `service_id` bound (`rdma_bind_addr` took its port, a listen may follow): a REQ
+    /// for it that arrives before [`CmEngine::listen`] waits up to [`BOUND_REQ_HOLD`] for it
+    /// instead of being rejected at once. A program that sends its port to its peer between
+    /// bind and listen (qperf does) thus never loses the race to a peer faster than itself; the
+    /// kernel rejects such a REQ, where the window is microseconds rather than a descheduled
+    /// process's milliseconds.
+    pub fn bind(&mut self, service_id: u64) {
+        self.bound.insert(service_id, ());
+    }
+
+    /// Ends [`CmEngine::bind`]: REQs still held for `service_id` are rejected now.
+    pub fn unbind(&mut self, service_id: u64) {
+        self.bound.remove(&service_id);
+        let held = std::mem::take(&mut self.held);
+        for h in held {
+            if h.service_id == service_id && !self.listeners.contains_key(&service_id) {
+                self.reject_held(&h);
+            } else {
+                self.held.push(h);
+            }
+        }
+    }
+
+    /// Keeps a REQ for a bound ServiceID until its listen; false if it cannot be kept.
+    pub(crate) fn hold_req(&mut self, now: Instant, src: IpAddr, service_id: u64, mad: &[u8]) -> bool {
+        if !self.bound.contains_key(&service_id) || self.held.len() >= MAX_HELD {
+            return false;
+        }
+        let Ok(mad) = <[u8; MAD_LEN]>::try_from(mad) else {
+            return false;
+        };
+        log::debug!(
+            "CM: REQ from {src} for ServiceID {service_id:#x}, bound but not listened yet: held \
+             for up to {} ms",
+            BOUND_REQ_HOLD.as_millis()
+        );
+        self.held.push(HeldReq {
+            service_id,
+            until: now + BOUND_REQ_HOLD,
+            src,
+            mad,
+        });
+        true
+    }
+
+    fn reject_held(&mut self, h: &HeldReq) {
+        if let Ok((hdr, Message::Req(r, _))) = Message::parse(&h.mad) {
+            log::debug!(
+                "CM: REQ from {} for ServiceID {:#x}: no listen came, REJ invalid service ID",
+                h.src,
+                h.service_id
+            );
+            self.send_rej(
+                h.src,
+                hdr.transaction_id,
+                0,
+                r.local_comm_id,
+                rej::rejected::REQ,
+                rej_reason::INVALID_SERVICE_ID,
+                &[],
+            );
+        }
+    }
+
+    /// Runs the held REQs: those whose ServiceID is listened now are taken as if they had
+    /// just arrived, those whose wait is over (or whose bind ended) are rejected.
+    fn run_held(&mut self, now: Instant) {
+        let held = std::mem::take(&mut self.held);
+        for h in held {
+            if self.listeners.contains_key(&h.service_id) {
+                self.dispatch(now, h.src, &h.mad);
+            } else if h.until <= now || !self.bound.contains_key(&h.service_id) {
+                self.reject_held(&h);
+            } else {
+                self.held.push(h);
+            }
+        }
     }
 
     /// Sends a REQ; the connection is in `ReqSent` until the REP, a REJ, or
@@ -746,11 +847,19 @@ impl CmEngine {
 
     /// The earliest CM timer (a retransmission or the end of a timewait).
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.conns.values().filter_map(|c| c.timer).min()
+        let held = self.held.iter().map(|h| {
+            if self.listeners.contains_key(&h.service_id) {
+                Instant::ZERO
+            } else {
+                h.until
+            }
+        });
+        self.conns.values().filter_map(|c| c.timer).chain(held).min()
     }
 
     /// Runs the timers due at `now`: retransmissions, their exhaustion, timewait ends.
     pub fn handle_timeout(&mut self, now: Instant) {
+        self.run_held(now);
         let due: Vec<CommId> = self
             .conns
             .iter()
