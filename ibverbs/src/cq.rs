@@ -181,7 +181,20 @@ pub unsafe extern "C" fn ibv_get_cq_event(
         let got = if nb {
             ch.ch.get_event_timeout(Duration::ZERO)
         } else {
-            Some(ch.ch.get_event())
+            match ch.ch.take_event() {
+                Some(e) => Some(e),
+                None => {
+                    // rdma-core's wait is a read(2) of the channel's fd: so is this one, so a
+                    // signal interrupts it (EINTR) unless its handler asked for SA_RESTART —
+                    // qperf ends its ping-pong loops with an alarm that way.
+                    if let Err(e) = crate::channel::wait_readable(fd) {
+                        log::debug!("ibv_get_cq_event: the wait ended: errno {e}");
+                        set_errno(e);
+                        return -1;
+                    }
+                    continue;
+                }
+            }
         };
         let Some(event_cq) = got else {
             set_errno(libc::EAGAIN);

@@ -85,14 +85,21 @@ pub unsafe extern "C" fn ibv_get_async_event(
     let (c, fd) = unsafe { (ctx_of(context), (*context).async_fd) };
     let nb = crate::cq::nonblocking(fd);
     loop {
-        let wait = if nb {
-            Duration::ZERO
+        let got = if nb {
+            c.ctx.get_async_event(Duration::ZERO)
         } else {
-            Duration::from_secs(3600)
+            c.ctx.take_async_event()
         };
-        let Some(rec) = c.ctx.get_async_event(wait) else {
+        let Some(rec) = got else {
             if nb {
                 set_errno(libc::EAGAIN);
+                return -1;
+            }
+            // rdma-core's wait is a read(2) of the async fd: so is this one, so a signal
+            // interrupts it (EINTR) unless its handler asked for SA_RESTART.
+            if let Err(e) = crate::channel::wait_readable(fd) {
+                log::debug!("ibv_get_async_event: the wait ended: errno {e}");
+                set_errno(e);
                 return -1;
             }
             continue;

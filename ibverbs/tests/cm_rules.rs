@@ -12,7 +12,9 @@
 //! * binding an address no device is on is ENODEV (libfabric's interface probe);
 //! * `rdma_getaddrinfo` from the hints alone (libfabric's verbs provider);
 //! * CQs of up to `max_cqe` = 4,194,303 (libfabric's RxM asks for 262,144);
-//! * `SYSFS_PATH`.
+//! * `SYSFS_PATH`;
+//! * a signal without SA_RESTART ends a blocking `ibv_get_cq_event` / `rdma_get_cm_event`
+//!   with EINTR, as it ends rdma-core's `read(2)` (qperf's alarm-ended ping-pong loops).
 
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
@@ -37,7 +39,7 @@ fn program() -> Option<&'static Path> {
         let st = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
             .args(["-Wall", "-Werror", "-Wno-unused-result", src, "-o"])
             .arg(&exe)
-            .args(["-lrdmacm", "-libverbs"])
+            .args(["-lrdmacm", "-libverbs", "-lpthread"])
             .status()
             .unwrap();
         assert!(st.success(), "compiling {src}");
@@ -161,4 +163,12 @@ fn sysfs_path_from_the_environment() {
     c.env_remove("SYSFS_PATH");
     let (ok, out) = finish(start(c), Duration::from_secs(30));
     assert!(ok, "{out}");
+}
+
+#[test]
+fn a_signal_interrupts_the_event_waits() {
+    if program().is_none() {
+        return;
+    }
+    run("127.0.73.11", &["eintr"]);
 }

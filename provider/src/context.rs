@@ -409,6 +409,14 @@ impl Context {
         self.inner.events.get(timeout)
     }
 
+    /// The next async event without waiting, for a caller that waits by reading
+    /// [`Context::async_fd`] itself (the C ABI's blocking `ibv_get_async_event`, a `read(2)` in
+    /// rdma-core, which a signal interrupts): the fd stays readable while more events are
+    /// pending and is never drained here (a read may be blocked on it in another thread).
+    pub fn take_async_event(&self) -> Option<AsyncEventRecord> {
+        self.inner.events.take()
+    }
+
     /// The async event file descriptor (readable while an event of this context is pending).
     pub fn async_fd(&self) -> std::os::fd::RawFd {
         self.inner.events.raw_fd()

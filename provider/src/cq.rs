@@ -401,6 +401,34 @@ impl CompletionChannel {
         })
     }
 
+    /// The next event without waiting, for a caller that waits by reading the channel's fd
+    /// itself (the C ABI's blocking `ibv_get_cq_event`, a `read(2)` in rdma-core, which a
+    /// signal interrupts). The fd stays readable while more events are pending and is never
+    /// drained here (a read may be blocked on it in another thread): a later read may find it
+    /// readable with nothing pending, and the caller then takes nothing and waits again.
+    pub fn take_event(&self) -> Option<CompletionQueue> {
+        let mut p = self.inner.pending.lock();
+        let cq = loop {
+            // Events of CQs destroyed since are dropped.
+            match p.pop_front() {
+                Some(w) => {
+                    if let Some(cq) = w.upgrade() {
+                        break cq;
+                    }
+                }
+                None => return None,
+            }
+        };
+        if !p.is_empty() {
+            self.inner.fd.signal();
+        }
+        cq.got_events.fetch_add(1, Ordering::SeqCst);
+        Some(CompletionQueue {
+            inner: cq,
+            ctx: self.ctx.clone(),
+        })
+    }
+
     /// Whether CQs still use the channel (what makes `ibv_destroy_comp_channel` refuse with
     /// EBUSY).
     pub fn in_use(&self) -> bool {

@@ -51,6 +51,17 @@ impl EventQueue {
         e
     }
 
+    /// The next event without waiting, the fd left readable while more are pending and never
+    /// drained (see [`crate::Context::take_async_event`]).
+    pub(crate) fn take(&self) -> Option<AsyncEventRecord> {
+        let mut q = self.queue.lock();
+        let e = q.pop_front();
+        if !q.is_empty() {
+            self.fd.signal();
+        }
+        e
+    }
+
     /// The descriptor (readable while an event is pending).
     pub(crate) fn raw_fd(&self) -> std::os::fd::RawFd {
         self.fd.raw()

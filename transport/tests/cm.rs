@@ -770,7 +770,11 @@ fn a_req_for_a_bound_port_waits_for_the_listen() {
     n.cm[1].listen(SID).unwrap();
     n.run_for(10 * MS);
     let b = match n.take_events(1).as_slice() {
-        [CmEvent::ConnectRequest { id, private_data, .. }] => {
+        [
+            CmEvent::ConnectRequest {
+                id, private_data, ..
+            },
+        ] => {
             assert_eq!(&private_data[..5], b"early");
             *id
         }

@@ -282,7 +282,15 @@ unsafe fn next_event(ch: *mut rdma_event_channel) -> Result<*mut rdma_cm_event, 
         let e = if nonblock {
             chan.try_get_event().ok_or(libc::EAGAIN)?
         } else {
-            chan.get_event()
+            match chan.take_event() {
+                Some(e) => e,
+                None => {
+                    // librdmacm's wait is a read(2) of the channel's fd: so is this one, so a
+                    // signal interrupts it (EINTR) unless its handler asked for SA_RESTART.
+                    crate::channel::wait_readable(fd)?;
+                    continue;
+                }
+            }
         };
         if let Some(c) = to_c(e) {
             return Ok(c);

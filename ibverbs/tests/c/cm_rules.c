@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <netdb.h>
 #include <poll.h>
+#include <pthread.h>
 #include <rdma/rdma_cma.h>
 #include <signal.h>
 #include <stdio.h>
@@ -377,6 +378,65 @@ static void big_cq(void)
 	ibv_free_device_list(list);
 }
 
+static void on_usr1(int sig)
+{
+	(void)sig;
+}
+
+static void *poke(void *arg)
+{
+	usleep(200 * 1000);
+	pthread_kill(*(pthread_t *)arg, SIGUSR1);
+	return NULL;
+}
+
+/* A signal whose handler has no SA_RESTART ends a blocking ibv_get_cq_event,
+ * ibv_get_async_event and rdma_get_cm_event with EINTR, as it ends rdma-core's read(2) of the channel's fd (qperf
+ * stops its ping-pong loops with an alarm that way). */
+static void eintr(void)
+{
+	struct sigaction sa;
+	memset(&sa, 0, sizeof sa);
+	sa.sa_handler = on_usr1; /* no SA_RESTART */
+	CHECK(sigaction(SIGUSR1, &sa, NULL) == 0);
+	pthread_t me = pthread_self(), t;
+
+	int n;
+	struct ibv_device **list = ibv_get_device_list(&n);
+	CHECK(list && n > 0);
+	struct ibv_context *ctx = ibv_open_device(list[0]);
+	CHECK(ctx);
+	struct ibv_comp_channel *cc = ibv_create_comp_channel(ctx);
+	CHECK(cc);
+	struct ibv_cq *cq = ibv_create_cq(ctx, 16, NULL, cc, 0);
+	CHECK(cq && ibv_req_notify_cq(cq, 0) == 0);
+	struct ibv_cq *ev_cq;
+	void *ev_ctx;
+	CHECK(pthread_create(&t, NULL, poke, &me) == 0);
+	errno = 0;
+	CHECK(ibv_get_cq_event(cc, &ev_cq, &ev_ctx) == -1 && errno == EINTR);
+	pthread_join(t, NULL);
+
+	struct ibv_async_event ae;
+	CHECK(pthread_create(&t, NULL, poke, &me) == 0);
+	errno = 0;
+	CHECK(ibv_get_async_event(ctx, &ae) == -1 && errno == EINTR);
+	pthread_join(t, NULL);
+
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	CHECK(ch);
+	struct rdma_cm_event *e;
+	CHECK(pthread_create(&t, NULL, poke, &me) == 0);
+	errno = 0;
+	CHECK(rdma_get_cm_event(ch, &e) == -1 && errno == EINTR);
+	pthread_join(t, NULL);
+	rdma_destroy_event_channel(ch);
+	CHECK(ibv_destroy_cq(cq) == 0);
+	CHECK(ibv_destroy_comp_channel(cc) == 0);
+	ibv_close_device(ctx);
+	ibv_free_device_list(list);
+}
+
 /* SYSFS_PATH, as rdma-core reads it (trailing slashes dropped). */
 static void sysfs_path(const char *want)
 {
@@ -414,6 +474,8 @@ int main(int argc, char **argv)
 		getaddrinfo_hints(argv[2]);
 	else if (!strcmp(c, "big_cq") && argc == 2)
 		big_cq();
+	else if (!strcmp(c, "eintr") && argc == 2)
+		eintr();
 	else if (!strcmp(c, "sysfs_path") && argc == 3)
 		sysfs_path(argv[2]);
 	else {

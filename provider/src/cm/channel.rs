@@ -105,6 +105,19 @@ impl EventChannel {
         e
     }
 
+    /// The next event without waiting, for a caller that waits by reading the channel's fd
+    /// itself (the C ABI's blocking `rdma_get_cm_event`, a `read(2)` in librdmacm, which a
+    /// signal interrupts). The fd stays readable while more events are pending and is never
+    /// drained here (a read may be blocked on it in another thread).
+    pub fn take_event(&self) -> Option<CmEvent> {
+        let mut q = self.inner.queue.lock();
+        let e = q.pop_front()?;
+        if !q.is_empty() {
+            self.inner.fd.signal();
+        }
+        Some(e)
+    }
+
     /// How many events are pending.
     pub fn pending(&self) -> usize {
         self.inner.queue.lock().len()

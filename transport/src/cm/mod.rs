@@ -391,7 +391,13 @@ impl CmEngine {
     }
 
     /// Keeps a REQ for a bound ServiceID until its listen; false if it cannot be kept.
-    pub(crate) fn hold_req(&mut self, now: Instant, src: IpAddr, service_id: u64, mad: &[u8]) -> bool {
+    pub(crate) fn hold_req(
+        &mut self,
+        now: Instant,
+        src: IpAddr,
+        service_id: u64,
+        mad: &[u8],
+    ) -> bool {
         if !self.bound.contains_key(&service_id) || self.held.len() >= MAX_HELD {
             return false;
         }
@@ -854,7 +860,11 @@ impl CmEngine {
                 h.until
             }
         });
-        self.conns.values().filter_map(|c| c.timer).chain(held).min()
+        self.conns
+            .values()
+            .filter_map(|c| c.timer)
+            .chain(held)
+            .min()
     }
 
     /// Runs the timers due at `now`: retransmissions, their exhaustion, timewait ends.
