@@ -540,6 +540,7 @@ pub struct ibv_qp {
 
 /// `struct ibv_data_buf`.
 #[repr(C)]
+#[derive(Clone, Copy)]
 pub struct ibv_data_buf {
     pub addr: *mut c_void,
     pub length: usize,

@@ -55,19 +55,3 @@ pub unsafe extern "C" fn ibv_destroy_comp_channel(channel: *mut ibv_comp_channel
         0
     })())
 }
-
-/// Waits for a blocking eventfd of ours to become readable the way rdma-core waits for an
-/// event — a blocking `read(2)` of the descriptor — consuming its count: a signal handler
-/// without SA_RESTART ends the wait with EINTR, one with SA_RESTART lets the kernel restart
-/// it. The caller then takes the event from its queue (or waits again if another waiter took
-/// it first). Errors: the read's errno.
-pub(crate) fn wait_readable(fd: core::ffi::c_int) -> Result<(), core::ffi::c_int> {
-    let mut count: u64 = 0;
-    // SAFETY: reads at most 8 bytes into a live u64 from the channel's own descriptor, which stays open while the caller holds the channel.
-    let r = unsafe { libc::read(fd, (&raw mut count).cast(), 8) };
-    if r < 0 {
-        // SAFETY: __errno_location is the calling thread's errno slot.
-        return Err(unsafe { *libc::__errno_location() });
-    }
-    Ok(())
-}

@@ -181,18 +181,14 @@ pub unsafe extern "C" fn ibv_get_cq_event(
         let got = if nb {
             ch.ch.get_event_timeout(Duration::ZERO)
         } else {
-            match ch.ch.take_event() {
-                Some(e) => Some(e),
-                None => {
-                    // rdma-core's wait is a read(2) of the channel's fd: so is this one, so a
-                    // signal interrupts it (EINTR) unless its handler asked for SA_RESTART —
-                    // qperf ends its ping-pong loops with an alarm that way.
-                    if let Err(e) = crate::channel::wait_readable(fd) {
-                        log::debug!("ibv_get_cq_event: the wait ended: errno {e}");
-                        set_errno(e);
-                        return -1;
-                    }
-                    continue;
+            // rdma-core's wait is a read(2): a signal without SA_RESTART ends it with EINTR
+            // (qperf ends its ping-pong loops with an alarm that way).
+            match ch.ch.wait_event() {
+                Ok(e) => Some(e),
+                Err(e) => {
+                    log::debug!("ibv_get_cq_event: the wait ended: errno {e}");
+                    set_errno(e);
+                    return -1;
                 }
             }
         };

@@ -63,7 +63,7 @@ unsafe fn sges(sg_list: *const ibv_sge, num_sge: c_int) -> Result<SgList, c_int>
         return Ok(SgList::new());
     }
     // SAFETY: the caller's list holds num_sge entries.
-    let list = unsafe { core::slice::from_raw_parts(sg_list, num_sge as usize) };
+    let list = unsafe { read_array(sg_list, num_sge as usize) };
     Ok(list
         .iter()
         .map(|s| Sge {
@@ -72,6 +72,19 @@ unsafe fn sges(sg_list: *const ibv_sge, num_sge: c_int) -> Result<SgList, c_int>
             lkey: s.lkey,
         })
         .collect())
+}
+
+/// Copies `n` elements of a program's C array, which need not be aligned for `T`: C on x86
+/// tolerates an `ibv_sge` array at any address (libiscsi's iSER initiator keeps one inside a
+/// packed structure), where a Rust slice over it would be undefined behaviour.
+///
+/// # Safety
+/// `p` points at `n` readable elements (it may be NULL only when `n` is 0).
+pub(crate) unsafe fn read_array<T: Copy>(p: *const T, n: usize) -> Vec<T> {
+    (0..n)
+        // SAFETY: element i < n is readable (the caller's promise); read_unaligned needs no alignment.
+        .map(|i| unsafe { p.add(i).read_unaligned() })
+        .collect()
 }
 
 /// One C send work request as ferroce's.

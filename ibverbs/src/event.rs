@@ -88,21 +88,19 @@ pub unsafe extern "C" fn ibv_get_async_event(
         let got = if nb {
             c.ctx.get_async_event(Duration::ZERO)
         } else {
-            c.ctx.take_async_event()
+            // rdma-core's wait is a read(2): a signal without SA_RESTART ends it with EINTR.
+            match c.ctx.wait_async_event() {
+                Ok(r) => Some(r),
+                Err(e) => {
+                    log::debug!("ibv_get_async_event: the wait ended: errno {e}");
+                    set_errno(e);
+                    return -1;
+                }
+            }
         };
         let Some(rec) = got else {
-            if nb {
-                set_errno(libc::EAGAIN);
-                return -1;
-            }
-            // rdma-core's wait is a read(2) of the async fd: so is this one, so a signal
-            // interrupts it (EINTR) unless its handler asked for SA_RESTART.
-            if let Err(e) = crate::channel::wait_readable(fd) {
-                log::debug!("ibv_get_async_event: the wait ended: errno {e}");
-                set_errno(e);
-                return -1;
-            }
-            continue;
+            set_errno(libc::EAGAIN);
+            return -1;
         };
         // An event of an object destroyed meanwhile is dropped.
         let Some((element, ty)) = report(c, rec) else {

@@ -254,7 +254,7 @@ pub(crate) unsafe extern "C" fn vctx_advise_mr(
     let (p, sges) = unsafe {
         (
             pd_of(pd),
-            core::slice::from_raw_parts(sg_list, num_sge as usize),
+            crate::data::read_array(sg_list, num_sge as usize),
         )
     };
     let sges: Vec<ferroce::Sge> = sges

@@ -313,7 +313,7 @@ unsafe extern "C" fn wr_set_sge_list(qp: *mut ibv_qp_ex, num_sge: usize, sg_list
         SgList::new()
     } else {
         // SAFETY: ibv_wr_set_sge_list's contract: a non-NULL sg_list holds num_sge entries.
-        unsafe { core::slice::from_raw_parts(sg_list, num_sge) }
+        unsafe { crate::data::read_array(sg_list, num_sge) }
             .iter()
             .map(|s| Sge {
                 addr: s.addr,
@@ -363,7 +363,7 @@ unsafe extern "C" fn wr_set_inline_data_list(
         Vec::new()
     } else {
         // SAFETY: ibv_wr_set_inline_data_list's contract: a non-NULL buf_list holds num_buf entries.
-        unsafe { core::slice::from_raw_parts(buf_list, num_buf) }
+        unsafe { crate::data::read_array(buf_list, num_buf) }
             .iter()
             .map(|b| (b.addr.cast_const().cast::<u8>(), b.length))
             .collect()

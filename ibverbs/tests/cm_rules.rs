@@ -13,6 +13,7 @@
 //! * `rdma_getaddrinfo` from the hints alone (libfabric's verbs provider);
 //! * CQs of up to `max_cqe` = 4,194,303 (libfabric's RxM asks for 262,144);
 //! * `SYSFS_PATH`;
+//! * an SGE array at any address is read (libiscsi's iSER initiator);
 //! * a signal without SA_RESTART ends a blocking `ibv_get_cq_event` / `rdma_get_cm_event`
 //!   with EINTR, as it ends rdma-core's `read(2)` (qperf's alarm-ended ping-pong loops).
 
@@ -171,4 +172,13 @@ fn a_signal_interrupts_the_event_waits() {
         return;
     }
     run("127.0.73.11", &["eintr"]);
+}
+
+/// libiscsi's iSER initiator posts an SGE array that is not 8-byte aligned.
+#[test]
+fn an_unaligned_sge_array_is_read() {
+    if program().is_none() {
+        return;
+    }
+    run("127.0.73.12", &["unaligned_sge"]);
 }

@@ -409,12 +409,13 @@ impl Context {
         self.inner.events.get(timeout)
     }
 
-    /// The next async event without waiting, for a caller that waits by reading
-    /// [`Context::async_fd`] itself (the C ABI's blocking `ibv_get_async_event`, a `read(2)` in
-    /// rdma-core, which a signal interrupts): the fd stays readable while more events are
-    /// pending and is never drained here (a read may be blocked on it in another thread).
-    pub fn take_async_event(&self) -> Option<AsyncEventRecord> {
-        self.inner.events.take()
+    /// `ibv_get_async_event` as rdma-core blocks in it: in a `read(2)`, so a signal whose
+    /// handler lacks SA_RESTART ends the wait (the errno, EINTR), as the C ABI must.
+    ///
+    /// # Errors
+    /// The read's errno.
+    pub fn wait_async_event(&self) -> std::result::Result<AsyncEventRecord, i32> {
+        self.inner.events.wait()
     }
 
     /// The async event file descriptor (readable while an event of this context is pending).

@@ -335,6 +335,7 @@ pub(crate) struct ChannelInner {
     pending: Mutex<VecDeque<Weak<CqInner>>>,
     cond: Condvar,
     fd: EventFd,
+    waiter: crate::sys::ReadWaiter,
 }
 
 impl ChannelInner {
@@ -342,6 +343,7 @@ impl ChannelInner {
         self.pending.lock().push_back(Arc::downgrade(cq));
         self.fd.signal();
         self.cond.notify_all();
+        self.waiter.wake();
     }
 }
 
@@ -361,6 +363,7 @@ impl CompletionChannel {
                 pending: Mutex::new(VecDeque::new()),
                 cond: Condvar::new(),
                 fd: EventFd::new_blocking()?,
+                waiter: crate::sys::ReadWaiter::new()?,
             }),
             ctx: ctx.clone(),
         })
@@ -401,32 +404,15 @@ impl CompletionChannel {
         })
     }
 
-    /// The next event without waiting, for a caller that waits by reading the channel's fd
-    /// itself (the C ABI's blocking `ibv_get_cq_event`, a `read(2)` in rdma-core, which a
-    /// signal interrupts). The fd stays readable while more events are pending and is never
-    /// drained here (a read may be blocked on it in another thread): a later read may find it
-    /// readable with nothing pending, and the caller then takes nothing and waits again.
-    pub fn take_event(&self) -> Option<CompletionQueue> {
-        let mut p = self.inner.pending.lock();
-        let cq = loop {
-            // Events of CQs destroyed since are dropped.
-            match p.pop_front() {
-                Some(w) => {
-                    if let Some(cq) = w.upgrade() {
-                        break cq;
-                    }
-                }
-                None => return None,
-            }
-        };
-        if !p.is_empty() {
-            self.inner.fd.signal();
-        }
-        cq.got_events.fetch_add(1, Ordering::SeqCst);
-        Some(CompletionQueue {
-            inner: cq,
-            ctx: self.ctx.clone(),
-        })
+    /// `ibv_get_cq_event` as rdma-core blocks in it: in a `read(2)`, so a signal whose handler
+    /// lacks SA_RESTART ends the wait (the errno, EINTR), as the C ABI must.
+    ///
+    /// # Errors
+    /// The read's errno.
+    pub fn wait_event(&self) -> std::result::Result<CompletionQueue, i32> {
+        self.inner
+            .waiter
+            .wait(|| self.get_event_timeout(Duration::ZERO))
     }
 
     /// Whether CQs still use the channel (what makes `ibv_destroy_comp_channel` refuse with

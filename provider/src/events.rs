@@ -18,6 +18,7 @@ pub(crate) struct EventQueue {
     queue: Mutex<VecDeque<AsyncEventRecord>>,
     cond: Condvar,
     fd: EventFd,
+    waiter: crate::sys::ReadWaiter,
 }
 
 impl EventQueue {
@@ -26,6 +27,7 @@ impl EventQueue {
             queue: Mutex::new(VecDeque::new()),
             cond: Condvar::new(),
             fd: EventFd::new_blocking()?,
+            waiter: crate::sys::ReadWaiter::new()?,
         })
     }
 
@@ -33,6 +35,7 @@ impl EventQueue {
         self.queue.lock().push_back(e);
         self.fd.signal();
         self.cond.notify_all();
+        self.waiter.wake();
     }
 
     /// The oldest event, waiting at most `timeout`.
@@ -51,15 +54,9 @@ impl EventQueue {
         e
     }
 
-    /// The next event without waiting, the fd left readable while more are pending and never
-    /// drained (see [`crate::Context::take_async_event`]).
-    pub(crate) fn take(&self) -> Option<AsyncEventRecord> {
-        let mut q = self.queue.lock();
-        let e = q.pop_front();
-        if !q.is_empty() {
-            self.fd.signal();
-        }
-        e
+    /// The next event, waiting in a `read(2)` (see [`crate::sys::ReadWaiter`]).
+    pub(crate) fn wait(&self) -> Result<AsyncEventRecord, i32> {
+        self.waiter.wait(|| self.get(Duration::ZERO))
     }
 
     /// The descriptor (readable while an event is pending).

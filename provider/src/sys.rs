@@ -203,6 +203,56 @@ impl EventFd {
     }
 }
 
+/// Where threads wait for a queue's next event the way rdma-core waits for one of a channel:
+/// in a blocking `read(2)` of a descriptor, so that a signal whose handler lacks SA_RESTART
+/// ends the wait with EINTR and one with it lets the kernel restart it (qperf ends its loops
+/// with an alarm that way). The descriptor is a second eventfd, read only by waiters, so the
+/// one programs poll keeps exact readability; it is written only while someone waits.
+#[derive(Debug)]
+pub(crate) struct ReadWaiter {
+    fd: EventFd,
+    waiters: std::sync::atomic::AtomicUsize,
+}
+
+impl ReadWaiter {
+    pub(crate) fn new() -> io::Result<ReadWaiter> {
+        Ok(ReadWaiter {
+            fd: EventFd::new_blocking()?,
+            waiters: std::sync::atomic::AtomicUsize::new(0),
+        })
+    }
+
+    /// Wakes the waiters, if any (call after queueing an event, outside the queue's lock or
+    /// not: a waiter checks the queue after registering, so no wake-up is lost).
+    pub(crate) fn wake(&self) {
+        if self.waiters.load(std::sync::atomic::Ordering::SeqCst) > 0 {
+            self.fd.signal();
+        }
+    }
+
+    /// Runs `take` until it gives something, blocking in `read(2)` between tries; the
+    /// read's errno (EINTR for a signal without SA_RESTART) ends the wait.
+    pub(crate) fn wait<T>(&self, mut take: impl FnMut() -> Option<T>) -> Result<T, i32> {
+        use std::sync::atomic::Ordering::SeqCst;
+        self.waiters.fetch_add(1, SeqCst);
+        let r = loop {
+            if let Some(t) = take() {
+                break Ok(t);
+            }
+            let mut v: u64 = 0;
+            // SAFETY: reads at most 8 bytes into a live u64 from our own blocking eventfd, which lives as long as `self`.
+            let n = unsafe { libc::read(self.fd.raw(), (&raw mut v).cast(), 8) };
+            if n < 0 {
+                break Err(io::Error::last_os_error()
+                    .raw_os_error()
+                    .unwrap_or(libc::EIO));
+            }
+        };
+        self.waiters.fetch_sub(1, SeqCst);
+        r
+    }
+}
+
 /// One address of a host interface.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct IfAddr {

@@ -282,15 +282,8 @@ unsafe fn next_event(ch: *mut rdma_event_channel) -> Result<*mut rdma_cm_event, 
         let e = if nonblock {
             chan.try_get_event().ok_or(libc::EAGAIN)?
         } else {
-            match chan.take_event() {
-                Some(e) => e,
-                None => {
-                    // librdmacm's wait is a read(2) of the channel's fd: so is this one, so a
-                    // signal interrupts it (EINTR) unless its handler asked for SA_RESTART.
-                    crate::channel::wait_readable(fd)?;
-                    continue;
-                }
-            }
+            // librdmacm's wait is a read(2): a signal without SA_RESTART ends it with EINTR.
+            chan.wait_event()?
         };
         if let Some(c) = to_c(e) {
             return Ok(c);
@@ -459,6 +452,7 @@ pub unsafe extern "C" fn ferroce_rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
         return fail_int(libc::EINVAL);
     };
     st.id.set_user_context(0);
+    st.id.destroy();
     let sync = st.sync();
     // SAFETY: `id` is live until freed below; its pending event is ours to ack.
     unsafe {

@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <rdma/rdma_cma.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -437,6 +438,46 @@ static void eintr(void)
 	ibv_free_device_list(list);
 }
 
+/* An SGE array at an address not aligned for struct ibv_sge (libiscsi's iSER initiator keeps
+ * one inside a packed structure): C on x86 reads it, so must the library. */
+static void unaligned_sge(void)
+{
+	int n;
+	struct ibv_device **list = ibv_get_device_list(&n);
+	CHECK(list && n > 0);
+	struct ibv_context *ctx = ibv_open_device(list[0]);
+	CHECK(ctx);
+	struct ibv_pd *pd = ibv_alloc_pd(ctx);
+	struct ibv_cq *cq = ibv_create_cq(ctx, 16, NULL, NULL, 0);
+	CHECK(pd && cq);
+	static char buf[4096];
+	struct ibv_mr *mr = ibv_reg_mr(pd, buf, sizeof buf, IBV_ACCESS_LOCAL_WRITE);
+	CHECK(mr);
+	struct ibv_qp_init_attr a = qp_attr();
+	a.send_cq = cq;
+	a.recv_cq = cq;
+	a.cap.max_recv_sge = 2;
+	struct ibv_qp *qp = ibv_create_qp(pd, &a);
+	CHECK(qp);
+	struct ibv_qp_attr init = { .qp_state = IBV_QPS_INIT, .pkey_index = 0, .port_num = 1 };
+	CHECK(ibv_modify_qp(qp, &init,
+			    IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) == 0);
+	/* Two SGEs at an odd address. */
+	static char raw[2 * sizeof(struct ibv_sge) + 1];
+	struct ibv_sge sge[2] = { { (uintptr_t)buf, 100, mr->lkey },
+				  { (uintptr_t)buf + 100, 200, mr->lkey } };
+	memcpy(raw + 1, sge, sizeof sge);
+	struct ibv_recv_wr wr = { .wr_id = 7, .sg_list = (struct ibv_sge *)(raw + 1), .num_sge = 2 };
+	struct ibv_recv_wr *bad;
+	CHECK(ibv_post_recv(qp, &wr, &bad) == 0);
+	CHECK(ibv_destroy_qp(qp) == 0);
+	CHECK(ibv_dereg_mr(mr) == 0);
+	CHECK(ibv_destroy_cq(cq) == 0);
+	CHECK(ibv_dealloc_pd(pd) == 0);
+	ibv_close_device(ctx);
+	ibv_free_device_list(list);
+}
+
 /* SYSFS_PATH, as rdma-core reads it (trailing slashes dropped). */
 static void sysfs_path(const char *want)
 {
@@ -474,6 +515,8 @@ int main(int argc, char **argv)
 		getaddrinfo_hints(argv[2]);
 	else if (!strcmp(c, "big_cq") && argc == 2)
 		big_cq();
+	else if (!strcmp(c, "unaligned_sge") && argc == 2)
+		unaligned_sge();
 	else if (!strcmp(c, "eintr") && argc == 2)
 		eintr();
 	else if (!strcmp(c, "sysfs_path") && argc == 3)

@@ -16,6 +16,7 @@ pub(crate) struct ChannelInner {
     queue: Mutex<VecDeque<CmEvent>>,
     cond: Condvar,
     fd: EventFd,
+    waiter: crate::sys::ReadWaiter,
 }
 
 /// `rdma_create_event_channel`: a queue of [`CmEvent`]s for the IDs created on it.
@@ -44,6 +45,7 @@ impl EventChannel {
                 queue: Mutex::new(VecDeque::new()),
                 cond: Condvar::new(),
                 fd: EventFd::new_blocking()?,
+                waiter: crate::sys::ReadWaiter::new()?,
             }),
         })
     }
@@ -53,6 +55,8 @@ impl EventChannel {
         q.push_back(e);
         self.inner.fd.signal();
         self.inner.cond.notify_all();
+        drop(q);
+        self.inner.waiter.wake();
     }
 
     /// Takes the queued events of `id` (its own, and the requests that came through it as a
@@ -105,17 +109,13 @@ impl EventChannel {
         e
     }
 
-    /// The next event without waiting, for a caller that waits by reading the channel's fd
-    /// itself (the C ABI's blocking `rdma_get_cm_event`, a `read(2)` in librdmacm, which a
-    /// signal interrupts). The fd stays readable while more events are pending and is never
-    /// drained here (a read may be blocked on it in another thread).
-    pub fn take_event(&self) -> Option<CmEvent> {
-        let mut q = self.inner.queue.lock();
-        let e = q.pop_front()?;
-        if !q.is_empty() {
-            self.inner.fd.signal();
-        }
-        Some(e)
+    /// `rdma_get_cm_event` as librdmacm blocks in it: in a `read(2)`, so a signal whose
+    /// handler lacks SA_RESTART ends the wait (the errno, EINTR), as the C ABI must.
+    ///
+    /// # Errors
+    /// The read's errno.
+    pub fn wait_event(&self) -> std::result::Result<CmEvent, i32> {
+        self.inner.waiter.wait(|| self.try_get_event())
     }
 
     /// How many events are pending.

@@ -1019,29 +1019,47 @@ fn reserve(
     Err(Error::Busy("no port of the range is free on every device"))
 }
 
+/// Undoes what an ID holds: its listens and binding (the port is free again), its connection
+/// (rejected, disconnected or dropped as `ib_destroy_cm_id` does).
+fn teardown(st: &mut IdState) {
+    let listening = std::mem::take(&mut st.listening);
+    for (agent, route) in st.bound.drain(..) {
+        let sid = route.service_id().unwrap_or(0);
+        {
+            let mut e = agent.engine.lock();
+            if listening {
+                e.unlisten(sid);
+            }
+            e.unbind(sid);
+        }
+        if listening {
+            agent.listeners.lock().remove(&sid);
+        }
+        // The route (the port's host-wide hold) goes here.
+        drop(route);
+        agent.flush();
+    }
+    if let (Some(agent), Some(comm)) = (st.agent.take(), st.comm.take()) {
+        let now = agent.now();
+        agent.engine.lock().destroy(now, comm);
+        agent.conns.lock().remove(&comm);
+        agent.flush();
+    }
+}
+
+impl CmId {
+    /// `rdma_destroy_id`: the ID lets go of its port, listens and connection now — not when
+    /// its last handle goes (an event not yet acknowledged, or another thread delivering one,
+    /// may still hold one), so a bind of the same port right after succeeds, as with the
+    /// kernel's. The handles left see an ID with nothing bound.
+    pub fn destroy(&self) {
+        let mut taken = std::mem::take(&mut *self.inner.st.lock());
+        teardown(&mut taken);
+    }
+}
+
 impl Drop for IdInner {
     fn drop(&mut self) {
-        let st = self.st.get_mut();
-        let listening = st.listening;
-        for (agent, route) in st.bound.drain(..) {
-            let sid = route.service_id().unwrap_or(0);
-            {
-                let mut e = agent.engine.lock();
-                if listening {
-                    e.unlisten(sid);
-                }
-                e.unbind(sid);
-            }
-            if listening {
-                agent.listeners.lock().remove(&sid);
-            }
-            agent.flush();
-        }
-        if let (Some(agent), Some(comm)) = (st.agent.take(), st.comm.take()) {
-            let now = agent.now();
-            agent.engine.lock().destroy(now, comm);
-            agent.conns.lock().remove(&comm);
-            agent.flush();
-        }
+        teardown(self.st.get_mut());
     }
 }
