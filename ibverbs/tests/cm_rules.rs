@@ -14,6 +14,7 @@
 //! * CQs of up to `max_cqe` = 4,194,303 (libfabric's RxM asks for 262,144);
 //! * `SYSFS_PATH`;
 //! * an SGE array at any address is read (libiscsi's iSER initiator);
+//! * a signal sent to the process reaches the program, not the library's threads (tgtd);
 //! * a signal without SA_RESTART ends a blocking `ibv_get_cq_event` / `rdma_get_cm_event`
 //!   with EINTR, as it ends rdma-core's `read(2)` (qperf's alarm-ended ping-pong loops).
 
@@ -181,4 +182,14 @@ fn an_unaligned_sge_array_is_read() {
         return;
     }
     run("127.0.73.12", &["unaligned_sge"]);
+}
+
+/// tgtd's backing-store threads signal its main loop through a signalfd: a signal sent to the
+/// process must never land on one of the library's threads.
+#[test]
+fn a_process_signal_reaches_the_program() {
+    if program().is_none() {
+        return;
+    }
+    run("127.0.73.13", &["process_signal"]);
 }

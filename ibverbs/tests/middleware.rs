@@ -6,7 +6,15 @@
 //!   checked on both sides. librpma connects with an ID it made synchronous and then migrates
 //!   to a channel, which must make it asynchronous.
 //!
-//! Where a package is missing the test says so and passes, except under CI.
+//! * tgt 1.0.85's iSER target (`tgt`) with libiscsi 1.19's iSER initiator: unmodified `tgtd`
+//!   (it listens on `0.0.0.0` and `[::]` with AFONLY) serving a file-backed LUN, configured
+//!   with `tgtadm` (address and initiator-name ACLs), then unmodified `iscsi-inq` (login and
+//!   INQUIRY) and a program on libiscsi's API (`tests/c/iser_peer.c`, `libiscsi-dev`) that
+//!   writes 4 KiB and reads the whole 16 MiB LUN back against the backing file.
+//!
+//! Where a package is missing the test says so and passes, except under CI. tgtd needs root
+//! (its control socket is under /var/run): run as another user the tgt test says so and
+//! passes, except under CI.
 
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
@@ -73,5 +81,153 @@ fn librpma_read_write_flush_atomic_write() {
     assert!(
         cok && sok && cout.contains("ok client") && sout.contains("ok server"),
         "client:\n{cout}\nserver:\n{sout}"
+    );
+}
+
+fn have_prog(prog: &str, package: &str) -> bool {
+    let found = Command::new("sh")
+        .args(["-c", &format!("command -v {prog}")])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    installed(prog, found, package)
+}
+
+/// The iSER peer program, compiled once (None, after a loud skip, without libiscsi-dev).
+fn iser_peer() -> Option<&'static Path> {
+    static EXE: OnceLock<Option<PathBuf>> = OnceLock::new();
+    EXE.get_or_init(|| {
+        let found = Path::new("/usr/include/iscsi/iscsi.h").exists();
+        if !installed("<iscsi/iscsi.h>", found, "libiscsi-dev") {
+            return None;
+        }
+        let exe = Path::new(env!("CARGO_TARGET_TMPDIR")).join("iser_peer");
+        let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/c/iser_peer.c");
+        let st = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
+            .args(["-Wall", "-Werror", src, "-o"])
+            .arg(&exe)
+            .arg("-liscsi")
+            .status()
+            .unwrap();
+        assert!(st.success(), "compiling {src}");
+        Some(exe)
+    })
+    .as_deref()
+}
+
+/// A tgtd on its own control port, killed when dropped.
+struct Tgtd(std::process::Child);
+
+impl Drop for Tgtd {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn tgt_iser_target_and_libiscsi_initiator() {
+    if !have_prog("tgtd", "tgt") || !have_prog("iscsi-inq", "libiscsi-bin") {
+        return;
+    }
+    let Some(peer_exe) = iser_peer() else { return };
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "tgtd needs root (its control socket is under /var/run)"
+        );
+        eprintln!(
+            "SKIPPED: tgt's iSER target needs root (tgtd's control socket is under /var/run)"
+        );
+        return;
+    }
+    let a = "127.0.78.1";
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("tgt-iser");
+    std::fs::create_dir_all(&dir).unwrap();
+    let lun = dir.join("lun.img");
+    let bytes: Vec<u8> = (0..16u32 << 20)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
+        .collect();
+    std::fs::write(&lun, &bytes).unwrap();
+    // Control port 7, iSER on 3261 and iSCSI/TCP on 3262: clear of a system tgtd's.
+    let _tgtd = Tgtd(
+        Command::new("tgtd")
+            .args(["-f", "-C", "7", "--iser", "port=3261", "--iscsi"])
+            .arg(format!("portal={a}:3262"))
+            .env("LD_LIBRARY_PATH", lib_dir())
+            .env("FERROCE_DEVICES", a)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let target = "iqn.2026-12.org.ferroce:t1";
+    let ours = "iqn.2026-12.org.ferroce:initiator";
+    let inq = "iqn.2007-10.com.github:sahlberg:libiscsi:iscsi-inq";
+    let lun_path = lun.to_str().unwrap();
+    let steps: [&[&str]; 5] = [
+        &[
+            "--op", "new", "--mode", "target", "--tid", "1", "-T", target,
+        ],
+        &[
+            "--op",
+            "new",
+            "--mode",
+            "logicalunit",
+            "--tid",
+            "1",
+            "--lun",
+            "1",
+            "-b",
+            lun_path,
+        ],
+        &[
+            "--op", "bind", "--mode", "target", "--tid", "1", "-I", "ALL",
+        ],
+        &["--op", "bind", "--mode", "target", "--tid", "1", "-Q", ours],
+        &["--op", "bind", "--mode", "target", "--tid", "1", "-Q", inq],
+    ];
+    for (i, step) in steps.iter().enumerate() {
+        // The first waits for tgtd to come up.
+        let mut tries = 0;
+        loop {
+            let out = Command::new("tgtadm")
+                .args(["-C", "7", "--lld", "iser"])
+                .args(*step)
+                .output()
+                .unwrap();
+            if out.status.success() {
+                break;
+            }
+            tries += 1;
+            assert!(
+                i == 0 && tries < 100,
+                "tgtadm {step:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    let url = format!("iser://{a}:3261/{target}/1");
+    let mut c = Command::new("iscsi-inq");
+    c.arg(&url)
+        .env("LD_LIBRARY_PATH", lib_dir())
+        .env("FERROCE_DEVICES", a)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let (ok, out) = finish(start(c), Duration::from_secs(60));
+    assert!(
+        ok && out.contains("Product:VIRTUAL-DISK"),
+        "iscsi-inq:\n{out}"
+    );
+    let (ok, out) = finish(
+        start(peer(peer_exe, &[&url, ours, lun_path], a)),
+        Duration::from_secs(120),
+    );
+    assert!(
+        ok && out.contains("ok iser (16777216 bytes"),
+        "iser_peer:\n{out}"
     );
 }

@@ -286,16 +286,16 @@ impl Shared {
             last_inline: AtomicU64::new(0),
         });
         let s2 = shared.clone();
-        let progress = std::thread::Builder::new()
-            .name(format!("ferroce-{}", cfg.local.ip()))
-            .spawn(move || s2.progress())?;
+        let progress =
+            crate::sys::spawn_quiet(format!("ferroce-{}", cfg.local.ip()), move || s2.progress())?;
         // The keeper finds this process's socket number now (its probe is answered by the
         // progress thread) and rebalances whenever the group's members change.
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         let s3 = shared.clone();
-        let keeper = std::thread::Builder::new()
-            .name(format!("ferroce-keeper-{}", cfg.local.ip()))
-            .spawn(move || s3.keep(&ready_tx))?;
+        let keeper =
+            crate::sys::spawn_quiet(format!("ferroce-keeper-{}", cfg.local.ip()), move || {
+                s3.keep(&ready_tx)
+            })?;
         match ready_rx.recv_timeout(Duration::from_secs(10)) {
             Ok(()) => {}
             Err(_) => log::warn!(

@@ -253,6 +253,45 @@ impl ReadWaiter {
     }
 }
 
+/// Spawns one of the provider's threads (progress, keeper, CM agent) with every asynchronous
+/// signal blocked, so that a signal sent to the process reaches the program's own threads,
+/// as if ferroce had none — libibverbs creates no threads, and programs rely on that: tgtd
+/// blocks its completion signal and reads it from a signalfd (a thread of ours with it
+/// unblocked would take it and the program would wait forever), qperf ends its tests with an
+/// alarm. Faults (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP) stay deliverable. The mask is set
+/// around the spawn, so the thread starts with it.
+///
+/// # Errors
+/// What spawning the thread returns.
+pub(crate) fn spawn_quiet<F, T>(name: String, f: F) -> io::Result<std::thread::JoinHandle<T>>
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    // SAFETY: sigset_t is plain data; sigfillset and sigdelset initialise and edit the local set.
+    let mut block: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `block` and `old` are live local sets; pthread_sigmask changes only this thread's mask, restored below.
+    unsafe {
+        libc::sigfillset(&raw mut block);
+        for sig in [
+            libc::SIGSEGV,
+            libc::SIGBUS,
+            libc::SIGFPE,
+            libc::SIGILL,
+            libc::SIGTRAP,
+        ] {
+            libc::sigdelset(&raw mut block, sig);
+        }
+        libc::pthread_sigmask(libc::SIG_BLOCK, &raw const block, &raw mut old);
+    }
+    let r = std::thread::Builder::new().name(name).spawn(f);
+    // SAFETY: restores the calling thread's own mask saved above.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &raw const old, std::ptr::null_mut()) };
+    r
+}
+
 /// One address of a host interface.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct IfAddr {

@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <rdma/rdma_cma.h>
 #include <signal.h>
+#include <sys/signalfd.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -478,6 +479,43 @@ static void unaligned_sge(void)
 	ibv_free_device_list(list);
 }
 
+/* A signal sent to the process reaches the program's threads, never the library's: tgtd
+ * blocks its completion signal and reads it from a signalfd (libibverbs has no threads; a
+ * thread of the library with the signal unblocked would take it, here: die of it). */
+static void process_signal(void)
+{
+	int n;
+	struct ibv_device **list = ibv_get_device_list(&n);
+	CHECK(list && n > 0);
+	/* The device's threads start before the program blocks the signal, as in tgtd. */
+	struct ibv_context *ctx = ibv_open_device(list[0]);
+	CHECK(ctx);
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	struct rdma_cm_id *id;
+	CHECK(ch && rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) == 0);
+	struct sockaddr_storage ss;
+	CHECK(rdma_bind_addr(id, addr_of("0.0.0.0", 0, &ss)) == 0);
+	CHECK(rdma_listen(id, 1) == 0); /* the CM agent's thread too */
+	sigset_t set;
+	sigemptyset(&set);
+	sigaddset(&set, SIGUSR2);
+	CHECK(pthread_sigmask(SIG_BLOCK, &set, NULL) == 0);
+	int sfd = signalfd(-1, &set, 0);
+	CHECK(sfd >= 0);
+	for (int i = 0; i < 20; i++) {
+		CHECK(kill(getpid(), SIGUSR2) == 0);
+		struct pollfd p = { .fd = sfd, .events = POLLIN };
+		CHECK(poll(&p, 1, 2000) == 1);
+		struct signalfd_siginfo si;
+		CHECK(read(sfd, &si, sizeof si) == sizeof si && si.ssi_signo == SIGUSR2);
+	}
+	close(sfd);
+	CHECK(rdma_destroy_id(id) == 0);
+	rdma_destroy_event_channel(ch);
+	ibv_close_device(ctx);
+	ibv_free_device_list(list);
+}
+
 /* SYSFS_PATH, as rdma-core reads it (trailing slashes dropped). */
 static void sysfs_path(const char *want)
 {
@@ -515,6 +553,8 @@ int main(int argc, char **argv)
 		getaddrinfo_hints(argv[2]);
 	else if (!strcmp(c, "big_cq") && argc == 2)
 		big_cq();
+	else if (!strcmp(c, "process_signal") && argc == 2)
+		process_signal();
 	else if (!strcmp(c, "unaligned_sge") && argc == 2)
 		unaligned_sge();
 	else if (!strcmp(c, "eintr") && argc == 2)

@@ -104,13 +104,11 @@ impl Agent {
         let a = Arc::new(Agent::start(device)?);
         all.push((device.addr, Arc::downgrade(&a)));
         let weak = Arc::downgrade(&a);
-        std::thread::Builder::new()
-            .name("ferroce-cm".into())
-            .spawn(move || {
-                while let Some(a) = weak.upgrade() {
-                    a.run_once();
-                }
-            })?;
+        crate::sys::spawn_quiet("ferroce-cm".into(), move || {
+            while let Some(a) = weak.upgrade() {
+                a.run_once();
+            }
+        })?;
         Ok(a)
     }
 
