@@ -12,7 +12,7 @@ use ferroce::OpenOptions;
 use ferroce::transport::{Mtu, QpType};
 use ferroce_cli::tools::loopback::connected_pair;
 use ferroce_cli::tools::perf::{self, Limit, Op};
-use ferroce_cli::tools::{demo, devinfo, pingpong, udp_ceiling};
+use ferroce_cli::tools::{demo, devinfo, pingpong, sysfs, udp_ceiling};
 
 /// ferroce: a software RoCEv2 (RDMA over UDP 4791) stack in user space.
 #[derive(Parser, Debug)]
@@ -29,6 +29,12 @@ enum Command {
     Demo,
     /// Create /dev/infiniband/ferroce, the device node UCX looks for (as root, once per host).
     Devnode,
+    /// Lay out a sysfs-like tree of the devices under DIR (class/infiniband/<dev>/..., for
+    /// programs that read it; point them at it with SYSFS_PATH=DIR).
+    Sysfs {
+        /// Where (created if missing).
+        dir: PathBuf,
+    },
     /// List devices (local addresses) like ibv_devinfo.
     Devinfo {
         /// Only this device (name or address).
@@ -397,6 +403,20 @@ fn main() -> ExitCode {
                 if made { "created" } else { "already there" }
             );
         }),
+        Command::Sysfs { dir } => {
+            return match sysfs::lay_out(&dir, &ferroce::device_list()) {
+                Ok(made) => {
+                    for d in made {
+                        let _ = writeln!(out, "{}", d.display());
+                    }
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("ferroce sysfs {}: {e}", dir.display());
+                    ExitCode::FAILURE
+                }
+            };
+        }
         Command::Devinfo {
             device,
             verbose,

@@ -157,8 +157,14 @@ fn sysfs_path_from_the_environment() {
     if program().is_none() {
         return;
     }
-    let mut c = case("127.0.73.10", &["sysfs_path", "/tmp/ferroce-sysfs"]);
-    c.env("SYSFS_PATH", "/tmp/ferroce-sysfs//");
+    // A tree as `ferroce sysfs` lays it out (its own test checks the whole of it).
+    let root = Path::new(env!("CARGO_TARGET_TMPDIR")).join("sysfs-tree");
+    let dev = root.join("class/infiniband/ferroce0");
+    std::fs::create_dir_all(&dev).unwrap();
+    std::fs::write(dev.join("node_type"), "1: CA\n").unwrap();
+    let root_s = root.to_str().unwrap();
+    let mut c = case("127.0.73.10", &["sysfs_path", root_s]);
+    c.env("SYSFS_PATH", format!("{root_s}//"));
     let (ok, out) = finish(start(c), Duration::from_secs(30));
     assert!(ok, "{out}");
     let mut c = case("127.0.73.10", &["sysfs_path", "/sys"]);

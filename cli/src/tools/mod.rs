@@ -5,4 +5,5 @@ pub mod devinfo;
 pub mod loopback;
 pub mod perf;
 pub mod pingpong;
+pub mod sysfs;
 pub mod udp_ceiling;

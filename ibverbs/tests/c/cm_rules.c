@@ -20,6 +20,7 @@
 
 /* libibverbs exports it; its declaration is in rdma-core's provider header, not verbs.h. */
 const char *ibv_get_sysfs_path(void);
+int ibv_read_sysfs_file(const char *dir, const char *file, char *buf, size_t size);
 
 static const char *case_name;
 
@@ -524,6 +525,15 @@ static void sysfs_path(const char *want)
 	if (strcmp(p, want) != 0) {
 		fprintf(stderr, "%s: %s, wanted %s\n", case_name, p, want);
 		exit(1);
+	}
+	/* With a tree there (`ferroce sysfs DIR`), its files read as rdma-core reads them: the
+	 * final newline dropped. */
+	char dir[512], buf[64];
+	snprintf(dir, sizeof dir, "%s/class/infiniband/ferroce0", p);
+	if (access(dir, F_OK) == 0) {
+		CHECK(ibv_read_sysfs_file(dir, "node_type", buf, sizeof buf) == 5);
+		CHECK(strcmp(buf, "1: CA") == 0);
+		CHECK(ibv_read_sysfs_file(dir, "no_such_file", buf, sizeof buf) == -1);
 	}
 }
 
