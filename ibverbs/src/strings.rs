@@ -270,3 +270,26 @@ pub unsafe extern "C" fn ibv_read_sysfs_file(
     }
     len as c_int
 }
+
+/// `ibv_wr_opcode_str` (rdma-core 56): the work request opcode's name, "unknown" for none.
+#[unsafe(no_mangle)]
+pub extern "C" fn ibv_wr_opcode_str(opcode: u32) -> *const c_char {
+    let s: &'static core::ffi::CStr = match opcode {
+        0 => c"rdma-write",
+        1 => c"rdma-write-with-imm",
+        2 => c"send",
+        3 => c"send-with-imm",
+        4 => c"rdma-read",
+        5 => c"atomic-cmp-and-swp",
+        6 => c"atomic-fetch-and-add",
+        7 => c"local-inv",
+        8 => c"bind-mw",
+        9 => c"send-with-inv",
+        10 => c"tso",
+        11 => c"driver1",
+        14 => c"flush",
+        15 => c"atomic-write",
+        _ => c"unknown",
+    };
+    s.as_ptr()
+}

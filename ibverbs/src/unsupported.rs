@@ -72,6 +72,8 @@ void_stubs!(
     ibv_unimport_pd,
     ibv_unimport_mr,
     ibv_unimport_dm,
+    // rdma-core's deprecated provider registration (IBVERBS_1.1); ferroce is the provider.
+    ibv_register_driver,
 );
 
 /// `ibv_query_qp_data_in_order`: 0, no in-order placement promise beyond what IBTA gives.
@@ -93,6 +95,10 @@ errno_stubs!(
     ibv_cmd_create_counters,
     ibv_cmd_create_cq,
     ibv_cmd_create_cq_ex,
+    // rdma-core 45-56's additions the provider libraries of newer userlands import
+    // (libmlx5 of rdma-core 56 links ibv_cmd_create_cq_ex2): they resolve, and fail.
+    ibv_cmd_create_cq_ex2,
+    ibv_cmd_query_device,
     ibv_cmd_create_flow,
     ibv_cmd_create_flow_action_esp,
     ibv_cmd_create_qp,
