@@ -21,44 +21,29 @@
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
 
 mod common;
-use common::{finish, installed, lib_dir, start};
+use common::{compile_c, finish, on_ferroce, start};
 
 /// The case program, compiled once (None, after a loud skip, without librdmacm-dev).
 fn program() -> Option<&'static Path> {
     static EXE: OnceLock<Option<PathBuf>> = OnceLock::new();
     EXE.get_or_init(|| {
-        let found = Path::new("/usr/include/rdma/rdma_cma.h").exists();
-        if !installed("<rdma/rdma_cma.h>", found, "librdmacm-dev") {
-            return None;
-        }
-        let exe = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cm_rules");
-        let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/c/cm_rules.c");
-        let st = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
-            .args(["-Wall", "-Werror", "-Wno-unused-result", src, "-o"])
-            .arg(&exe)
-            .args(["-lrdmacm", "-libverbs", "-lpthread"])
-            .status()
-            .unwrap();
-        assert!(st.success(), "compiling {src}");
-        Some(exe)
+        compile_c(
+            "cm_rules",
+            "rdma/rdma_cma.h",
+            "librdmacm-dev",
+            &["-lrdmacm", "-libverbs", "-lpthread"],
+        )
     })
     .as_deref()
 }
 
 fn case(devices: &str, args: &[&str]) -> Command {
-    let mut c = Command::new(program().unwrap());
-    c.args(args)
-        .env("LD_LIBRARY_PATH", lib_dir())
-        .env("FERROCE_DEVICES", devices)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    c
+    on_ferroce(program().unwrap(), args, devices)
 }
 
 /// Runs one case to its end and asserts it passed.

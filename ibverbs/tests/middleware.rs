@@ -24,51 +24,32 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 mod common;
-use common::{finish, installed, lib_dir, start};
+use common::{compile_c, finish, installed, lib_dir, on_ferroce, start};
 
 /// The librpma peer program, compiled once (None, after a loud skip, without librpma-dev).
 fn rpma_peer() -> Option<&'static Path> {
     static EXE: OnceLock<Option<PathBuf>> = OnceLock::new();
     EXE.get_or_init(|| {
-        let found = Path::new("/usr/include/librpma.h").exists();
-        if !installed("<librpma.h>", found, "librpma-dev") {
-            return None;
-        }
-        let exe = Path::new(env!("CARGO_TARGET_TMPDIR")).join("rpma_peer");
-        let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/c/rpma_peer.c");
-        let st = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
-            .args(["-Wall", "-Werror", src, "-o"])
-            .arg(&exe)
-            .args(["-lrpma", "-libverbs"])
-            .status()
-            .unwrap();
-        assert!(st.success(), "compiling {src}");
-        Some(exe)
+        compile_c(
+            "rpma_peer",
+            "librpma.h",
+            "librpma-dev",
+            &["-lrpma", "-libverbs"],
+        )
     })
     .as_deref()
-}
-
-fn peer(exe: &Path, args: &[&str], devices: &str) -> Command {
-    let mut c = Command::new(exe);
-    c.args(args)
-        .env("LD_LIBRARY_PATH", lib_dir())
-        .env("FERROCE_DEVICES", devices)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    c
 }
 
 #[test]
 fn librpma_read_write_flush_atomic_write() {
     let Some(exe) = rpma_peer() else { return };
     let a = "127.0.77.1";
-    let server = start(peer(exe, &["server", a, "7700"], a));
+    let server = start(on_ferroce(exe, &["server", a, "7700"], a));
     let mut tries = 0;
     let (cok, cout) = loop {
         std::thread::sleep(Duration::from_millis(200));
         let (ok, out) = finish(
-            start(peer(exe, &["client", a, "7700"], a)),
+            start(on_ferroce(exe, &["client", a, "7700"], a)),
             Duration::from_secs(60),
         );
         tries += 1;
@@ -95,23 +76,8 @@ fn have_prog(prog: &str, package: &str) -> bool {
 /// The iSER peer program, compiled once (None, after a loud skip, without libiscsi-dev).
 fn iser_peer() -> Option<&'static Path> {
     static EXE: OnceLock<Option<PathBuf>> = OnceLock::new();
-    EXE.get_or_init(|| {
-        let found = Path::new("/usr/include/iscsi/iscsi.h").exists();
-        if !installed("<iscsi/iscsi.h>", found, "libiscsi-dev") {
-            return None;
-        }
-        let exe = Path::new(env!("CARGO_TARGET_TMPDIR")).join("iser_peer");
-        let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/c/iser_peer.c");
-        let st = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
-            .args(["-Wall", "-Werror", src, "-o"])
-            .arg(&exe)
-            .arg("-liscsi")
-            .status()
-            .unwrap();
-        assert!(st.success(), "compiling {src}");
-        Some(exe)
-    })
-    .as_deref()
+    EXE.get_or_init(|| compile_c("iser_peer", "iscsi/iscsi.h", "libiscsi-dev", &["-liscsi"]))
+        .as_deref()
 }
 
 /// A tgtd on its own control port, killed when dropped.
@@ -223,7 +189,7 @@ fn tgt_iser_target_and_libiscsi_initiator() {
         "iscsi-inq:\n{out}"
     );
     let (ok, out) = finish(
-        start(peer(peer_exe, &[&url, ours, lun_path], a)),
+        start(on_ferroce(peer_exe, &[&url, ours, lun_path], a)),
         Duration::from_secs(120),
     );
     assert!(

@@ -169,3 +169,35 @@ pub(crate) fn finish(mut r: Running, limit: Duration) -> (bool, String) {
     text.push_str(&r.err.join().unwrap());
     (ok, text)
 }
+
+/// Compiles the C test program `tests/c/<name>.c` with `libs` into the test's temporary
+/// directory; None (after a loud skip, or a failure under CI) when `header` — from
+/// `package` — is missing.
+pub(crate) fn compile_c(name: &str, header: &str, package: &str, libs: &[&str]) -> Option<PathBuf> {
+    let found = Path::new("/usr/include").join(header).exists();
+    if !installed(&format!("<{header}>"), found, package) {
+        return None;
+    }
+    let exe = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let src = format!("{}/tests/c/{name}.c", env!("CARGO_MANIFEST_DIR"));
+    let st = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
+        .args(["-Wall", "-Werror", "-Wno-unused-result", &src, "-o"])
+        .arg(&exe)
+        .args(libs)
+        .status()
+        .unwrap_or_else(|e| panic!("a C compiler (cc): {e}"));
+    assert!(st.success(), "compiling {src}");
+    Some(exe)
+}
+
+/// A program of the test's run on ferroce's libraries and devices `devices`, its output piped.
+pub(crate) fn on_ferroce(exe: &Path, args: &[&str], devices: &str) -> Command {
+    let mut c = Command::new(exe);
+    c.args(args)
+        .env("LD_LIBRARY_PATH", lib_dir())
+        .env("FERROCE_DEVICES", devices)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    c
+}
