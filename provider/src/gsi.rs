@@ -5,7 +5,7 @@
 //! and forwards each to the process it is for, as the kernel's CM and MAD layers share one
 //! QP1 among their clients:
 //!
-//! * a CM REQ or SIDR_REQ goes to the process that listens on its ServiceID
+//! * a CM REQ or SIDR_REQ goes to the process that holds its ServiceID (bound or listening)
 //!   ([`Context::gsi_listen`]; one process per ServiceID on the host, which makes rdma_cm's
 //!   port space host-wide);
 //! * every other CM message goes by the receiver's comm ID, whose first byte must be the
