@@ -29,7 +29,7 @@ enum Command {
     Demo,
     /// Create /dev/infiniband/ferroce, the device node UCX looks for (as root, once per host).
     Devnode,
-    /// Lay out a sysfs-like tree of the devices under DIR (class/infiniband/<dev>/..., for
+    /// Lay out a sysfs-like tree of the devices under DIR (`class/infiniband/<dev>/...`, for
     /// programs that read it; point them at it with SYSFS_PATH=DIR).
     Sysfs {
         /// Where (created if missing).
