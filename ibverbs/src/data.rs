@@ -62,10 +62,9 @@ unsafe fn sges(sg_list: *const ibv_sge, num_sge: c_int) -> Result<SgList, c_int>
     if num_sge == 0 {
         return Ok(SgList::new());
     }
-    // SAFETY: the caller's list holds num_sge entries.
+    // SAFETY: the caller's list holds num_sge readable entries (at any alignment: read_array reads each unaligned), and the iterator is used up here.
     let list = unsafe { read_array(sg_list, num_sge as usize) };
     Ok(list
-        .iter()
         .map(|s| Sge {
             addr: s.addr,
             length: s.length,
@@ -78,13 +77,16 @@ unsafe fn sges(sg_list: *const ibv_sge, num_sge: c_int) -> Result<SgList, c_int>
 /// tolerates an `ibv_sge` array at any address (libiscsi's iSER initiator keeps one inside a
 /// packed structure), where a Rust slice over it would be undefined behaviour.
 ///
+/// The elements are read as the iterator is advanced, with no copy of the array made (the
+/// post path reads SGE lists through this).
+///
 /// # Safety
-/// `p` points at `n` readable elements (it may be NULL only when `n` is 0).
-pub(crate) unsafe fn read_array<T: Copy>(p: *const T, n: usize) -> Vec<T> {
+/// `p` points at `n` readable elements (it may be NULL only when `n` is 0), and stays so
+/// while the iterator is used.
+pub(crate) unsafe fn read_array<T: Copy>(p: *const T, n: usize) -> impl Iterator<Item = T> {
     (0..n)
-        // SAFETY: element i < n is readable (the caller's promise); read_unaligned needs no alignment.
-        .map(|i| unsafe { p.add(i).read_unaligned() })
-        .collect()
+        // SAFETY: element i < n is readable while the iterator is used (the caller's promise); read_unaligned needs no alignment.
+        .map(move |i| unsafe { p.add(i).read_unaligned() })
 }
 
 /// One C send work request as ferroce's.

@@ -250,7 +250,7 @@ pub(crate) unsafe extern "C" fn vctx_advise_mr(
         log::debug!("ibv_advise_mr: no PD, SGEs, or flags {flags:#x} (EINVAL)");
         return libc::EINVAL;
     }
-    // SAFETY: verbs' contract: `pd` is a live PD of ours and `sg_list` holds `num_sge` SGEs.
+    // SAFETY: verbs' contract: `pd` is a live PD of ours and `sg_list` holds `num_sge` SGEs (read unaligned, the iterator used up below).
     let (p, sges) = unsafe {
         (
             pd_of(pd),
@@ -258,7 +258,6 @@ pub(crate) unsafe extern "C" fn vctx_advise_mr(
         )
     };
     let sges: Vec<ferroce::Sge> = sges
-        .iter()
         .map(|s| ferroce::Sge {
             addr: s.addr,
             length: s.length,

@@ -312,9 +312,8 @@ unsafe extern "C" fn wr_set_sge_list(qp: *mut ibv_qp_ex, num_sge: usize, sg_list
     let list: SgList = if num_sge == 0 || sg_list.is_null() {
         SgList::new()
     } else {
-        // SAFETY: ibv_wr_set_sge_list's contract: a non-NULL sg_list holds num_sge entries.
+        // SAFETY: ibv_wr_set_sge_list's contract: a non-NULL sg_list holds num_sge entries (read unaligned), and the iterator is used up here.
         unsafe { crate::data::read_array(sg_list, num_sge) }
-            .iter()
             .map(|s| Sge {
                 addr: s.addr,
                 length: s.length,
@@ -362,9 +361,8 @@ unsafe extern "C" fn wr_set_inline_data_list(
     let bufs: Vec<(*const u8, usize)> = if num_buf == 0 || buf_list.is_null() {
         Vec::new()
     } else {
-        // SAFETY: ibv_wr_set_inline_data_list's contract: a non-NULL buf_list holds num_buf entries.
+        // SAFETY: ibv_wr_set_inline_data_list's contract: a non-NULL buf_list holds num_buf entries (read unaligned), and the iterator is used up here.
         unsafe { crate::data::read_array(buf_list, num_buf) }
-            .iter()
             .map(|b| (b.addr.cast_const().cast::<u8>(), b.length))
             .collect()
     };
