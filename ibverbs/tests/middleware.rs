@@ -12,9 +12,12 @@
 //!   INQUIRY) and a program on libiscsi's API (`tests/c/iser_peer.c`, `libiscsi-dev`) that
 //!   writes 4 KiB and reads the whole 16 MiB LUN back against the backing file.
 //!
+//! * libfabric 1.17's verbs provider: `fi_pingpong` over MSG endpoints and over RxM, between
+//!   two network namespaces joined by a veth pair (libfabric skips interfaces named `lo`).
+//!
 //! Where a package is missing the test says so and passes, except under CI. tgtd needs root
-//! (its control socket is under /var/run): run as another user the tgt test says so and
-//! passes, except under CI.
+//! (its control socket is under /var/run), the libfabric test too (network namespaces): run as
+//! another user they say so and pass, except under CI.
 
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
@@ -196,4 +199,134 @@ fn tgt_iser_target_and_libiscsi_initiator() {
         ok && out.contains("ok iser (16777216 bytes"),
         "iser_peer:\n{out}"
     );
+}
+
+/// Two network namespaces joined by a veth pair, `10.78.0.1/24` in the first and `10.78.0.2/24`
+/// in the second, deleted when dropped (libfabric skips interfaces named `lo`, so its MSG
+/// endpoints need an address of another interface).
+struct VethPair {
+    names: [String; 2],
+}
+
+impl VethPair {
+    fn new() -> VethPair {
+        let id = std::process::id();
+        let names = [format!("ferroce-fa{id}"), format!("ferroce-fb{id}")];
+        let pair = VethPair {
+            names: names.clone(),
+        };
+        let (a, b) = (&names[0], &names[1]);
+        let steps: Vec<Vec<&str>> = vec![
+            vec!["netns", "add", a],
+            vec!["netns", "add", b],
+            vec!["-n", a, "link", "set", "lo", "up"],
+            vec!["-n", b, "link", "set", "lo", "up"],
+            vec![
+                "link", "add", "fva", "netns", a, "type", "veth", "peer", "name", "fvb", "netns", b,
+            ],
+            vec!["-n", a, "addr", "add", "10.78.0.1/24", "dev", "fva"],
+            vec!["-n", b, "addr", "add", "10.78.0.2/24", "dev", "fvb"],
+            vec!["-n", a, "link", "set", "fva", "up"],
+            vec!["-n", b, "link", "set", "fvb", "up"],
+        ];
+        for s in steps {
+            let out = Command::new("ip").args(&s).output().unwrap();
+            assert!(
+                out.status.success(),
+                "ip {s:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        pair
+    }
+
+    /// `prog args` in namespace `i` (0 or 1) on ferroce's libraries, with no
+    /// `FERROCE_DEVICES`: the namespace's veth address is the one device.
+    fn command(&self, i: usize, prog: &str, args: &[&str]) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.names[i], prog])
+            .args(args)
+            .env("LD_LIBRARY_PATH", lib_dir())
+            .env_remove("FERROCE_DEVICES")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        c
+    }
+
+    /// Waits (at most `limit`) until a TCP socket listens on `port` in namespace `i`.
+    fn wait_tcp_listen(&self, i: usize, port: u16, limit: Duration) -> bool {
+        let want = format!(":{port:04X} 00000000:0000 0A");
+        let until = std::time::Instant::now() + limit;
+        while std::time::Instant::now() < until {
+            let out = Command::new("ip")
+                .args(["netns", "exec", &self.names[i], "cat", "/proc/net/tcp"])
+                .output()
+                .unwrap();
+            if String::from_utf8_lossy(&out.stdout).contains(&want) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+}
+
+impl Drop for VethPair {
+    fn drop(&mut self) {
+        for n in &self.names {
+            let _ = Command::new("ip").args(["netns", "del", n]).status();
+        }
+    }
+}
+
+/// Whether the test may make network namespaces (root); outside CI a loud skip otherwise.
+fn can_make_namespaces(what: &str) -> bool {
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } == 0 {
+        return true;
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "{what} needs root (network namespaces)"
+    );
+    eprintln!("SKIPPED: {what} needs root (network namespaces)");
+    false
+}
+
+/// libfabric 1.17's verbs provider over rdma_cm, as its users reach it: `fi_pingpong` on MSG
+/// endpoints (`-p verbs -e msg`: the server's `fi_getinfo` binds `localhost`, which rdma_cm
+/// takes for any address) and on RxM's RDM endpoints (`-p "verbs;ofi_rxm" -e rdm`: RC QPs made
+/// through rdma_cm, CQs of 262,144 entries), every size of its default run with its data checks
+/// (`-c`), between two network namespaces.
+#[test]
+fn libfabric_verbs_msg_and_rxm() {
+    if !have_prog("fi_pingpong", "libfabric-bin")
+        || !have_prog("ip", "iproute2")
+        || !can_make_namespaces("libfabric's MSG test")
+    {
+        return;
+    }
+    let pair = VethPair::new();
+    for (prov, ep) in [("verbs", "msg"), ("verbs;ofi_rxm", "rdm")] {
+        let args = ["-p", prov, "-e", ep, "-c"];
+        let server = start(pair.command(0, "fi_pingpong", &args));
+        assert!(
+            pair.wait_tcp_listen(0, 47592, Duration::from_secs(30)),
+            "fi_pingpong {prov} server: no control socket"
+        );
+        let mut cargs = args.to_vec();
+        cargs.push("10.78.0.1");
+        let (cok, cout) = finish(
+            start(pair.command(1, "fi_pingpong", &cargs)),
+            Duration::from_secs(120),
+        );
+        let (sok, sout) = finish(server, Duration::from_secs(60));
+        // Its default sizes go up to 1 MiB; the last line is that size's.
+        let done = |o: &str| o.lines().any(|l| l.starts_with("1m "));
+        assert!(
+            cok && sok && done(&cout) && done(&sout),
+            "fi_pingpong {prov} {ep}: client ok {cok}, server ok {sok}\n--- client\n{cout}\n--- server\n{sout}"
+        );
+    }
 }

@@ -301,17 +301,75 @@ static void afonly(int port)
 	CHECK(rdma_destroy_id(id) == 0);
 }
 
-/* An address no device is on: ENODEV, nothing bound; a device's address: bound, verbs set. */
-static void bind_nodev(const char *device, const char *other)
+/* Binding as the kernel's rdma_bind_addr: an address of no interface is EADDRNOTAVAIL; a local
+ * address no device is on ENODEV ("-" when the host has none besides loopback); a loopback
+ * address no device is on binds no device and listens as the wildcard of its family (the
+ * kernel's cma_any_addr; libfabric's verbs provider binds "localhost"): a client on the device
+ * reaches it; a device's address binds that device. */
+static void bind_nodev(const char *device, const char *loopback, const char *nonlocal,
+		       const char *local)
 {
 	struct sockaddr_storage ss;
 	struct rdma_cm_id *id;
 	CHECK(rdma_create_id(NULL, &id, NULL, RDMA_PS_TCP) == 0);
-	CHECK(rdma_bind_addr(id, addr_of(other, 7480, &ss)) == -1 && errno == ENODEV);
+	CHECK(rdma_bind_addr(id, addr_of(nonlocal, 7480, &ss)) == -1 && errno == EADDRNOTAVAIL);
 	CHECK(id->verbs == NULL);
+	if (strcmp(local, "-") != 0) {
+		CHECK(rdma_bind_addr(id, addr_of(local, 7480, &ss)) == -1 && errno == ENODEV);
+		CHECK(id->verbs == NULL);
+	}
 	CHECK(rdma_bind_addr(id, addr_of(device, 7480, &ss)) == 0);
 	CHECK(id->verbs != NULL);
 	CHECK(rdma_destroy_id(id) == 0);
+
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	struct rdma_cm_id *lid;
+	CHECK(rdma_create_id(ch, &lid, NULL, RDMA_PS_TCP) == 0);
+	CHECK(rdma_bind_addr(lid, addr_of(loopback, 0, &ss)) == 0);
+	CHECK(lid->verbs == NULL);
+	int port = ntohs(rdma_get_src_port(lid));
+	CHECK(port != 0);
+	struct sockaddr_in *la = (struct sockaddr_in *)rdma_get_local_addr(lid);
+	struct sockaddr_in *want = (struct sockaddr_in *)addr_of(loopback, 0, &ss);
+	CHECK(la->sin_family == AF_INET && la->sin_addr.s_addr == want->sin_addr.s_addr);
+	CHECK(rdma_listen(lid, 1) == 0);
+	/* A second ID on the device's address and that port: the loopback bind holds it. */
+	CHECK(rdma_create_id(NULL, &id, NULL, RDMA_PS_TCP) == 0);
+	CHECK(rdma_bind_addr(id, addr_of(device, port, &ss)) == -1 &&
+	      (errno == EADDRINUSE || errno == EADDRNOTAVAIL));
+	CHECK(rdma_destroy_id(id) == 0);
+	/* A client to the device's address and that port reaches the listener. */
+	struct rdma_event_channel *cch = rdma_create_event_channel();
+	struct rdma_cm_id *cid;
+	CHECK(rdma_create_id(cch, &cid, NULL, RDMA_PS_TCP) == 0);
+	CHECK(rdma_resolve_addr(cid, NULL, addr_of(device, port, &ss), 2000) == 0);
+	rdma_ack_cm_event(next_event(cch, RDMA_CM_EVENT_ADDR_RESOLVED));
+	CHECK(rdma_resolve_route(cid, 2000) == 0);
+	rdma_ack_cm_event(next_event(cch, RDMA_CM_EVENT_ROUTE_RESOLVED));
+	struct ibv_qp_init_attr a = qp_attr();
+	CHECK(rdma_create_qp(cid, NULL, &a) == 0);
+	struct rdma_conn_param cp;
+	memset(&cp, 0, sizeof cp);
+	CHECK(rdma_connect(cid, &cp) == 0);
+	struct rdma_cm_event *e = next_event(ch, RDMA_CM_EVENT_CONNECT_REQUEST);
+	struct rdma_cm_id *sid = e->id;
+	rdma_ack_cm_event(e);
+	CHECK(sid->verbs != NULL);
+	CHECK(rdma_create_qp(sid, NULL, &a) == 0);
+	CHECK(rdma_accept(sid, NULL) == 0);
+	rdma_ack_cm_event(next_event(cch, RDMA_CM_EVENT_ESTABLISHED));
+	rdma_ack_cm_event(next_event(ch, RDMA_CM_EVENT_ESTABLISHED));
+	CHECK(rdma_disconnect(cid) == 0);
+	rdma_ack_cm_event(next_event(ch, RDMA_CM_EVENT_DISCONNECTED));
+	CHECK(rdma_disconnect(sid) == 0);
+	rdma_ack_cm_event(next_event(cch, RDMA_CM_EVENT_DISCONNECTED));
+	rdma_destroy_qp(sid);
+	rdma_destroy_qp(cid);
+	CHECK(rdma_destroy_id(sid) == 0);
+	CHECK(rdma_destroy_id(cid) == 0);
+	CHECK(rdma_destroy_id(lid) == 0);
+	rdma_destroy_event_channel(cch);
+	rdma_destroy_event_channel(ch);
 }
 
 /* libfabric's call: no node, no service, the addresses in the hints. */
@@ -557,8 +615,8 @@ int main(int argc, char **argv)
 		drep_client(argv[2], atoi(argv[3]));
 	else if (!strcmp(c, "afonly") && argc == 3)
 		afonly(atoi(argv[2]));
-	else if (!strcmp(c, "bind_nodev") && argc == 4)
-		bind_nodev(argv[2], argv[3]);
+	else if (!strcmp(c, "bind_nodev") && argc == 6)
+		bind_nodev(argv[2], argv[3], argv[4], argv[5]);
 	else if (!strcmp(c, "getaddrinfo") && argc == 3)
 		getaddrinfo_hints(argv[2]);
 	else if (!strcmp(c, "big_cq") && argc == 2)

@@ -248,7 +248,8 @@ impl CmId {
     /// `rdma_bind_addr`: the local address, its port taken at once (a free one of
     /// [`PORT_RANGE`] for port 0, as the kernel's `cma_get_port`). An unspecified address
     /// binds every ferroce device of its family, or of both for an IPv6 one without AFONLY
-    /// (a listen listens on each).
+    /// (a listen listens on each); so does a loopback address no device is on, as in the
+    /// kernel (the ID keeps it as its local address, `verbs` stays unset).
     ///
     /// # Errors
     /// [`Error::NoDevice`] (ENODEV) if no ferroce device is on the address,
@@ -263,7 +264,7 @@ impl CmId {
             return Err(Error::InvalidArgument("the ID is bound already"));
         }
         let afonly = st.afonly.unwrap_or_else(|| default_afonly(addr.ip()));
-        let wildcard = addr.ip().is_unspecified();
+        let wildcard = route::is_any(addr.ip());
         let agents = if wildcard {
             let mut v = Vec::new();
             for d in crate::device_list() {
@@ -327,8 +328,8 @@ impl CmId {
         if st.comm.is_some() {
             return Err(Error::InvalidArgument("the ID is connected already"));
         }
-        let bound = st.local.filter(|a| !a.ip().is_unspecified());
-        let src_ip = match bound.or(src.filter(|a| !a.ip().is_unspecified())) {
+        let bound = st.local.filter(|a| !route::is_any(a.ip()));
+        let src_ip = match bound.or(src.filter(|a| !route::is_any(a.ip()))) {
             Some(a) => Ok(a.ip()),
             None => route::pick_source(dst.ip()),
         };

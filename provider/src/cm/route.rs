@@ -58,12 +58,40 @@ pub(crate) fn listed_only() -> bool {
 
 /// The device the CM binds `addr` to: [`device_for`], restricted to listed devices in
 /// [`set_listed_devices_only`]'s mode.
+/// An address of no interface of the host is EADDRNOTAVAIL, as the kernel's
+/// `rdma_bind_addr` answers.
 pub(crate) fn bind_device(addr: IpAddr) -> Result<Device> {
     if listed_only() && !listed(addr) {
+        if Device::for_addr(addr).is_err() {
+            log::debug!("rdma_cm: {addr} is no address of this host: EADDRNOTAVAIL");
+            return Err(Error::AddressNotAvailable(format!(
+                "{addr} is no address of this host"
+            )));
+        }
         log::debug!("rdma_cm: {addr} is not a listed device (FERROCE_DEVICES): ENODEV");
         return Err(Error::NoDevice(format!("{addr} is not a listed device")));
     }
     device_for(addr)
+}
+
+/// Whether rdma_cm takes `ip` for "any address" (the kernel's `cma_any_addr`): the unspecified
+/// address, and a loopback address (127.0.0.0/8, ::1) no device is on — the kernel binds one to
+/// no device and listens on it as on the wildcard of its family (libfabric's verbs provider
+/// binds `localhost` so). A loopback address that is a ferroce device (`FERROCE_DEVICES=
+/// 127.0.0.1`, one host's tests) stays that device.
+pub(crate) fn is_any(ip: IpAddr) -> bool {
+    if ip.is_unspecified() {
+        return true;
+    }
+    if !ip.is_loopback() {
+        return false;
+    }
+    let device = if listed_only() {
+        listed(ip)
+    } else {
+        crate::device_list().iter().any(|d| d.addr == ip) || Device::for_addr(ip).is_ok()
+    };
+    !device
 }
 
 /// The source address `rdma_resolve_addr` picks for `dst` when the ID has none.
