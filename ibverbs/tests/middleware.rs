@@ -15,6 +15,9 @@
 //! * libfabric 1.17's verbs provider: `fi_pingpong` over MSG endpoints and over RxM, between
 //!   two network namespaces joined by a veth pair (libfabric skips interfaces named `lo`).
 //!
+//! * fio 3.33's `rdma` ioengine, and Open MPI 4.1 and MPICH 4.0 over UCX with 4 ranks (guards of
+//!   what passed before the rdma_cm work).
+//!
 //! Where a package is missing the test says so and passes, except under CI. tgtd needs root
 //! (its control socket is under /var/run), the libfabric test too (network namespaces): run as
 //! another user they say so and pass, except under CI.
@@ -383,6 +386,68 @@ fn fio_rdma_engine_write_and_read() {
                 && cout.contains("(16.0MiB/")
                 && sout.contains("err= 0"),
             "fio --verb={verb}: client ok {cok}, server ok {sok}\n--- client\n{cout}\n--- server\n{sout}"
+        );
+    }
+}
+
+/// Open MPI 4.1 and MPICH 4.0 over UCX's verbs transports (`UCX_TLS=self,rc_verbs,ud_verbs`: no
+/// shared memory, so every byte between ranks goes through ferroce), 4 ranks on this host:
+/// `tests/c/mpi_peer.c` checks every byte of a ping-pong from 1 byte to 4 MiB, Allreduce, Bcast,
+/// Alltoall and one-sided Put and Get. Debian's Open MPI turns its UCX PML off by default
+/// (`/etc/openmpi/openmpi-mca-params.conf`), so it is asked for, as its users do.
+#[test]
+fn mpi_over_ucx_four_ranks() {
+    let mpis = [
+        ("openmpi", "openmpi-bin", "libopenmpi-dev"),
+        ("mpich", "mpich", "libmpich-dev"),
+    ];
+    for (mpi, bin_pkg, dev_pkg) in mpis {
+        if !have_prog(&format!("mpirun.{mpi}"), bin_pkg)
+            || !have_prog(&format!("mpicc.{mpi}"), dev_pkg)
+        {
+            continue;
+        }
+        // UCX takes a verbs device only beside its uverbs node.
+        if !common::have_uverbs_node() {
+            return;
+        }
+        let exe = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("mpi_peer_{mpi}"));
+        let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/c/mpi_peer.c");
+        let st = Command::new(format!("mpicc.{mpi}"))
+            .args(["-O2", "-o"])
+            .arg(&exe)
+            .arg(src)
+            .status()
+            .unwrap();
+        assert!(st.success(), "mpicc.{mpi} {src}");
+        let a = "127.0.78.6";
+        let mut c = Command::new(format!("mpirun.{mpi}"));
+        if mpi == "openmpi" {
+            c.args(["--allow-run-as-root", "--oversubscribe", "-np", "4"])
+                .args(["--mca", "pml", "ucx", "--mca", "osc", "ucx"])
+                .args(["-x", "LD_LIBRARY_PATH", "-x", "FERROCE_DEVICES"])
+                .args(["-x", "FERROCE_LOG", "-x", "UCX_TLS"]);
+        } else {
+            c.args(["-np", "4"]);
+        }
+        c.arg(&exe)
+            .env("LD_LIBRARY_PATH", lib_dir())
+            .env("FERROCE_DEVICES", a)
+            .env("FERROCE_LOG", "debug")
+            .env("UCX_TLS", "self,rc_verbs,ud_verbs")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let (ok, out) = finish(start(c), Duration::from_secs(300));
+        // ferroce's QPs carried it (its debug log names each QP reaching RTS).
+        let qps = out.matches("Rtr -> Rts").count();
+        assert!(
+            ok && out.contains("ok mpi 4 ranks") && qps > 0,
+            "{mpi} over UCX on ferroce ({qps} QPs to RTS):\n{}",
+            out.lines()
+                .filter(|l| !l.starts_with("ferroce "))
+                .collect::<Vec<_>>()
+                .join("\n")
         );
     }
 }

@@ -9,7 +9,7 @@
 
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
-use std::io::{Read, Write};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
@@ -508,30 +508,6 @@ fn have_from(prog: &str, package: &str) -> bool {
     common::installed(prog, found, package)
 }
 
-/// The stand-in uverbs node UCX checks for (`ferroce devnode`): made here when running as root,
-/// otherwise a loud skip (a failure under CI, which runs as root).
-fn have_uverbs_node() -> bool {
-    if Path::new(ferroce::UVERBS_NODE).exists() {
-        return true;
-    }
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } == 0 {
-        return ferroce::create_uverbs_node().is_ok();
-    }
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "{} is missing and this is not root (CI runs as root)",
-        ferroce::UVERBS_NODE
-    );
-    // Straight to the process's stderr, past the harness's capture, so the skip shows.
-    let _ = writeln!(
-        std::io::stderr(),
-        "SKIPPED: {} is missing (run `sudo ferroce devnode` once: UCX looks for it)",
-        ferroce::UVERBS_NODE
-    );
-    false
-}
-
 /// A server and a client of `prog` on one address (`args` for both, `client_args` after the
 /// client's), the client retried while the server is not listening on TCP `port`; both must
 /// exit 0. Returns (server, client) output.
@@ -574,7 +550,7 @@ fn ucx_lists_ferroce0_and_runs_perftest() {
     if !have_from("ucx_info", "ucx-utils") || !have_from("ucx_perftest", "ucx-utils") {
         return;
     }
-    if !have_uverbs_node() {
+    if !common::have_uverbs_node() {
         return;
     }
     let addr = "127.0.27.1";

@@ -201,3 +201,27 @@ pub(crate) fn on_ferroce(exe: &Path, args: &[&str], devices: &str) -> Command {
         .stderr(std::process::Stdio::piped());
     c
 }
+
+/// The stand-in uverbs node UCX checks for (`ferroce devnode`): made here when running as root,
+/// otherwise a loud skip (a failure under CI, which runs as root).
+pub(crate) fn have_uverbs_node() -> bool {
+    if Path::new(ferroce::UVERBS_NODE).exists() {
+        return true;
+    }
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        return ferroce::create_uverbs_node().is_ok();
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "{} is missing and this is not root (CI runs as root)",
+        ferroce::UVERBS_NODE
+    );
+    // Straight to the process's stderr, past the harness's capture, so the skip shows.
+    let _ = writeln!(
+        std::io::stderr(),
+        "SKIPPED: {} is missing (run `sudo ferroce devnode` once: UCX looks for it)",
+        ferroce::UVERBS_NODE
+    );
+    false
+}
