@@ -15,8 +15,8 @@
 //! * libfabric 1.17's verbs provider: `fi_pingpong` over MSG endpoints and over RxM, between
 //!   two network namespaces joined by a veth pair (libfabric skips interfaces named `lo`).
 //!
-//! * fio 3.33's `rdma` ioengine, and Open MPI 4.1 and MPICH 4.0 over UCX with 4 ranks (guards of
-//!   what passed before the rdma_cm work).
+//! * fio 3.33's `rdma` ioengine, Open MPI 4.1 and MPICH 4.0 over UCX with 4 ranks, and QEMU
+//!   7.2's RDMA live migration (guards of what passed before the rdma_cm work).
 //!
 //! Where a package is missing the test says so and passes, except under CI. tgtd needs root
 //! (its control socket is under /var/run), the libfabric test too (network namespaces): run as
@@ -450,4 +450,153 @@ fn mpi_over_ucx_four_ranks() {
                 .join("\n")
         );
     }
+}
+
+/// A QEMU monitor (QMP) connection: one command at a time, its answer as text.
+struct Qmp(std::io::BufReader<std::os::unix::net::UnixStream>);
+
+impl Qmp {
+    /// Connects to the monitor socket (waiting for QEMU to make it) and leaves the greeting's
+    /// negotiation mode.
+    fn connect(path: &Path) -> Qmp {
+        let until = std::time::Instant::now() + Duration::from_secs(30);
+        let s = loop {
+            match std::os::unix::net::UnixStream::connect(path) {
+                Ok(s) => break s,
+                Err(e) => {
+                    assert!(std::time::Instant::now() < until, "QMP {path:?}: {e}");
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+            }
+        };
+        s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+        let mut q = Qmp(std::io::BufReader::new(s));
+        let mut greeting = String::new();
+        std::io::BufRead::read_line(&mut q.0, &mut greeting).unwrap();
+        assert!(greeting.contains("QMP"), "QMP greeting: {greeting}");
+        q.cmd(r#"{"execute":"qmp_capabilities"}"#);
+        q
+    }
+
+    /// Sends `json` and returns its answer (events before it are skipped); an error answer
+    /// fails the test.
+    fn cmd(&mut self, json: &str) -> String {
+        use std::io::{BufRead, Write};
+        self.0.get_mut().write_all(json.as_bytes()).unwrap();
+        self.0.get_mut().write_all(b"\n").unwrap();
+        loop {
+            let mut line = String::new();
+            assert!(
+                self.0.read_line(&mut line).unwrap() > 0,
+                "QMP closed after {json}"
+            );
+            assert!(!line.contains("\"error\""), "QMP {json}: {line}");
+            if line.contains("\"return\"") {
+                return line;
+            }
+        }
+    }
+}
+
+/// A QEMU killed when dropped.
+struct Qemu(std::process::Child);
+
+impl Drop for Qemu {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// QEMU 7.2's RDMA live migration (`migrate rdma:ADDR:PORT`, librdmacm and libibverbs from
+/// ferroce): a paused 64 MiB machine whose RAM holds a 4 MiB pattern at 16 MiB moves to one
+/// that holds zeros there; the migration completes and the destination's whole RAM equals the
+/// source's, byte for byte (`pmemsave` of both).
+#[test]
+fn qemu_rdma_migration_memory_identical() {
+    if !have_prog("qemu-system-x86_64", "qemu-system-x86") {
+        return;
+    }
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("qemu-rdma");
+    std::fs::create_dir_all(&dir).unwrap();
+    let n = 4usize << 20;
+    let pattern: Vec<u8> = (0..n).map(|i| ((i * 131 + (i >> 9)) & 255) as u8).collect();
+    std::fs::write(dir.join("pattern.bin"), &pattern).unwrap();
+    std::fs::write(dir.join("zeros.bin"), vec![0u8; n]).unwrap();
+    let a = "127.0.78.7";
+    let qemu = |blob: &str, sock: &str, incoming: Option<&str>| {
+        let _ = std::fs::remove_file(dir.join(sock));
+        let mut c = Command::new("qemu-system-x86_64");
+        c.args(["-machine", "q35,accel=tcg", "-m", "64", "-display", "none"])
+            .args(["-nodefaults", "-S", "-device"])
+            .arg(format!(
+                "loader,file={},addr=0x1000000",
+                dir.join(blob).display()
+            ))
+            .arg("-qmp")
+            .arg(format!(
+                "unix:{},server=on,wait=off",
+                dir.join(sock).display()
+            ));
+        if let Some(uri) = incoming {
+            c.args(["-incoming", uri]);
+        }
+        c.env("LD_LIBRARY_PATH", lib_dir())
+            .env("FERROCE_DEVICES", a)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        Qemu(c.spawn().unwrap())
+    };
+    let uri = format!("rdma:{a}:7796");
+    let _src = qemu("pattern.bin", "src.sock", None);
+    let _dst = qemu("zeros.bin", "dst.sock", Some(&uri));
+    let mut src = Qmp::connect(&dir.join("src.sock"));
+    let mut dst = Qmp::connect(&dir.join("dst.sock"));
+    // The destination listens once its monitor answers (QEMU sets the incoming side up first).
+    dst.cmd(r#"{"execute":"query-status"}"#);
+    src.cmd(&format!(
+        r#"{{"execute":"migrate","arguments":{{"uri":"{uri}"}}}}"#
+    ));
+    let until = std::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        let r = src.cmd(r#"{"execute":"query-migrate"}"#);
+        if r.contains("\"completed\"") {
+            break;
+        }
+        assert!(!r.contains("\"failed\""), "migration failed: {r}");
+        assert!(std::time::Instant::now() < until, "migration: {r}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    while dst
+        .cmd(r#"{"execute":"query-status"}"#)
+        .contains("inmigrate")
+    {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let save = |q: &mut Qmp, file: &str| {
+        let path = dir.join(file);
+        let _ = std::fs::remove_file(&path);
+        q.cmd(&format!(
+            r#"{{"execute":"pmemsave","arguments":{{"val":0,"size":{},"filename":"{}"}}}}"#,
+            64u64 << 20,
+            path.display()
+        ));
+        std::fs::read(&path).unwrap()
+    };
+    let before = save(&mut src, "src.ram");
+    let after = save(&mut dst, "dst.ram");
+    assert_eq!(
+        &before[16 << 20..(16 << 20) + n],
+        &pattern[..],
+        "the source's RAM holds the pattern"
+    );
+    if let Some(i) = (0..before.len()).find(|&i| before.get(i) != after.get(i)) {
+        panic!(
+            "RAM differs after migration first at {i:#x}: source {:?}, destination {:?}",
+            before.get(i),
+            after.get(i)
+        );
+    }
+    assert_eq!(before.len(), after.len());
 }
