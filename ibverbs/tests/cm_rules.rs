@@ -11,10 +11,13 @@
 //! * AFONLY wildcards of both families share a port (tgt's iSER target);
 //! * binding as the kernel: EADDRNOTAVAIL for no address of the host, ENODEV for one no device
 //!   is on (libfabric's interface probe), and a loopback address no device is on binds no
-//!   device and listens as the wildcard (libfabric's verbs provider binds `localhost`);
+//!   device and listens as the wildcard (libfabric's verbs provider binds `localhost`); ECE's
+//!   `rdma_get_remote_ece`/`rdma_set_local_ece` checks (pyverbs' external-QP test);
 //! * `rdma_getaddrinfo` from the hints alone (libfabric's verbs provider);
 //! * CQs of up to `max_cqe` = 4,194,303 (libfabric's RxM asks for 262,144);
 //! * `SYSFS_PATH`;
+//! * a child forked while its parent has a device open connects with IDs of its own (Python's
+//!   multiprocessing in rdma-core's pyverbs rdma_cm tests);
 //! * an SGE array at any address is read (libiscsi's iSER initiator);
 //! * a signal sent to the process reaches the program, not the library's threads (tgtd);
 //! * a signal without SA_RESTART ends a blocking `ibv_get_cq_event` / `rdma_get_cm_event`
@@ -150,6 +153,14 @@ fn bind_as_the_kernel_outside_the_devices() {
             local,
         ],
     );
+}
+
+#[test]
+fn a_forked_child_has_devices_of_its_own() {
+    if program().is_none() {
+        return;
+    }
+    run("127.0.73.10", &["fork_child", "127.0.73.10", "7503"]);
 }
 
 #[test]

@@ -81,6 +81,10 @@ forward! {
     fn rdma_set_option => ferroce_rdma_set_option(id: P, level: c_int, optname: c_int, optval: P, optlen: usize) -> c_int;
     /// `rdma_migrate_id`.
     fn rdma_migrate_id => ferroce_rdma_migrate_id(id: P, ch: P) -> c_int;
+    /// `rdma_set_local_ece` (accepted; ferroce's CM carries no ECE).
+    fn rdma_set_local_ece => ferroce_rdma_set_local_ece(id: P, ece: P) -> c_int;
+    /// `rdma_get_remote_ece` (vendor 0: none received).
+    fn rdma_get_remote_ece => ferroce_rdma_get_remote_ece(id: P, ece: P) -> c_int;
     /// `rdma_get_src_port`.
     fn rdma_get_src_port => ferroce_rdma_get_src_port(id: P) -> u16;
     /// `rdma_get_dst_port`.
@@ -140,18 +144,6 @@ pub unsafe extern "C" fn rdma_create_srq_ex(id: P, attr: P) -> c_int {
 pub unsafe extern "C" fn rdma_reject_ece(id: P, data: *const c_void, len: u8) -> c_int {
     // SAFETY: rdma_reject's contract is rdma_reject_ece's.
     unsafe { rdma_reject(id, data, len) }
-}
-
-/// `rdma_set_local_ece`: ENOSYS (no ECE).
-#[unsafe(no_mangle)]
-pub extern "C" fn rdma_set_local_ece(_id: P, _ece: P) -> c_int {
-    enosys()
-}
-
-/// `rdma_get_remote_ece`: ENOSYS (no ECE).
-#[unsafe(no_mangle)]
-pub extern "C" fn rdma_get_remote_ece(_id: P, _ece: P) -> c_int {
-    enosys()
 }
 
 /// `rdma_join_multicast`: ENOSYS (multicast is not offered).

@@ -122,6 +122,8 @@ pub(crate) struct Shared {
 pub(crate) struct Runtime {
     pub(crate) shared: Arc<Shared>,
     threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
+    /// The process that started it ([`crate::fork`]).
+    owner: u32,
 }
 
 impl RuntimeCounters {
@@ -143,6 +145,11 @@ impl RuntimeCounters {
 
 impl Drop for Runtime {
     fn drop(&mut self) {
+        if !crate::fork::owned(self.owner) {
+            // A forked child's copy: its threads are the parent's, not the child's to join.
+            std::mem::forget(std::mem::take(self.threads.get_mut()));
+            return;
+        }
         self.shared.stop();
         for t in self.threads.lock().drain(..) {
             let _ = t.join();
@@ -182,6 +189,7 @@ impl Runtime {
     /// # Errors
     /// As [`Shared::start`].
     pub(crate) fn get_or_start(cfg: RuntimeConfig) -> crate::Result<Arc<Runtime>> {
+        crate::fork::install();
         let mut table = RUNTIMES.lock();
         table.retain(|(_, rt, sh)| rt.strong_count() > 0 || sh.strong_count() > 0);
         if let Some(rt) = table
@@ -208,11 +216,24 @@ impl Runtime {
         let rt = Arc::new(Runtime {
             shared: shared.clone(),
             threads: Mutex::new(threads),
+            owner: crate::fork::pid(),
         });
         table.retain(|(a, _, _)| *a != local);
         table.push((local, Arc::downgrade(&rt), Arc::downgrade(&shared)));
         Ok(rt)
     }
+}
+
+/// In a forked child ([`crate::fork`]): forgets the parent's runtimes, never dropping them, so
+/// the child's next open starts its own.
+pub(crate) fn forget_all() {
+    if RUNTIMES.is_locked() {
+        // SAFETY: in a forked child only the forking thread runs, and it was not inside this
+        // module's critical sections (fork is the program's call); a held lock belongs to a
+        // parent thread the child does not have, and its guard will never be dropped.
+        unsafe { RUNTIMES.force_unlock() };
+    }
+    std::mem::forget(std::mem::take(&mut *RUNTIMES.lock()));
 }
 
 /// The registry of `local` if this process is a member of its group. A second descriptor of

@@ -58,6 +58,7 @@ mod encap;
 mod error;
 mod events;
 pub mod faults;
+pub mod fork;
 pub mod gsi;
 mod mmsg;
 mod mr;

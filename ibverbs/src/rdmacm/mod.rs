@@ -82,6 +82,21 @@ fn verbs_for(addr: std::net::IpAddr) -> Option<(*mut ibv_context, *mut ibv_pd)> 
 fn cm_init() {
     crate::init_logging();
     ferroce::cm::set_listed_devices_only(true);
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| ferroce::fork::on_fork_child(forget_verbs));
+}
+
+/// In a forked child: the per-device contexts are the parent's (their runtimes are not the
+/// child's, see `ferroce::fork`); they are forgotten, never closed, and the child's first ID
+/// on a device opens its own.
+extern "C" fn forget_verbs() {
+    if VERBS.is_locked() {
+        // SAFETY: in a forked child only the forking thread runs, and it was not inside a
+        // critical section of VERBS (fork is the program's call, not this library's); a held
+        // lock belongs to a parent thread the child does not have.
+        unsafe { VERBS.force_unlock() };
+    }
+    std::mem::forget(std::mem::take(&mut *VERBS.lock()));
 }
 
 /// When the library is unloaded (at exit, or dlclose): the CM's connections left are torn
@@ -491,6 +506,70 @@ pub unsafe extern "C" fn ferroce_rdma_bind_addr(
     // SAFETY: `id` is live.
     unsafe { sync_fields(id, &st.id) };
     0
+}
+
+/// `struct ibv_ece` (rdma-core 31+): an Enhanced Connection Establishment offer.
+#[repr(C)]
+pub struct ibv_ece {
+    /// The IEEE OUI of the vendor whose options these are; 0 for none.
+    pub vendor_id: u32,
+    /// The vendor's option bits.
+    pub options: u32,
+    /// Must be 0.
+    pub comp_mask: u32,
+}
+
+/// `rdma_set_local_ece`: librdmacm's checks (EINVAL for an ID with a QP, no ECE, vendor 0 or
+/// a comp_mask), then accepted. ferroce's CM carries no ECE on the wire, so the peer sees
+/// none, as from a kernel rdma_cm peer that sets none; rxe, like ferroce's QPs, has no ECE
+/// options to negotiate (`ibv_set_ece` is EOPNOTSUPP on both).
+///
+/// # Safety
+/// `id` is NULL or live; `ece` is NULL or an `ibv_ece`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ferroce_rdma_set_local_ece(
+    id: *mut rdma_cm_id,
+    ece: *const ibv_ece,
+) -> c_int {
+    // SAFETY: the caller's contract: both NULL or valid.
+    let (id, ece) = unsafe { (id.as_ref(), ece.as_ref()) };
+    match (id, ece) {
+        (Some(id), Some(e)) if id.qp.is_null() && e.vendor_id != 0 && e.comp_mask == 0 => 0,
+        _ => {
+            log::debug!(
+                "rdma_set_local_ece: no ID or ECE, an ID with a QP, vendor 0 or a comp_mask: EINVAL"
+            );
+            fail_int(libc::EINVAL)
+        }
+    }
+}
+
+/// `rdma_get_remote_ece`: the peer's ECE as librdmacm reports it — none (vendor 0): ferroce's
+/// CM does not read ECE off the wire. EINVAL for an ID with a QP, as librdmacm.
+///
+/// # Safety
+/// `id` is NULL or live; `ece` is NULL or a writable `ibv_ece`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ferroce_rdma_get_remote_ece(
+    id: *mut rdma_cm_id,
+    ece: *mut ibv_ece,
+) -> c_int {
+    // SAFETY: the caller's contract: both NULL or valid.
+    let (id, ece) = unsafe { (id.as_ref(), ece.as_mut()) };
+    match (id, ece) {
+        (Some(id), Some(e)) if id.qp.is_null() => {
+            *e = ibv_ece {
+                vendor_id: 0,
+                options: 0,
+                comp_mask: 0,
+            };
+            0
+        }
+        _ => {
+            log::debug!("rdma_get_remote_ece: no ID or ECE, or an ID with a QP: EINVAL");
+            fail_int(libc::EINVAL)
+        }
+    }
 }
 
 /// `rdma_resolve_addr`.

@@ -11,6 +11,7 @@
 #include <rdma/rdma_cma.h>
 #include <signal.h>
 #include <sys/signalfd.h>
+#include <sys/wait.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -346,8 +347,16 @@ static void bind_nodev(const char *device, const char *loopback, const char *non
 	rdma_ack_cm_event(next_event(cch, RDMA_CM_EVENT_ADDR_RESOLVED));
 	CHECK(rdma_resolve_route(cid, 2000) == 0);
 	rdma_ack_cm_event(next_event(cch, RDMA_CM_EVENT_ROUTE_RESOLVED));
+	/* ECE as librdmacm checks it (pyverbs' external-QP test): an ID without a QP reports
+	 * none received and takes a vendor's offer; vendor 0 is EINVAL, so is an ID with a QP. */
+	struct ibv_ece ece = { .vendor_id = 7, .options = 7, .comp_mask = 7 };
+	CHECK(rdma_get_remote_ece(cid, &ece) == 0 && ece.vendor_id == 0 && ece.options == 0);
+	CHECK(rdma_set_local_ece(cid, &ece) == -1 && errno == EINVAL);
+	ece.vendor_id = 0x2c9;
+	CHECK(rdma_set_local_ece(cid, &ece) == 0);
 	struct ibv_qp_init_attr a = qp_attr();
 	CHECK(rdma_create_qp(cid, NULL, &a) == 0);
+	CHECK(rdma_get_remote_ece(cid, &ece) == -1 && errno == EINVAL);
 	struct rdma_conn_param cp;
 	memset(&cp, 0, sizeof cp);
 	CHECK(rdma_connect(cid, &cp) == 0);
@@ -369,6 +378,60 @@ static void bind_nodev(const char *device, const char *loopback, const char *non
 	CHECK(rdma_destroy_id(cid) == 0);
 	CHECK(rdma_destroy_id(lid) == 0);
 	rdma_destroy_event_channel(cch);
+	rdma_destroy_event_channel(ch);
+}
+
+/* fork(2) with a device open: the parent listens (its device and CM running), forks, and the
+ * child, with IDs of its own, connects to it (Python's multiprocessing in rdma-core's pyverbs
+ * tests). The child's device must be its own, not a copy of the parent's without threads. */
+static void fork_child(const char *addr, int port)
+{
+	struct sockaddr_storage ss;
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	struct rdma_cm_id *lid;
+	CHECK(rdma_create_id(ch, &lid, NULL, RDMA_PS_TCP) == 0);
+	CHECK(rdma_bind_addr(lid, addr_of(addr, port, &ss)) == 0);
+	CHECK(rdma_listen(lid, 1) == 0);
+	struct ibv_qp_init_attr a = qp_attr();
+	pid_t pid = fork();
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		alarm(20);
+		struct rdma_event_channel *cch = rdma_create_event_channel();
+		struct rdma_cm_id *cid;
+		CHECK(rdma_create_id(cch, &cid, NULL, RDMA_PS_TCP) == 0);
+		CHECK(rdma_resolve_addr(cid, NULL, addr_of(addr, port, &ss), 2000) == 0);
+		rdma_ack_cm_event(next_event(cch, RDMA_CM_EVENT_ADDR_RESOLVED));
+		CHECK(rdma_resolve_route(cid, 2000) == 0);
+		rdma_ack_cm_event(next_event(cch, RDMA_CM_EVENT_ROUTE_RESOLVED));
+		CHECK(rdma_create_qp(cid, NULL, &a) == 0);
+		struct rdma_conn_param cp;
+		memset(&cp, 0, sizeof cp);
+		CHECK(rdma_connect(cid, &cp) == 0);
+		rdma_ack_cm_event(next_event(cch, RDMA_CM_EVENT_ESTABLISHED));
+		CHECK(rdma_disconnect(cid) == 0);
+		rdma_ack_cm_event(next_event(cch, RDMA_CM_EVENT_DISCONNECTED));
+		rdma_destroy_qp(cid);
+		CHECK(rdma_destroy_id(cid) == 0);
+		exit(0);
+	}
+	struct rdma_cm_event *e = next_event(ch, RDMA_CM_EVENT_CONNECT_REQUEST);
+	struct rdma_cm_id *sid = e->id;
+	rdma_ack_cm_event(e);
+	CHECK(rdma_create_qp(sid, NULL, &a) == 0);
+	CHECK(rdma_accept(sid, NULL) == 0);
+	rdma_ack_cm_event(next_event(ch, RDMA_CM_EVENT_ESTABLISHED));
+	rdma_ack_cm_event(next_event(ch, RDMA_CM_EVENT_DISCONNECTED));
+	CHECK(rdma_disconnect(sid) == 0);
+	int status;
+	CHECK(waitpid(pid, &status, 0) == pid);
+	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+		fprintf(stderr, "%s: the child ended with status %#x\n", case_name, status);
+		exit(1);
+	}
+	rdma_destroy_qp(sid);
+	CHECK(rdma_destroy_id(sid) == 0);
+	CHECK(rdma_destroy_id(lid) == 0);
 	rdma_destroy_event_channel(ch);
 }
 
@@ -617,6 +680,8 @@ int main(int argc, char **argv)
 		afonly(atoi(argv[2]));
 	else if (!strcmp(c, "bind_nodev") && argc == 6)
 		bind_nodev(argv[2], argv[3], argv[4], argv[5]);
+	else if (!strcmp(c, "fork_child") && argc == 4)
+		fork_child(argv[2], atoi(argv[3]));
 	else if (!strcmp(c, "getaddrinfo") && argc == 3)
 		getaddrinfo_hints(argv[2]);
 	else if (!strcmp(c, "big_cq") && argc == 2)

@@ -439,6 +439,8 @@ pub(crate) struct Membership {
     local: SocketAddr,
     /// Keeps the member socket (and so `fd`) open as long as the membership.
     socket: Option<Arc<socket2::Socket>>,
+    /// The member process ([`crate::fork`]): a forked child's copy holds no slot.
+    owner: u32,
 }
 
 impl Membership {
@@ -460,6 +462,7 @@ impl Membership {
             fd: socket.as_raw_fd(),
             local,
             socket: Some(socket),
+            owner: crate::fork::pid(),
         })
     }
 
@@ -616,6 +619,9 @@ impl Drop for Membership {
         // The socket closes first (the runtime's other handles on it are gone by now), so the
         // survivors' rebalance, which the release starts, finds the kernel's group without it.
         drop(self.socket.take());
+        if !crate::fork::owned(self.owner) {
+            return;
+        }
         self.registry.release(self.slot);
         log::debug!(
             "{}: left the group (slot {}); {}",

@@ -26,6 +26,18 @@ const SLOT: usize = GRH_LEN + MAD_LEN;
 /// The agents of this process, by device address.
 static AGENTS: Mutex<Vec<(IpAddr, Weak<Agent>)>> = Mutex::new(Vec::new());
 
+/// In a forked child ([`crate::fork`]): forgets the parent's agents, never dropping them, so
+/// the child's first ID on a device makes its own.
+pub(crate) fn forget_agents() {
+    if AGENTS.is_locked() {
+        // SAFETY: in a forked child only the forking thread runs, and it was not inside this
+        // module's critical sections (fork is the program's call); a held lock belongs to a
+        // parent thread the child does not have, and its guard will never be dropped.
+        unsafe { AGENTS.force_unlock() };
+    }
+    std::mem::forget(std::mem::take(&mut *AGENTS.lock()));
+}
+
 /// Tears down every connection this process's CM agents still hold, on the wire, before
 /// the process goes — what the kernel does when a process's rdma_cm file closes (DREPs for
 /// DREQs received, DREQs for established connections, rejects for pending requests), so the

@@ -29,6 +29,7 @@ mod channel;
 mod id;
 mod route;
 
+pub(crate) use agent::forget_agents;
 pub use agent::shutdown;
 pub use channel::EventChannel;
 pub use ferroce_transport::cm::{ConnParam, DepthCaps, Path, QpPlan};
