@@ -408,6 +408,100 @@ const PYVERBS_SKIPS: &[(&str, Option<usize>)] = &[
     ("Device ferroce0 doesn't have net interface", Some(11)),
 ];
 
+/// The suite again with `ferroce sysfs`'s tree in place of `/sys/class` (in a mount
+/// namespace of its own, `/sys/class/net` kept in it), as a container would be given it: its
+/// rdma_cm tests, which find the device's interface under `device/net`, run too (each forks its
+/// two players off a parent that has ferroce0 open). Needs root (`unshare -m`).
+#[test]
+fn pyverbs_suite_with_a_sysfs_tree() {
+    let python = "/usr/bin/python3";
+    let suite = Path::new("/usr/share/doc/rdma-core/tests/run_tests.py");
+    let found = suite.exists()
+        && Command::new(python)
+            .args(["-c", "import pyverbs.device"])
+            .output()
+            .is_ok_and(|o| o.status.success());
+    if !common::installed("rdma-core's pyverbs test suite", found, "python3-pyverbs") {
+        return;
+    }
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "the sysfs-tree run of the pyverbs suite needs root (a mount namespace)"
+        );
+        eprintln!(
+            "SKIPPED: the sysfs-tree run of the pyverbs suite needs root (a mount namespace)"
+        );
+        return;
+    }
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    // The suite connects to the first address of the device's interface (`ip addr show lo`):
+    // the device is on it.
+    let addr = "127.0.0.1";
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("pyverbs-sysfs");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    // The ferroce tool, of this build's profile, lays the tree out.
+    let exe = std::env::current_exe().unwrap();
+    let profile_dir = exe.parent().unwrap().parent().unwrap();
+    let mut cargo = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    cargo
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args(["build", "-q", "-p", "ferroce-cli", "--bin", "ferroce"])
+        .env("CARGO_TARGET_DIR", profile_dir.parent().unwrap());
+    if profile_dir.file_name().is_some_and(|n| n == "release") {
+        cargo.arg("--release");
+    }
+    assert!(
+        cargo.status().unwrap().success(),
+        "building the ferroce tool"
+    );
+    let tree = dir.join("sys");
+    let st = Command::new(profile_dir.join("ferroce"))
+        .arg("sysfs")
+        .arg(&tree)
+        .env("FERROCE_DEVICES", addr)
+        .status()
+        .unwrap();
+    assert!(st.success(), "ferroce sysfs");
+    let unpack = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "cp -r /usr/share/doc/rdma-core/tests '{0}/' && gunzip -f '{0}'/tests/*.gz && mkdir -p '{1}/class/net'",
+            dir.display(),
+            tree.display()
+        ))
+        .status()
+        .unwrap();
+    assert!(unpack.success(), "unpacking the suite");
+    let script = format!(
+        "mount --bind /sys/class/net '{t}/class/net' && mount --bind '{t}/class' /sys/class && exec {python} '{d}/tests/run_tests.py' --dev ferroce0 --gid 1 -v",
+        t = tree.display(),
+        d = dir.display()
+    );
+    // Both libraries: the rdma_cm tests need ferroce's librdmacm.so.1 too.
+    let mut c = command("unshare", addr);
+    c.env("LD_LIBRARY_PATH", common::lib_dir())
+        .args(["-m", "sh", "-c", &script]);
+    let (ok, out) = finish(c.spawn().unwrap(), Duration::from_secs(600));
+    let summary = out
+        .lines()
+        .rev()
+        .find(|l| l.starts_with("OK") || l.starts_with("FAILED"))
+        .unwrap_or("");
+    let cm_ok = out
+        .lines()
+        .filter(|l| l.contains("tests.test_rdmacm.") && l.ends_with(" ... ok"))
+        .count();
+    assert!(
+        ok && summary.starts_with("OK")
+            && !out.contains("doesn't have net interface")
+            && cm_ok >= 6,
+        "pyverbs suite with the sysfs tree: {summary}, {cm_ok} rdma_cm tests passed\n{out}"
+    );
+}
+
 /// rdma-core's own test suite (Debian ships it with python3-pyverbs) against ferroce0 as
 /// shipped, with `--gid 1` and without: no errors, no failures, and every skip one of
 /// [`PYVERBS_SKIPS`].

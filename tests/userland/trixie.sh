@@ -4,9 +4,8 @@
 # libibverbs.so.1 and librdmacm.so.1 copied in, then its unmodified programs run in it over
 # loopback, each pair checked by its own success output: ibv_devinfo, the four pingpongs,
 # every perftest program (and -R, through rdma_cm), rping, ucmatose, udaddy, rdma_server and
-# rdma_client. Then rdma-core 56's own pyverbs suite, whose pass/skip/error counts are
-# printed (see the note there). Needs root (chroot, mounts) and the Debian mirror; fails on
-# the first program that fails.
+# rdma_client. (rdma-core 56's own pyverbs suite: tests/userland/trixie-guest.sh.) Needs
+# root (chroot, mounts) and the Debian mirror; fails on the first program that fails.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=${TRIXIE_ROOT:-/var/tmp/ferroce-trixie-root}
@@ -98,17 +97,8 @@ pair ucmatose 'return status 0' ucmatose -c 2 -C 10 -- ucmatose -s "$addr" -c 2 
 pair udaddy 'return status 0' udaddy -- udaddy -s "$addr"
 pair rdma_client 'rdma_client: end 0' rdma_server -s "$addr" -- rdma_client -s "$addr"
 
-# rdma-core 56's pyverbs suite. Unlike 44's, it looks up each device's network interface with
-# iproute2's `rdma link show -j`, which talks to the kernel's RDMA netlink: on a kernel
-# without ib_core that fails, and every test that opens a device errors in its set-up. The
-# counts are printed for the README; they are not a verdict on ferroce.
-rm -rf "$root/tmp/suite" && mkdir -p "$root/tmp/suite"
-cp -r "$root/usr/share/doc/rdma-core/tests" "$root/tmp/suite/"
-gunzip -f "$root"/tmp/suite/tests/*.gz
-suite=$(in_root timeout 900 python3 /tmp/suite/tests/run_tests.py --dev ferroce0 --gid 1 -v 2>&1 || true)
-summary=$(grep -E '^(Ran|OK|FAILED)' <<<"$suite" | tr '\n' ' ')
-netlink=$(grep -c 'NETLINK_RDMA\|rdma.*link.*show' <<<"$suite" || true)
-say "INFO pyverbs suite of rdma-core 56: $summary($netlink set-ups stopped at 'rdma link show')"
+# rdma-core 56's pyverbs suite runs in a lab guest (tests/userland/trixie-guest.sh): it finds
+# a device's interface with iproute2's `rdma link show`, which needs the kernel's RDMA netlink.
 
 if [ "$fails" -gt 0 ]; then
     say "userland: $fails FAILED"

@@ -339,43 +339,48 @@ static void bind_nodev(const char *device, const char *loopback, const char *non
 	CHECK(rdma_bind_addr(id, addr_of(device, port, &ss)) == -1 &&
 	      (errno == EADDRINUSE || errno == EADDRNOTAVAIL));
 	CHECK(rdma_destroy_id(id) == 0);
-	/* A client to the device's address and that port reaches the listener. */
+	/* A client to the device's address and that port reaches the listener; so does one to
+	 * the loopback address, which no device is on: rdma_cm resolves it to this host's
+	 * device (the kernel's loopback resolution). */
 	struct rdma_event_channel *cch = rdma_create_event_channel();
-	struct rdma_cm_id *cid;
-	CHECK(rdma_create_id(cch, &cid, NULL, RDMA_PS_TCP) == 0);
-	CHECK(rdma_resolve_addr(cid, NULL, addr_of(device, port, &ss), 2000) == 0);
-	rdma_ack_cm_event(next_event(cch, RDMA_CM_EVENT_ADDR_RESOLVED));
-	CHECK(rdma_resolve_route(cid, 2000) == 0);
-	rdma_ack_cm_event(next_event(cch, RDMA_CM_EVENT_ROUTE_RESOLVED));
-	/* ECE as librdmacm checks it (pyverbs' external-QP test): an ID without a QP reports
-	 * none received and takes a vendor's offer; vendor 0 is EINVAL, so is an ID with a QP. */
-	struct ibv_ece ece = { .vendor_id = 7, .options = 7, .comp_mask = 7 };
-	CHECK(rdma_get_remote_ece(cid, &ece) == 0 && ece.vendor_id == 0 && ece.options == 0);
-	CHECK(rdma_set_local_ece(cid, &ece) == -1 && errno == EINVAL);
-	ece.vendor_id = 0x2c9;
-	CHECK(rdma_set_local_ece(cid, &ece) == 0);
-	struct ibv_qp_init_attr a = qp_attr();
-	CHECK(rdma_create_qp(cid, NULL, &a) == 0);
-	CHECK(rdma_get_remote_ece(cid, &ece) == -1 && errno == EINVAL);
-	struct rdma_conn_param cp;
-	memset(&cp, 0, sizeof cp);
-	CHECK(rdma_connect(cid, &cp) == 0);
-	struct rdma_cm_event *e = next_event(ch, RDMA_CM_EVENT_CONNECT_REQUEST);
-	struct rdma_cm_id *sid = e->id;
-	rdma_ack_cm_event(e);
-	CHECK(sid->verbs != NULL);
-	CHECK(rdma_create_qp(sid, NULL, &a) == 0);
-	CHECK(rdma_accept(sid, NULL) == 0);
-	rdma_ack_cm_event(next_event(cch, RDMA_CM_EVENT_ESTABLISHED));
-	rdma_ack_cm_event(next_event(ch, RDMA_CM_EVENT_ESTABLISHED));
-	CHECK(rdma_disconnect(cid) == 0);
-	rdma_ack_cm_event(next_event(ch, RDMA_CM_EVENT_DISCONNECTED));
-	CHECK(rdma_disconnect(sid) == 0);
-	rdma_ack_cm_event(next_event(cch, RDMA_CM_EVENT_DISCONNECTED));
-	rdma_destroy_qp(sid);
-	rdma_destroy_qp(cid);
-	CHECK(rdma_destroy_id(sid) == 0);
-	CHECK(rdma_destroy_id(cid) == 0);
+	for (int round = 0; round < 2; round++) {
+		const char *to = round == 0 ? device : loopback;
+		struct rdma_cm_id *cid;
+		CHECK(rdma_create_id(cch, &cid, NULL, RDMA_PS_TCP) == 0);
+		CHECK(rdma_resolve_addr(cid, NULL, addr_of(to, port, &ss), 2000) == 0);
+		rdma_ack_cm_event(next_event(cch, RDMA_CM_EVENT_ADDR_RESOLVED));
+		CHECK(rdma_resolve_route(cid, 2000) == 0);
+		rdma_ack_cm_event(next_event(cch, RDMA_CM_EVENT_ROUTE_RESOLVED));
+		/* ECE as librdmacm checks it (pyverbs' external-QP test): an ID without a QP reports
+		 * none received and takes a vendor's offer; vendor 0 is EINVAL, so is an ID with a QP. */
+		struct ibv_ece ece = { .vendor_id = 7, .options = 7, .comp_mask = 7 };
+		CHECK(rdma_get_remote_ece(cid, &ece) == 0 && ece.vendor_id == 0 && ece.options == 0);
+		CHECK(rdma_set_local_ece(cid, &ece) == -1 && errno == EINVAL);
+		ece.vendor_id = 0x2c9;
+		CHECK(rdma_set_local_ece(cid, &ece) == 0);
+		struct ibv_qp_init_attr a = qp_attr();
+		CHECK(rdma_create_qp(cid, NULL, &a) == 0);
+		CHECK(rdma_get_remote_ece(cid, &ece) == -1 && errno == EINVAL);
+		struct rdma_conn_param cp;
+		memset(&cp, 0, sizeof cp);
+		CHECK(rdma_connect(cid, &cp) == 0);
+		struct rdma_cm_event *e = next_event(ch, RDMA_CM_EVENT_CONNECT_REQUEST);
+		struct rdma_cm_id *sid = e->id;
+		rdma_ack_cm_event(e);
+		CHECK(sid->verbs != NULL);
+		CHECK(rdma_create_qp(sid, NULL, &a) == 0);
+		CHECK(rdma_accept(sid, NULL) == 0);
+		rdma_ack_cm_event(next_event(cch, RDMA_CM_EVENT_ESTABLISHED));
+		rdma_ack_cm_event(next_event(ch, RDMA_CM_EVENT_ESTABLISHED));
+		CHECK(rdma_disconnect(cid) == 0);
+		rdma_ack_cm_event(next_event(ch, RDMA_CM_EVENT_DISCONNECTED));
+		CHECK(rdma_disconnect(sid) == 0);
+		rdma_ack_cm_event(next_event(cch, RDMA_CM_EVENT_DISCONNECTED));
+		rdma_destroy_qp(sid);
+		rdma_destroy_qp(cid);
+		CHECK(rdma_destroy_id(sid) == 0);
+		CHECK(rdma_destroy_id(cid) == 0);
+	}
 	CHECK(rdma_destroy_id(lid) == 0);
 	rdma_destroy_event_channel(cch);
 	rdma_destroy_event_channel(ch);
