@@ -531,7 +531,8 @@ pub unsafe extern "C" fn ferroce_rdma_set_local_ece(
     id: *mut rdma_cm_id,
     ece: *const ibv_ece,
 ) -> c_int {
-    // SAFETY: the caller's contract: both NULL or valid.
+    // SAFETY: `id` is NULL or a live rdma_cm_id and `ece` NULL or an aligned ibv_ece, both
+    // readable for this call (# Safety above); `as_ref` makes NULL None.
     let (id, ece) = unsafe { (id.as_ref(), ece.as_ref()) };
     match (id, ece) {
         (Some(id), Some(e)) if id.qp.is_null() && e.vendor_id != 0 && e.comp_mask == 0 => 0,
@@ -554,7 +555,8 @@ pub unsafe extern "C" fn ferroce_rdma_get_remote_ece(
     id: *mut rdma_cm_id,
     ece: *mut ibv_ece,
 ) -> c_int {
-    // SAFETY: the caller's contract: both NULL or valid.
+    // SAFETY: `id` is NULL or a live rdma_cm_id and `ece` NULL or an aligned ibv_ece the
+    // caller lets this call write, aliased by nothing else (# Safety above); NULL is None.
     let (id, ece) = unsafe { (id.as_ref(), ece.as_mut()) };
     match (id, ece) {
         (Some(id), Some(e)) if id.qp.is_null() => {
