@@ -6,8 +6,9 @@
 //! their drop would join threads the child does not have and hand the parent's slot of the
 //! address's group back), so the child's next open of a device starts a runtime of its own
 //! with a slot of its own. An inherited object the child drops anyway does nothing to what
-//! its parent shares ([`owned`]). Programs that open devices and fork workers (Python's
-//! multiprocessing, rdma-core's pyverbs tests, MPI launchers) rely on this.
+//! its parent shares (each records the process that made it). Programs that open devices and
+//! fork workers (Python's multiprocessing, rdma-core's pyverbs tests, MPI launchers) rely on
+//! this.
 
 use std::sync::Once;
 use std::sync::atomic::{AtomicUsize, Ordering};
