@@ -334,6 +334,16 @@ fn libfabric_verbs_msg_and_rxm() {
     }
 }
 
+/// A fio killed when dropped.
+struct Fio(std::process::Child);
+
+impl Drop for Fio {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// fio 3.33's `rdma` ioengine (a server job reading, a client job writing) with its RDMA WRITE
 /// and RDMA READ modes, 16 MiB in 64 KiB blocks: both jobs end without error, the client having
 /// moved it all. (Its SEND mode posts one receive at a time and connects with `rnr_retry_count` 0, so a
@@ -358,27 +368,46 @@ fn fio_rdma_engine_write_and_read() {
                 .stderr(Stdio::piped());
             c
         };
-        let server = start(fio(&["--name=server", "--rw=read"]));
-        let mut tries = 0;
-        let (cok, cout) = loop {
-            let (ok, out) = finish(
-                start(fio(&[
-                    "--name=client",
-                    "--rw=write",
-                    "--hostname",
-                    a,
-                    &format!("--verb={verb}"),
-                ])),
-                Duration::from_secs(120),
+        // The server says when it listens ("waiting for connection"): its output goes to a
+        // file read until then, so the client never comes before the listen.
+        let log = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("fio-server-{verb}.txt"));
+        let mut sc = fio(&["--name=server", "--rw=read"]);
+        sc.stdout(std::fs::File::create(&log).unwrap())
+            .stderr(Stdio::null());
+        let mut server = Fio(sc.spawn().unwrap());
+        let until = std::time::Instant::now() + Duration::from_secs(60);
+        while !std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .contains("waiting for connection")
+        {
+            assert!(
+                std::time::Instant::now() < until && server.0.try_wait().unwrap().is_none(),
+                "fio server never listened:\n{}",
+                std::fs::read_to_string(&log).unwrap_or_default()
             );
-            tries += 1;
-            // The server may not listen yet: its CM rejects the connection (REJ 8).
-            if ok || !out.contains("RDMA_CM_EVENT_REJECTED") || tries == 50 {
-                break (ok, out);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let (cok, cout) = finish(
+            start(fio(&[
+                "--name=client",
+                "--rw=write",
+                "--hostname",
+                a,
+                &format!("--verb={verb}"),
+            ])),
+            Duration::from_secs(120),
+        );
+        let until = std::time::Instant::now() + Duration::from_secs(60);
+        let sok = loop {
+            if let Some(st) = server.0.try_wait().unwrap() {
+                break st.success();
             }
-            std::thread::sleep(Duration::from_millis(100));
+            if std::time::Instant::now() > until {
+                break false;
+            }
+            std::thread::sleep(Duration::from_millis(20));
         };
-        let (sok, sout) = finish(server, Duration::from_secs(60));
+        let sout = std::fs::read_to_string(&log).unwrap_or_default();
         // The client moves the bytes (the server's memory is only the target or source).
         assert!(
             cok && sok
