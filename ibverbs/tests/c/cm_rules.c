@@ -339,12 +339,12 @@ static void bind_nodev(const char *device, const char *loopback, const char *non
 	CHECK(rdma_bind_addr(id, addr_of(device, port, &ss)) == -1 &&
 	      (errno == EADDRINUSE || errno == EADDRNOTAVAIL));
 	CHECK(rdma_destroy_id(id) == 0);
-	/* A client to the device's address and that port reaches the listener; so does one to
-	 * the loopback address, which no device is on: rdma_cm resolves it to this host's
-	 * device (the kernel's loopback resolution). */
+	/* A client to the device's address and that port reaches the listener. (A destination on
+	 * a loopback address is another ferroce device's here, not this host's any-address as in
+	 * the kernel: one host's ferroce devices live on loopback addresses.) */
 	struct rdma_event_channel *cch = rdma_create_event_channel();
-	for (int round = 0; round < 2; round++) {
-		const char *to = round == 0 ? device : loopback;
+	for (int round = 0; round < 1; round++) {
+		const char *to = device;
 		struct rdma_cm_id *cid;
 		CHECK(rdma_create_id(cch, &cid, NULL, RDMA_PS_TCP) == 0);
 		CHECK(rdma_resolve_addr(cid, NULL, addr_of(to, port, &ss), 2000) == 0);

@@ -342,15 +342,7 @@ impl CmId {
         let e = match found {
             Ok((ip, agent)) => {
                 st.local = Some(SocketAddr::new(ip, port));
-                // A destination rdma_cm takes for any address (a loopback address no device is
-                // on) is this device itself, as the kernel's loopback resolution sets the
-                // destination GID to the source's.
-                let to = if route::is_any(dst.ip()) {
-                    SocketAddr::new(ip, dst.port())
-                } else {
-                    dst
-                };
-                st.peer = Some(to);
+                st.peer = Some(dst);
                 st.agent = Some(agent);
                 event(CmEventType::AddrResolved, &self.inner, 0)
             }
