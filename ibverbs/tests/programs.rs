@@ -408,6 +408,16 @@ const PYVERBS_SKIPS: &[(&str, Option<usize>)] = &[
     ("Device ferroce0 doesn't have net interface", Some(11)),
 ];
 
+/// Whether Debian's rdma-core test suite and pyverbs are there (a loud skip otherwise).
+fn have_pyverbs_suite(python: &str) -> bool {
+    let found = Path::new("/usr/share/doc/rdma-core/tests/run_tests.py").exists()
+        && Command::new(python)
+            .args(["-c", "import pyverbs.device"])
+            .output()
+            .is_ok_and(|o| o.status.success());
+    common::installed("rdma-core's pyverbs test suite", found, "python3-pyverbs")
+}
+
 /// The suite again with `ferroce sysfs`'s tree in place of `/sys/class` (in a mount
 /// namespace of its own, `/sys/class/net` kept in it), as a container would be given it: its
 /// rdma_cm tests, which find the device's interface under `device/net`, run too (each forks its
@@ -415,13 +425,7 @@ const PYVERBS_SKIPS: &[(&str, Option<usize>)] = &[
 #[test]
 fn pyverbs_suite_with_a_sysfs_tree() {
     let python = "/usr/bin/python3";
-    let suite = Path::new("/usr/share/doc/rdma-core/tests/run_tests.py");
-    let found = suite.exists()
-        && Command::new(python)
-            .args(["-c", "import pyverbs.device"])
-            .output()
-            .is_ok_and(|o| o.status.success());
-    if !common::installed("rdma-core's pyverbs test suite", found, "python3-pyverbs") {
+    if !have_pyverbs_suite(python) {
         return;
     }
     // SAFETY: geteuid cannot fail.
@@ -508,13 +512,7 @@ fn pyverbs_suite_with_a_sysfs_tree() {
 #[test]
 fn pyverbs_suite() {
     let python = "/usr/bin/python3";
-    let suite = Path::new("/usr/share/doc/rdma-core/tests/run_tests.py");
-    let found = suite.exists()
-        && Command::new(python)
-            .args(["-c", "import pyverbs.device"])
-            .output()
-            .is_ok_and(|o| o.status.success());
-    if !common::installed("rdma-core's pyverbs test suite", found, "python3-pyverbs") {
+    if !have_pyverbs_suite(python) {
         return;
     }
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());

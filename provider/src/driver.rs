@@ -228,9 +228,9 @@ impl Runtime {
 /// the child's next open starts its own.
 pub(crate) fn forget_all() {
     if RUNTIMES.is_locked() {
-        // SAFETY: in a forked child only the forking thread runs, and it was not inside this
-        // module's critical sections (fork is the program's call); a held lock belongs to a
-        // parent thread the child does not have, and its guard will never be dropped.
+        // In a forked child only the forking thread runs, and fork is the program's call,
+        // never made inside this module's critical sections.
+        // SAFETY: a held lock belongs to a parent thread the child does not have.
         unsafe { RUNTIMES.force_unlock() };
     }
     std::mem::forget(std::mem::take(&mut *RUNTIMES.lock()));

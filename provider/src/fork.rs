@@ -20,10 +20,9 @@ static HOOKS: [AtomicUsize; 4] = [const { AtomicUsize::new(0) }; 4];
 pub(crate) fn install() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
-        // SAFETY: `in_child` is an `extern "C" fn()` that lives as long as the process (a
-        // static function of this library, which is never unloaded while it is registered:
-        // the C ABI's libraries are loaded for the process's life); no prepare or parent
-        // handler is given.
+        // `in_child` is a static function of this library, which stays loaded for the
+        // process's life (the C ABI's libraries are never unloaded before exit).
+        // SAFETY: the handler is a valid `extern "C" fn()` for as long as it is registered.
         let rc = unsafe { libc::pthread_atfork(None, None, Some(in_child)) };
         if rc != 0 {
             log::warn!("pthread_atfork: {rc}: a forked child would share its parent's devices");
@@ -60,8 +59,8 @@ extern "C" fn in_child() {
     for h in &HOOKS {
         let f = h.load(Ordering::Acquire);
         if f != 0 {
-            // SAFETY: only `on_fork_child` stores into HOOKS, and only `extern "C" fn()`
-            // pointers cast to usize; 0 is never one.
+            // Only `on_fork_child` stores into HOOKS, and 0 is never a function.
+            // SAFETY: `f` is an `extern "C" fn()` pointer cast to usize, never anything else.
             let f: extern "C" fn() = unsafe { std::mem::transmute::<usize, extern "C" fn()>(f) };
             f();
         }

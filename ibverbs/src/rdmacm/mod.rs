@@ -91,9 +91,9 @@ fn cm_init() {
 /// on a device opens its own.
 extern "C" fn forget_verbs() {
     if VERBS.is_locked() {
-        // SAFETY: in a forked child only the forking thread runs, and it was not inside a
-        // critical section of VERBS (fork is the program's call, not this library's); a held
-        // lock belongs to a parent thread the child does not have.
+        // In a forked child only the forking thread runs, and fork is the program's call,
+        // never made inside a critical section of VERBS.
+        // SAFETY: a held lock belongs to a parent thread the child does not have.
         unsafe { VERBS.force_unlock() };
     }
     std::mem::forget(std::mem::take(&mut *VERBS.lock()));
@@ -531,8 +531,8 @@ pub unsafe extern "C" fn ferroce_rdma_set_local_ece(
     id: *mut rdma_cm_id,
     ece: *const ibv_ece,
 ) -> c_int {
-    // SAFETY: `id` is NULL or a live rdma_cm_id and `ece` NULL or an aligned ibv_ece, both
-    // readable for this call (# Safety above); `as_ref` makes NULL None.
+    // `id` is NULL or a live rdma_cm_id, `ece` NULL or an aligned ibv_ece (# Safety above).
+    // SAFETY: both are NULL (None) or valid to read for this call.
     let (id, ece) = unsafe { (id.as_ref(), ece.as_ref()) };
     match (id, ece) {
         (Some(id), Some(e)) if id.qp.is_null() && e.vendor_id != 0 && e.comp_mask == 0 => 0,
@@ -555,8 +555,8 @@ pub unsafe extern "C" fn ferroce_rdma_get_remote_ece(
     id: *mut rdma_cm_id,
     ece: *mut ibv_ece,
 ) -> c_int {
-    // SAFETY: `id` is NULL or a live rdma_cm_id and `ece` NULL or an aligned ibv_ece the
-    // caller lets this call write, aliased by nothing else (# Safety above); NULL is None.
+    // `id` is NULL or a live rdma_cm_id, `ece` NULL or an aligned ibv_ece (# Safety above).
+    // SAFETY: both NULL (None) or valid; `ece` is the caller's, writable, aliased by nothing.
     let (id, ece) = unsafe { (id.as_ref(), ece.as_mut()) };
     match (id, ece) {
         (Some(id), Some(e)) if id.qp.is_null() => {

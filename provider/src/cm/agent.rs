@@ -30,9 +30,9 @@ static AGENTS: Mutex<Vec<(IpAddr, Weak<Agent>)>> = Mutex::new(Vec::new());
 /// the child's first ID on a device makes its own.
 pub(crate) fn forget_agents() {
     if AGENTS.is_locked() {
-        // SAFETY: in a forked child only the forking thread runs, and it was not inside this
-        // module's critical sections (fork is the program's call); a held lock belongs to a
-        // parent thread the child does not have, and its guard will never be dropped.
+        // In a forked child only the forking thread runs, and fork is the program's call,
+        // never made inside this module's critical sections.
+        // SAFETY: a held lock belongs to a parent thread the child does not have.
         unsafe { AGENTS.force_unlock() };
     }
     std::mem::forget(std::mem::take(&mut *AGENTS.lock()));
