@@ -14,7 +14,15 @@
 //!   IBVERBS_PRIVATE_34 that Debian's libmlx5, libefa and librdmacm import); what ferroce does
 //!   not do fails with EOPNOTSUPP ([`unsupported`]).
 //!
-//! This crate is all FFI: every `unsafe` block says which caller promise it relies on.
+//! **The C ABI crate of both libraries.** The connection manager's C ABI (`ferroce_rdma_*`,
+//! [`rdmacm`]) is here too, and `librdmacm.so.1` (the `ferroce-librdmacm` crate) only forwards
+//! each `rdma_*` symbol to it. A process has one provider: the `ibv_context`, `ibv_pd` and
+//! `ibv_qp` an `rdma_cm_id` hands the program must be the very objects its `ibv_*` calls
+//! reach, with one device list, one runtime per device and one set of object layouts. Two
+//! Rust libraries would each link their own copy of the provider's statics (two runtimes on
+//! one address, objects neither could convert), so the statics live in one shared object.
+//!
+//! This crate is all FFI: every `unsafe` block states the invariant it relies on.
 
 pub mod abi;
 pub mod ah;

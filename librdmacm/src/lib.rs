@@ -4,7 +4,8 @@
 //! one ferroce provider, and the `ibv_context` of an `rdma_cm_id` is one the program's
 //! `ibv_*` calls reach. This library forwards each `rdma_*` call there.
 //!
-//! Multicast, ECE and rsockets are not offered: those functions fail with ENOSYS (rsockets'
+//! ECE is accepted and not carried on the wire. Multicast and rsockets are not offered: those
+//! functions fail with ENOSYS (rsockets'
 //! `rpoll` and `rselect` are `poll(2)` and `select(2)`, as for ordinary descriptors, so
 //! programs that route their polls through them work).
 
