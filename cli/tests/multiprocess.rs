@@ -317,18 +317,31 @@ fn sixteen_pairs_share_one_address() {
     }
 }
 
-/// A process of the group killed mid-transfer: the other pairs finish with exact data, and a
-/// new pair joins the address afterwards and works.
+/// A process of the group killed mid-transfer: its peer fails, the other pairs finish with
+/// exact data, and a new pair joins the address afterwards and works.
 #[test]
 fn sigkill_of_a_member_leaves_the_others_working() {
     let addr = "127.94.1.1";
-    let pairs = pairs_on_one_address(addr, 18770, 4, &["-n", "2000", "-c", "-s", "1024"]);
-    std::thread::sleep(Duration::from_millis(300));
-    let mut pairs = pairs.into_iter();
-    let (ks, kc) = pairs.next().unwrap();
-    // SIGKILL (std sends it): the victim's server dies; its client then fails.
+    // The victim pair runs far longer than the others: it is still transferring when killed.
+    let mut victim = pairs_on_one_address(addr, 18769, 1, &["-n", "1000000", "-c", "-s", "1024"]);
+    let pairs = pairs_on_one_address(addr, 18770, 3, &["-n", "2000", "-c", "-s", "1024"]);
+    let (ks, kc) = victim.pop().unwrap();
+    // Mid-transfer: the victim's server has sent (its live counters say so).
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while sent_pkts(&devinfo_counters(addr), ks.id()).unwrap_or(0) == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the victim never sent"
+        );
+        std::thread::yield_now();
+    }
+    // SIGKILL (std sends it) of the victim's server: its client's QP fails.
     ks.kill();
-    kc.kill();
+    let kc = kc.output();
+    assert!(
+        !kc.status.success(),
+        "the victim's client finished a million iterations: the kill did not land mid-transfer"
+    );
     for (s, c) in pairs {
         let (s, c) = (s.output(), c.output());
         check(&s, 2000, 1024, addr, addr);
@@ -342,6 +355,28 @@ fn sigkill_of_a_member_leaves_the_others_working() {
     }
 }
 
+/// `ferroce devinfo -d ADDR --counters`: every process's live counters on the device.
+fn devinfo_counters(addr: &str) -> String {
+    let o = ferroce()
+        .args(["devinfo", "-d", addr, "--counters"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// A process's `sent_pkts` in `devinfo --counters` output, if the process is shown.
+fn sent_pkts(text: &str, pid: u32) -> Option<u64> {
+    let mut lines = text
+        .lines()
+        .skip_while(|l| !l.contains(&format!("process {pid} ")));
+    lines.next()?;
+    lines
+        .take_while(|l| !l.contains("process "))
+        .find_map(|l| l.trim().strip_prefix("sent_pkts:"))
+        .and_then(|v| v.trim().parse().ok())
+}
+
 /// `ferroce devinfo --counters` shows the live counters of every process on the device, read
 /// from their pages while they run, and none once they are gone.
 #[test]
@@ -349,29 +384,11 @@ fn devinfo_counters_show_every_process_on_the_device() {
     let addr = "127.94.2.1";
     let pairs = pairs_on_one_address(addr, 18800, 2, &["-n", "1000000", "-s", "64"]);
     let pids: Vec<u32> = pairs.iter().flat_map(|(s, c)| [s.id(), c.id()]).collect();
-    let devinfo = || {
-        let o = ferroce()
-            .args(["devinfo", "-d", addr, "--counters"])
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        String::from_utf8_lossy(&o.stdout).into_owned()
-    };
-    // Each process's sent_pkts, once every one has published a moving count.
-    let sent = |text: &str, pid: u32| -> Option<u64> {
-        let mut lines = text
-            .lines()
-            .skip_while(|l| !l.contains(&format!("process {pid} ")));
-        lines.next()?;
-        lines
-            .take_while(|l| !l.contains("process "))
-            .find_map(|l| l.trim().strip_prefix("sent_pkts:"))
-            .and_then(|v| v.trim().parse().ok())
-    };
+    let devinfo = || devinfo_counters(addr);
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     let (first, text) = loop {
         let text = devinfo();
-        let counts: Vec<Option<u64>> = pids.iter().map(|&p| sent(&text, p)).collect();
+        let counts: Vec<Option<u64>> = pids.iter().map(|&p| sent_pkts(&text, p)).collect();
         if counts.iter().all(|c| c.is_some_and(|n| n > 0)) {
             break (counts, text);
         }
@@ -386,12 +403,23 @@ fn devinfo_counters_show_every_process_on_the_device() {
         text.contains("rcvd_pkts:") && text.contains("udp_sent:"),
         "{text}"
     );
-    // The counters are live: they move while the programs run.
-    std::thread::sleep(Duration::from_millis(300));
-    let later = devinfo();
-    for (pid, n) in pids.iter().zip(&first) {
-        let m = sent(&later, *pid).unwrap();
-        assert!(m > n.unwrap(), "process {pid}: sent_pkts {n:?} then {m}");
+    // The counters are live: every process's count moves past the first reading while the
+    // programs run.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let later = devinfo();
+        let moved = pids
+            .iter()
+            .zip(&first)
+            .all(|(pid, n)| sent_pkts(&later, *pid) > *n);
+        if moved {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "a process's sent_pkts did not move from {first:?}:\n{later}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
     }
     drop(pairs);
     let deadline = std::time::Instant::now() + Duration::from_secs(10);

@@ -93,19 +93,14 @@ fn destroyed_id_answers_the_dreq() {
     }
     let a = "127.0.73.5";
     let server = start(case(a, &["drep_server", a, "7501"]));
-    let mut tries = 0;
-    let (ok, text) = loop {
-        let (ok, text) = finish(
-            start(case(a, &["drep_client", a, "7501"])),
-            Duration::from_secs(60),
-        );
-        tries += 1;
-        // The server may not listen yet: REJ 8 (the client's connect gets REJECTED).
-        if ok || !text.contains("REJECTED") || tries == 50 {
-            break (ok, text);
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    assert!(
+        ferroce_tests::wait_cm_bound(a, server.child.id(), Duration::from_secs(60)),
+        "the server never bound its port"
+    );
+    let (ok, text) = finish(
+        start(case(a, &["drep_client", a, "7501"])),
+        Duration::from_secs(60),
+    );
     let (sok, stext) = finish(server, Duration::from_secs(60));
     assert!(ok && sok, "client:\n{text}\nserver:\n{stext}");
 }

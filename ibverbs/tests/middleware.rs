@@ -51,19 +51,14 @@ fn librpma_read_write_flush_atomic_write() {
     let Some(exe) = rpma_peer() else { return };
     let a = "127.0.77.1";
     let server = start(on_ferroce(exe, &["server", a, "7700"], a));
-    let mut tries = 0;
-    let (cok, cout) = loop {
-        std::thread::sleep(Duration::from_millis(200));
-        let (ok, out) = finish(
-            start(on_ferroce(exe, &["client", a, "7700"], a)),
-            Duration::from_secs(60),
-        );
-        tries += 1;
-        // The server may not listen yet: the connect is refused (REJ 8).
-        if ok || !out.contains("ev == RPMA_CONN_ESTABLISHED") || tries == 20 {
-            break (ok, out);
-        }
-    };
+    assert!(
+        ferroce_tests::wait_cm_bound(a, server.child.id(), Duration::from_secs(60)),
+        "the librpma server never bound its port"
+    );
+    let (cok, cout) = finish(
+        start(on_ferroce(exe, &["client", a, "7700"], a)),
+        Duration::from_secs(60),
+    );
     let (sok, sout) = finish(server, Duration::from_secs(60));
     assert!(
         cok && sok && cout.contains("ok client") && sout.contains("ok server"),

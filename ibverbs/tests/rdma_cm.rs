@@ -31,8 +31,7 @@ const LIMIT: Duration = Duration::from_secs(60);
 
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-/// Runs `server` and then `client` (retried while the server is not listening yet: the
-/// address's CM rejects a REQ for a port nobody listens on), both on device address `addr`.
+/// Runs `server` and, once it holds its rdma_cm port, `client`, both on device address `addr`.
 fn pair(prog: &str, server: &[&str], client: &[&str], addr: &str) -> (String, String) {
     pair_of((prog, server), (prog, client), addr)
 }
@@ -42,15 +41,14 @@ fn pair_of(server: (&str, &[&str]), client: (&str, &[&str]), addr: &str) -> (Str
     let prog = client.0;
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let srv = start(command(server.0, server.1, addr));
-    let mut attempt = 0;
-    let (cok, cout) = loop {
-        std::thread::sleep(Duration::from_millis(300));
-        let (ok, out) = finish(start(command(client.0, client.1, addr)), LIMIT);
-        attempt += 1;
-        let early = out.contains("REJECTED") || out.contains("rejected") || out.contains("refused");
-        if ok || !early || attempt == 20 {
-            break (ok, out);
-        }
+    let bound = ferroce_tests::wait_cm_bound(addr, srv.child.id(), LIMIT);
+    let (cok, cout) = if bound {
+        finish(start(command(client.0, client.1, addr)), LIMIT)
+    } else {
+        (
+            false,
+            "(not run: the server never bound its rdma_cm port)".to_owned(),
+        )
     };
     let (sok, sout) = finish(srv, LIMIT);
     assert!(
@@ -226,7 +224,11 @@ fn qperf_rc_tests_over_rdma_cm() {
         let srv = start(command("qperf", &["--listen_port", &port], server));
         let mut args = vec!["--listen_port", &port, "-cm1", "-t", "1", server];
         args.extend(tests.iter().map(|t| t.0));
-        std::thread::sleep(Duration::from_millis(300));
+        // qperf's server takes its control connection on TCP `--listen_port`.
+        assert!(
+            ferroce_tests::wait_listening(19870 + k as u16, LIMIT),
+            "qperf's server never listened"
+        );
         let (ok, out) = finish(start(command("qperf", &args, client)), LIMIT);
         let mut srv = srv;
         let _ = srv.child.kill();

@@ -186,6 +186,31 @@ impl Device {
         SocketAddr::new(self.addr, port)
     }
 
+    /// The ServiceIDs processes on this device's address and UDP `port` (4791) hold: rdma_cm
+    /// IDs bound or listening ([`GsiService::rdma_cm_port`]) and [`Context::gsi_listen`]
+    /// routes, read from the address's registry without opening the device (what `rdma res
+    /// show cm_id` lists on a kernel device). Empty if no process uses the device.
+    ///
+    /// # Errors
+    /// [`Error::Io`] if the registry belongs to another user or cannot be read.
+    ///
+    /// [`Context::gsi_listen`]: crate::Context::gsi_listen
+    pub fn gsi_services(&self, port: u16) -> crate::Result<Vec<GsiService>> {
+        let local = self.socket_addr(port);
+        let (reg, mine) = match crate::driver::member_registry(local) {
+            Some(r) => r,
+            None => match crate::backend::group::Registry::open_existing(local)? {
+                Some(r) => (std::sync::Arc::new(r), 0),
+                None => return Ok(Vec::new()),
+            },
+        };
+        Ok(reg
+            .services(mine)
+            .into_iter()
+            .map(|(service_id, pid)| GsiService { service_id, pid })
+            .collect())
+    }
+
     /// The live counters of every process using this device on `port` (4791 unless a program
     /// chose another), read from their shared-memory pages without opening the device: what
     /// `/sys/class/infiniband/<dev>/ports/1/hw_counters/` shows for a kernel device, per
@@ -271,6 +296,25 @@ mod tests {
         assert_eq!(Mtu::for_ip_mtu(1500), Some(Mtu::Mtu1024));
         assert_eq!(Mtu::for_ip_mtu(9000), Some(Mtu::Mtu4096));
         assert_eq!(Mtu::for_ip_mtu(4200), Some(Mtu::Mtu4096));
+    }
+}
+
+/// A ServiceID a process on a device's address holds ([`Device::gsi_services`]): CM REQs for
+/// it are routed to that process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GsiService {
+    /// The ServiceID (IBTA 12.7.3; rdma_cm's are `0x0000_0000_01PP_pppp`: port space, port).
+    pub service_id: u64,
+    /// The process holding it.
+    pub pid: u32,
+}
+
+impl GsiService {
+    /// The rdma_cm port space (`RDMA_PS_TCP` 0x0106, `RDMA_PS_UDP` 0x0111, ...) and port of an
+    /// rdma_cm ServiceID (what `rdma_bind_addr` took), or `None` for another ServiceID.
+    pub fn rdma_cm_port(&self) -> Option<(u16, u16)> {
+        let sid = self.service_id;
+        (sid >> 32 == 0 && (sid >> 24) & 0xff == 0x01).then_some(((sid >> 16) as u16, sid as u16))
     }
 }
 

@@ -74,7 +74,9 @@ pub use context::{
     ProtectionDomain,
 };
 pub use cq::{CompletionChannel, CompletionQueue};
-pub use device::{Device, ProcessCounters, UVERBS_NODE, create_uverbs_node, device_list, devices};
+pub use device::{
+    Device, GsiService, ProcessCounters, UVERBS_NODE, create_uverbs_node, device_list, devices,
+};
 pub use driver::{AsyncEventRecord, RuntimeCounters};
 pub use error::{Error, Result};
 pub use ferroce_transport as transport;

@@ -372,7 +372,10 @@ impl QueuePair {
             path_mtu,
             sq_psn,
             rq_psn,
-            qp_access_flags: ferroce_transport::AccessFlags(1 | 2 | 4 | 8),
+            qp_access_flags: ferroce_transport::AccessFlags::LOCAL_WRITE
+                | ferroce_transport::AccessFlags::REMOTE_WRITE
+                | ferroce_transport::AccessFlags::REMOTE_READ
+                | ferroce_transport::AccessFlags::REMOTE_ATOMIC,
             qkey: 0x1111_1111,
             timeout: 14,
             retry_cnt: 7,

@@ -12,7 +12,10 @@ const T: Duration = Duration::from_secs(10);
 
 #[test]
 fn endpoints_over_bytes_then_every_constructor() {
-    let all = AccessFlags(1 | 2 | 4 | 8);
+    let all = AccessFlags::LOCAL_WRITE
+        | AccessFlags::REMOTE_WRITE
+        | AccessFlags::REMOTE_READ
+        | AccessFlags::REMOTE_ATOMIC;
     let mut sides = Vec::new();
     for addr in ["127.89.0.1", "127.89.0.2"] {
         let ctx = Device::find(addr).unwrap().open().unwrap();
@@ -171,7 +174,10 @@ fn qp_builder_sets_what_it_says() {
 #[test]
 fn modify_with_sets_mask_and_fields_together() {
     use ferroce::{AhAttr, Mtu, QpModify, QpState};
-    let all = AccessFlags(1 | 2 | 4 | 8);
+    let all = AccessFlags::LOCAL_WRITE
+        | AccessFlags::REMOTE_WRITE
+        | AccessFlags::REMOTE_READ
+        | AccessFlags::REMOTE_ATOMIC;
     let mut sides = Vec::new();
     for addr in ["127.89.3.1", "127.89.3.2"] {
         let ctx = Device::find(addr).unwrap().open().unwrap();

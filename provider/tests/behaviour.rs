@@ -409,7 +409,7 @@ fn transfers_survive_ten_percent_loss() {
 /// completions on the same CQ stay.
 #[test]
 fn reset_removes_the_qps_completions_from_its_cq() {
-    use ferroce::transport::{QpAttr, QpAttrMask, QpState};
+    use ferroce::transport::QpState;
     let (x, _y) = pair(
         [127, 93, 7, 1],
         [127, 93, 7, 2],
@@ -434,18 +434,14 @@ fn reset_removes_the_qps_completions_from_its_cq() {
         .post_recv(&ferroce::RecvWr::new(9, x.mr.sge(0, 64)))
         .unwrap();
     let to = |qp: &ferroce::QueuePair, s: QpState| {
-        let a = QpAttr {
-            qp_state: s,
-            ..QpAttr::default()
-        };
-        qp.modify(&a, QpAttrMask::STATE).unwrap();
+        qp.modify_with(&ferroce::QpModify::new(s)).unwrap();
     };
     to(&x.qp, QpState::Err);
     to(&other, QpState::Err);
     // Both QPs' receives are flushed into the one CQ.
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while x.cq.len() < 4 && std::time::Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(1));
+        std::thread::yield_now();
     }
     assert_eq!(x.cq.len(), 4);
     to(&x.qp, QpState::Reset);

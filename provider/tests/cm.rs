@@ -46,7 +46,14 @@ fn connect_accept_traffic_and_disconnect() {
     let c = client(&cch, PortSpace::Tcp, "127.0.64.1:7471");
     let cpd = c.context().unwrap().alloc_pd();
     let cqp = c.create_qp(&cpd, None).unwrap();
-    let cmr = cpd.reg_mr(4096, ferroce::AccessFlags(1 | 2 | 4)).unwrap();
+    let cmr = cpd
+        .reg_mr(
+            4096,
+            ferroce::AccessFlags::LOCAL_WRITE
+                | ferroce::AccessFlags::REMOTE_WRITE
+                | ferroce::AccessFlags::REMOTE_READ,
+        )
+        .unwrap();
     c.connect(&ConnParam {
         private_data: b"client hello".to_vec(),
         responder_resources: 1,
@@ -78,7 +85,14 @@ fn connect_accept_traffic_and_disconnect() {
     );
     let spd = s.context().unwrap().alloc_pd();
     let sqp = s.create_qp(&spd, None).unwrap();
-    let smr = spd.reg_mr(4096, ferroce::AccessFlags(1 | 2 | 4)).unwrap();
+    let smr = spd
+        .reg_mr(
+            4096,
+            ferroce::AccessFlags::LOCAL_WRITE
+                | ferroce::AccessFlags::REMOTE_WRITE
+                | ferroce::AccessFlags::REMOTE_READ,
+        )
+        .unwrap();
     sqp.post_recv(&RecvWr::new(1, smr.sge(0, 1024))).unwrap();
     s.accept(&ConnParam {
         private_data: b"server hello".to_vec(),
@@ -253,7 +267,7 @@ fn listen_connect_send(bind: &str, src: Option<&str>) -> u16 {
     next(&cch, CmEventType::RouteResolved);
     let cpd = c.context().unwrap().alloc_pd();
     let cqp = c.create_qp(&cpd, None).unwrap();
-    let cmr = cpd.reg_mr(64, ferroce::AccessFlags(1)).unwrap();
+    let cmr = cpd.reg_mr(64, ferroce::AccessFlags::LOCAL_WRITE).unwrap();
     c.connect(&ConnParam::defaults()).unwrap();
 
     let req = next(&sch, CmEventType::ConnectRequest);
@@ -261,7 +275,7 @@ fn listen_connect_send(bind: &str, src: Option<&str>) -> u16 {
     assert_eq!(s.local_addr(), Some(at));
     let spd = s.context().unwrap().alloc_pd();
     let sqp = s.create_qp(&spd, None).unwrap();
-    let smr = spd.reg_mr(64, ferroce::AccessFlags(1)).unwrap();
+    let smr = spd.reg_mr(64, ferroce::AccessFlags::LOCAL_WRITE).unwrap();
     sqp.post_recv(&RecvWr::new(1, smr.sge(0, 64))).unwrap();
     s.accept(&ConnParam::defaults()).unwrap();
     next(&cch, CmEventType::Established);

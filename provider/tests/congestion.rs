@@ -56,11 +56,21 @@ fn run(
     let mut got = vec![0u8; 2 << 20];
     y.mr.read(0, &mut got).unwrap();
     assert_eq!(got, data, "every byte, in spite of the pacing");
-    // The last CNPs may still be on their way.
-    std::thread::sleep(Duration::from_millis(50));
-    let (ex, _) = x.ctx.counters();
-    let (ey, ry) = y.ctx.counters();
-    (ex, ey, ry)
+    // The last CNPs may still be on their way: wait until every CNP y sent has been handled
+    // by x and every mark injected at y has reached y's engine (the deadline only bounds a
+    // failure; the assertions then show which count fell short).
+    let deadline = std::time::Instant::now() + T;
+    loop {
+        let (ey, ry) = y.ctx.counters();
+        let (ex, _) = x.ctx.counters();
+        let settled = ex.cnp_handled == ey.cnp_sent && ey.ecn_marked_pkts == ry.injected_ce;
+        // y's counters are read first: a CNP sent after that read cannot be counted at x
+        // without being counted at y, so equal counts mean both reads saw the same CNPs.
+        if settled || std::time::Instant::now() > deadline {
+            return (ex, ey, ry);
+        }
+        std::thread::yield_now();
+    }
 }
 
 #[test]

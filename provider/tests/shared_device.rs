@@ -24,7 +24,15 @@ fn side(ctx: &Context) -> Side {
     let pd = ctx.alloc_pd();
     let cq = ctx.create_cq(64, None).unwrap();
     let qp = pd.qp(QpType::Rc, &cq).max_send_wr(16).build().unwrap();
-    let mr = pd.reg_mr(1 << 16, AccessFlags(1 | 2 | 4 | 8)).unwrap();
+    let mr = pd
+        .reg_mr(
+            1 << 16,
+            AccessFlags::LOCAL_WRITE
+                | AccessFlags::REMOTE_WRITE
+                | AccessFlags::REMOTE_READ
+                | AccessFlags::REMOTE_ATOMIC,
+        )
+        .unwrap();
     Side { cq, qp, mr }
 }
 
@@ -123,7 +131,12 @@ fn two_contexts_of_one_device_talk_both_ways_and_outlive_each_other() {
                 &QpModify::new(QpState::Init)
                     .pkey_index(0)
                     .port_num(1)
-                    .qp_access_flags(AccessFlags(1 | 2 | 4 | 8)),
+                    .qp_access_flags(
+                        AccessFlags::LOCAL_WRITE
+                            | AccessFlags::REMOTE_WRITE
+                            | AccessFlags::REMOTE_READ
+                            | AccessFlags::REMOTE_ATOMIC,
+                    ),
             )
             .unwrap();
         b2.qp
@@ -169,7 +182,7 @@ fn two_contexts_of_one_device_talk_both_ways_and_outlive_each_other() {
         Err(Error::WrongParent(_))
     ));
     // A region of B's PD is not reachable through A's QP (another PD): LocProtErr.
-    let mr_b = pd_b.reg_mr(4096, AccessFlags(1)).unwrap();
+    let mr_b = pd_b.reg_mr(4096, AccessFlags::LOCAL_WRITE).unwrap();
     a.qp.post_send(&SendWr::write(9, mr_b.sge(0, 8), b.mr.remote().at(0)))
         .unwrap();
     assert_eq!(a.cq.wait(T).map(|w| w.status), Some(WcStatus::LocProtErr));

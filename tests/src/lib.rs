@@ -34,3 +34,27 @@ pub fn wait_listening(port: u16, limit: std::time::Duration) -> bool {
     }
     false
 }
+
+/// Waits (bounded by `limit`) until process `pid` holds an rdma_cm port on the ferroce device
+/// at `addr` (its `rdma_bind_addr` or `rdma_listen` is done: a REQ for the port now reaches
+/// it, and waits for a listen that comes within a second); whether it did. How a test knows
+/// an rdma_cm server is ready without a REQ that would be rejected, or a sleep.
+pub fn wait_cm_bound(addr: &str, pid: u32, limit: std::time::Duration) -> bool {
+    let Ok(ip) = addr.parse::<std::net::IpAddr>() else {
+        return false;
+    };
+    let Ok(device) = ferroce::Device::for_addr(ip) else {
+        return false;
+    };
+    let deadline = std::time::Instant::now() + limit;
+    while std::time::Instant::now() < deadline {
+        let bound = device
+            .gsi_services(4791)
+            .is_ok_and(|s| s.iter().any(|s| s.pid == pid && s.rdma_cm_port().is_some()));
+        if bound {
+            return true;
+        }
+        std::thread::yield_now();
+    }
+    false
+}

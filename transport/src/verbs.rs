@@ -323,6 +323,11 @@ macro_rules! c_flags {
             pub const fn difference(self, other: $name) -> $name {
                 $name(self.0 & !other.0)
             }
+
+            /// The flags of `self` and of `other` (`|`, usable in constants).
+            pub const fn union(self, other: $name) -> $name {
+                $name(self.0 | other.0)
+            }
         }
 
         impl core::ops::BitOr for $name {

@@ -60,7 +60,9 @@ fn write_to(p: &Pair, wr_id: u64, len: u32, addr: u64, rkey: u32) -> SendWr {
     )
 }
 
-const WINDOW_MR: AccessFlags = AccessFlags(1 | 2 | 16); // LOCAL_WRITE | REMOTE_WRITE | MW_BIND
+const WINDOW_MR: AccessFlags = AccessFlags::LOCAL_WRITE
+    .union(AccessFlags::REMOTE_WRITE)
+    .union(AccessFlags::MW_BIND);
 
 #[test]
 fn a_bound_window_takes_writes_in_its_range_only() {
@@ -112,7 +114,7 @@ fn the_window_key_before_the_bind_is_dead_and_rights_are_the_windows() {
 #[test]
 fn binding_needs_mw_bind_on_the_region_and_fails_the_qp() {
     let mut p = pair(23, lossless(), Opts::default());
-    let (mr, mw) = window_setup(&mut p, AccessFlags(1 | 2));
+    let (mr, mw) = window_setup(&mut p, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE);
     p.post_send(
         1,
         SendWr::bind_mw(1, bind(mw, &mr, 0, 64, AccessFlags::REMOTE_WRITE)),

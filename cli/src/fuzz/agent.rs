@@ -183,7 +183,10 @@ pub fn serve(addr: IpAddr, tcp: u16, mem: usize) -> Result<(), Box<dyn std::erro
                         path_mtu: mtu_of(m as u32),
                         sq_psn: MY_PSN,
                         rq_psn: psn as u32,
-                        qp_access_flags: ferroce::transport::AccessFlags(1 | 2 | 4 | 8),
+                        qp_access_flags: ferroce::transport::AccessFlags::LOCAL_WRITE
+                            | ferroce::transport::AccessFlags::REMOTE_WRITE
+                            | ferroce::transport::AccessFlags::REMOTE_READ
+                            | ferroce::transport::AccessFlags::REMOTE_ATOMIC,
                         qkey: 0x1111_1111,
                         // rdma_peer's: RNR, then retry_cnt 7 and timeout 18 unless given.
                         timeout: num(7).unwrap_or(18) as u8,

@@ -9,8 +9,8 @@ use std::net::{IpAddr, Ipv6Addr, TcpListener, TcpStream, ToSocketAddrs};
 use std::time::Instant;
 
 use ferroce::transport::{
-    AccessFlags, AhAttr, BringUp, Mtu, QpAttr, QpAttrMask, QpCap, QpState, QpType, RecvWr,
-    SendFlags, SendWr, Service, WcStatus, WorkCompletion, WrOpcode,
+    AccessFlags, AhAttr, BringUp, Mtu, QpCap, QpModify, QpState, QpType, RecvWr, SendFlags, SendWr,
+    Service, WcStatus, WorkCompletion, WrOpcode,
 };
 use ferroce::{CompletionChannel, Device, Error, QpInitAttr, Result};
 
@@ -199,15 +199,11 @@ pub fn run(opts: &Options, out: &mut dyn Write) -> Result<()> {
         cap,
         sq_sig_all: false,
     })?;
-    qp.modify(
-        &QpAttr {
-            qp_state: QpState::Init,
-            pkey_index: 0,
-            port_num: 1,
-            qp_access_flags: AccessFlags::EMPTY,
-            ..QpAttr::default()
-        },
-        QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::ACCESS_FLAGS,
+    qp.modify_with(
+        &QpModify::new(QpState::Init)
+            .pkey_index(0)
+            .port_num(1)
+            .qp_access_flags(AccessFlags::EMPTY),
     )?;
     let recv = RecvWr {
         wr_id: RECV_WRID,

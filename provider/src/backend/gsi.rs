@@ -247,6 +247,17 @@ impl Registry {
         Err(Taken::Full)
     }
 
+    /// Every ServiceID a live process holds, with that process's pid (`mine` is live).
+    pub(crate) fn services(&self, mine: u8) -> Vec<(u64, u32)> {
+        (0..SERVICES)
+            .filter_map(|i| {
+                let (sid, owner) = self.service_entry(i);
+                let slot = owner as u8;
+                (owner != 0 && self.is_live(slot, mine)).then(|| (sid, self.pid_of(slot)))
+            })
+            .collect()
+    }
+
     /// Gives `service_id` back, if `slot` holds it.
     pub(crate) fn unlisten_service(&self, slot: u8, service_id: u64) {
         let _g = self.claim_lock();
