@@ -88,6 +88,8 @@ pub(crate) fn open(
             local,
             stats: stats.clone(),
             probes,
+            held: Vec::new(),
+            held_at: 0,
         },
         membership,
     ))
@@ -137,7 +139,14 @@ pub(crate) struct UdpReceiver {
     stats: Arc<DatapathStats>,
     /// Where this process answers the group's probes (its registry and slot).
     probes: (Arc<Registry>, u8),
+    /// Forwards for other members that the group's stale table kept sending back here: they
+    /// go on once a new table is attached ([`Registry::tables`] moves past `held_at`).
+    held: Vec<(u8, Vec<u8>)>,
+    held_at: u32,
 }
+
+/// Forwards one member holds for a stale table at most.
+const HELD_MAX: usize = 512;
 
 impl Receiver for UdpReceiver {
     fn receive(&mut self) -> usize {
@@ -163,6 +172,11 @@ impl Receiver for UdpReceiver {
 
     fn deliver(&mut self, deliver: Deliver<'_>) {
         let (registry, slot) = (&self.probes.0, self.probes.1);
+        if !self.held.is_empty() && registry.tables() != self.held_at {
+            for (to, envelope) in self.held.drain(..) {
+                reforward(&self.socket, to, &envelope, self.local);
+            }
+        }
         for i in 0..std::mem::take(&mut self.received) {
             // A coalesced train's segments share one IP header's ECN field (GRO merges only
             // datagrams whose TOS bytes are equal).
@@ -171,61 +185,25 @@ impl Receiver for UdpReceiver {
                 if bytes.len() == PROBE_LEN && registry.answer(slot, bytes) {
                     continue;
                 }
-                match bytes.first() {
-                    Some(&gsi::FORWARD_OPCODE) => match gsi::unwrap(bytes, registry.nonce()) {
-                        Ok((to, from, ident, inner)) if to == slot => {
-                            deliver(from, inner, ident, Ecn::NotEct)
+                match route(bytes, registry, slot, self.local, from) {
+                    Fate::Here => deliver(from, bytes, ident, ecn),
+                    Fate::Unwrapped(from, ident, inner) => deliver(from, inner, ident, Ecn::NotEct),
+                    Fate::Forward(to) => {
+                        forward(&self.socket, registry, to, (from, ident), bytes, self.local)
+                    }
+                    Fate::Reforward(to) => reforward(&self.socket, to, bytes, self.local),
+                    Fate::Hold(to) if self.held.len() < HELD_MAX => {
+                        if self.held.is_empty() {
+                            self.held_at = registry.tables();
                         }
-                        Ok((to, ..)) => log::debug!(
-                            "{}: a forwarded packet for slot {to} reached slot {slot}: dropped \
-                             (the steering table is changing)",
-                            self.local
-                        ),
-                        Err(why) => log::debug!("{}: {why} from {from}: dropped", self.local),
-                    },
-                    _ if gsi::is_gsi(bytes) => match gsi::route(bytes, &**registry) {
-                        gsi::Route::Slot(to) if to != slot && registry.is_live(to, slot) => {
-                            forward(
-                                &self.socket,
-                                registry,
-                                slot,
-                                to,
-                                (from, ident),
-                                bytes,
-                                self.local,
-                            );
-                        }
-                        gsi::Route::Slot(to) if to != slot => {
-                            // Its owner is gone: like anything without an owner, the MAD goes
-                            // to this role holder's QP1, whose CM answers for the address as
-                            // the kernel's outlives a process (a DREQ for a dead process's
-                            // connection gets its DREP).
-                            log::debug!(
-                                "{}: a MAD from {from} for slot {to}, which no live process \
-                                 holds: to this role holder's QP1",
-                                self.local
-                            );
-                            deliver(from, bytes, ident, ecn);
-                        }
-                        _ => deliver(from, bytes, ident, ecn),
-                    },
-                    // A data packet for another process's QP (DestQP's high byte is its slot)
-                    // that the kernel's steering sent here, while the group's table changes:
-                    // on to its owner, not lost to a retransmission.
-                    _ => match bytes.get(5) {
-                        Some(&to) if to != slot && registry.is_live(to, slot) => {
-                            forward(
-                                &self.socket,
-                                registry,
-                                slot,
-                                to,
-                                (from, ident),
-                                bytes,
-                                self.local,
-                            );
-                        }
-                        _ => deliver(from, bytes, ident, ecn),
-                    },
+                        self.held.push((to, bytes.to_vec()));
+                    }
+                    Fate::Hold(to) => log::debug!(
+                        "{}: a forward for slot {to}: dropped ({HELD_MAX} already wait for a \
+                         new steering table)",
+                        self.local
+                    ),
+                    Fate::Drop => {}
                 }
             }
         }
@@ -244,24 +222,106 @@ impl Receiver for UdpReceiver {
     }
 }
 
+/// What becomes of a datagram that reached this member's socket.
+enum Fate<'a> {
+    /// This process's engine takes it as it came.
+    Here,
+    /// A forward for this process: its engine takes the original (source, IPv4 ID, bytes).
+    Unwrapped(SocketAddr, u16, &'a [u8]),
+    /// On to the live process in this slot, wrapped in a forward.
+    Forward(u8),
+    /// A forward for another live slot: sent on once more.
+    Reforward(u8),
+    /// A forward for another live slot that keeps coming back: the group's table is stale
+    /// (the kernel moved that member's socket); held until a new table is attached.
+    Hold(u8),
+    /// Nobody can take it (the reason is logged).
+    Drop,
+}
+
+/// Where a datagram received by the member in `slot` goes: a forward to its target; a QP1 MAD
+/// to the process its routing rules name (see `gsi`); a data packet to the process whose slot
+/// is its DestQP's high byte, which the kernel's steering hands another member while the
+/// group's table changes.
+fn route<'a>(
+    bytes: &'a [u8],
+    registry: &Registry,
+    slot: u8,
+    local: SocketAddr,
+    from: SocketAddr,
+) -> Fate<'a> {
+    match bytes.first() {
+        Some(&gsi::FORWARD_OPCODE) => match gsi::unwrap(bytes, registry.nonce()) {
+            Ok((to, from, ident, inner)) if to == slot => Fate::Unwrapped(from, ident, inner),
+            Ok((to, ..)) if registry.is_live(to, slot) => {
+                let hops = bytes.get(gsi::HOPS_AT).copied().unwrap_or(u8::MAX);
+                if hops < gsi::MAX_HOPS {
+                    log::trace!(
+                        "{local}: a forwarded packet for slot {to} reached slot {slot} (the \
+                         steering table is changing): sent on"
+                    );
+                    Fate::Reforward(to)
+                } else if hops < gsi::MAX_HOPS + gsi::MAX_HOLDS {
+                    log::trace!(
+                        "{local}: a forwarded packet for slot {to} keeps reaching slot {slot}: \
+                         held for the next steering table"
+                    );
+                    Fate::Hold(to)
+                } else {
+                    log::debug!(
+                        "{local}: a forwarded packet for slot {to} reached slot {slot} after \
+                         {hops} sends: dropped"
+                    );
+                    Fate::Drop
+                }
+            }
+            Ok((to, ..)) => {
+                log::debug!(
+                    "{local}: a forwarded packet for slot {to} reached slot {slot}: dropped \
+                     (no live process holds slot {to})"
+                );
+                Fate::Drop
+            }
+            Err(why) => {
+                log::debug!("{local}: {why} from {from}: dropped");
+                Fate::Drop
+            }
+        },
+        _ if gsi::is_gsi(bytes) => match gsi::route(bytes, registry) {
+            gsi::Route::Slot(to) if to != slot && registry.is_live(to, slot) => Fate::Forward(to),
+            gsi::Route::Slot(to) if to != slot => {
+                // Its owner is gone: like anything without an owner, the MAD goes to this role
+                // holder's QP1, whose CM answers for the address as the kernel's outlives a
+                // process (a DREQ for a dead process's connection gets its DREP).
+                log::debug!(
+                    "{local}: a MAD from {from} for slot {to}, which no live process holds: to \
+                     this role holder's QP1"
+                );
+                Fate::Here
+            }
+            _ => Fate::Here,
+        },
+        // A data packet for another process's QP (DestQP's high byte is its slot) that the
+        // kernel's steering sent here, while the group's table changes: on to its owner, not
+        // lost to a retransmission.
+        _ => match bytes.get(5) {
+            Some(&to) if to != slot && registry.is_live(to, slot) => Fate::Forward(to),
+            _ => Fate::Here,
+        },
+    }
+}
+
 /// Sends a datagram (from `from`, expected to carry IPv4 ID `ident`) on to the process in
-/// slot `to`: a QP1 MAD (the routing point, see `gsi`) or a data packet steered to the wrong
-/// member.
+/// slot `to`, wrapped in a forward: a QP1 MAD (the routing point, see `gsi`) or a data packet
+/// steered to the wrong member.
 fn forward(
     socket: &socket2::Socket,
     registry: &Registry,
-    mine: u8,
     to: u8,
     (from, ident): (SocketAddr, u16),
     bytes: &[u8],
     local: SocketAddr,
 ) {
-    if !registry.is_live(to, mine) {
-        log::debug!(
-            "{local}: a MAD from {from} for slot {to}, which no live process holds: dropped"
-        );
-        return;
-    }
     let mut out = vec![0u8; gsi::ENVELOPE_LEN + bytes.len()];
     let Some(n) = gsi::wrap(&mut out, to, registry.nonce(), from, ident, bytes) else {
         return;
@@ -270,4 +330,73 @@ fn forward(
         Ok(_) => log::trace!("{local}: a datagram from {from} forwarded to slot {to}"),
         Err(e) => log::debug!("{local}: forwarding a datagram to slot {to}: {e}"),
     }
+}
+
+/// Sends a forward that reached the wrong member on to slot `to` once more, its hop count up.
+fn reforward(socket: &socket2::Socket, to: u8, envelope: &[u8], local: SocketAddr) {
+    let mut out = envelope.to_vec();
+    if let Some(h) = out.get_mut(gsi::HOPS_AT) {
+        *h = h.saturating_add(1);
+    }
+    if let Err(e) = socket.send_to(&out, &local.into()) {
+        log::debug!("{local}: sending a forward on to slot {to}: {e}");
+    }
+}
+
+/// A leaving member's last read before its socket closes: every datagram still queued on the
+/// socket that belongs to another live process (the kernel steered it here before the group's
+/// table changed), wrapped as a forward to its owner, for [`send_from_outside`] once the
+/// socket is closed (sent from the group's socket it could come back to it). Bounded: at most
+/// `limit` reads.
+pub(crate) fn drain(
+    socket: &socket2::Socket,
+    registry: &Registry,
+    slot: u8,
+    local: SocketAddr,
+    limit: usize,
+) -> Vec<Vec<u8>> {
+    let mut batch = RecvBatch::new(BATCH, GRO_SLOT);
+    let mut out = Vec::new();
+    for _ in 0..limit {
+        let n = match batch.recv(socket.as_raw_fd()) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        for i in 0..n {
+            for (from, bytes, ident) in batch.segments(i) {
+                // This process's own packets die with its QPs; probes are for live members.
+                match route(bytes, registry, slot, local, from) {
+                    Fate::Forward(to) => {
+                        let mut env = vec![0u8; gsi::ENVELOPE_LEN + bytes.len()];
+                        if let Some(n) =
+                            gsi::wrap(&mut env, to, registry.nonce(), from, ident, bytes)
+                        {
+                            env.truncate(n);
+                            out.push(env);
+                        }
+                    }
+                    Fate::Reforward(_) | Fate::Hold(_) => out.push(bytes.to_vec()),
+                    Fate::Here | Fate::Unwrapped(..) | Fate::Drop => {}
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Sends forwards to the group at `local` from a socket outside it (the group steers them by
+/// their target slot); returns how many went.
+pub(crate) fn send_from_outside(local: SocketAddr, forwards: &[Vec<u8>]) -> usize {
+    let any: SocketAddr = if local.is_ipv4() {
+        SocketAddr::from(([0, 0, 0, 0], 0))
+    } else {
+        SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, 0))
+    };
+    let Ok(s) = std::net::UdpSocket::bind(any) else {
+        return 0;
+    };
+    forwards
+        .iter()
+        .filter(|f| s.send_to(f, local).is_ok())
+        .count()
 }
