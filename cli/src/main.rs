@@ -223,11 +223,11 @@ struct PerfArgs {
 /// `ferroce fuzz`: exit status 0 when every case conformed, 1 on an error, 4 on a deviation,
 /// hang or crash.
 fn fuzz(a: FuzzArgs) -> ExitCode {
-    use ferroce_cli::fuzz::{self, case::Campaign};
-    let campaigns: Option<Vec<Campaign>> = if a.campaign == "all" {
-        Some(Campaign::ALL.to_vec())
+    use ferroce_cli::fuzz::{self, case::CampaignId};
+    let campaigns: Option<Vec<CampaignId>> = if a.campaign == "all" {
+        Some(CampaignId::ALL.to_vec())
     } else {
-        a.campaign.split(',').map(Campaign::from_name).collect()
+        a.campaign.split(',').map(CampaignId::from_name).collect()
     };
     let Some(campaigns) = campaigns.filter(|c| !c.is_empty()) else {
         eprintln!(

@@ -10,19 +10,19 @@
 //! WRITEs once. Verdicts: conforms, deviates (with the rule), hang (the probe got no ACK),
 //! crash (the agent is gone).
 //!
-//! Cases are a function of the seed, the campaign and the index (`case::generate`), so a
+//! Cases are a function of the seed, the campaign and the index (`campaigns::generate`; each campaign is a module of [`campaigns`], run on the
+//! [`harness`]), so a
 //! campaign is the same sequence of cases and packets for the same seed (the target's QPN,
 //! R_Key and region address, which it chooses, are filled in as it answers); `--replay
 //! SEED:CAMPAIGN:INDEX` runs one case again, and a deviating case is shrunk to the fewest
 //! packets that still show it.
 
 pub mod agent;
+pub mod campaigns;
 pub mod case;
-pub mod cm;
+pub mod harness;
 pub mod oracle;
 pub mod packet;
-pub mod requester;
-pub mod runner;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
@@ -31,8 +31,8 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use case::{Campaign, Case};
-use runner::{Agent, Runner, Verdict};
+use case::{CampaignId, Case};
+use harness::{Agent, Harness, Verdict};
 
 /// What to fuzz and for how long.
 #[derive(Debug, Clone)]
@@ -44,7 +44,7 @@ pub struct Options {
     /// Our address (the UDP socket binds it, port 4791).
     pub local: Ipv4Addr,
     /// The campaigns, run round-robin.
-    pub campaigns: Vec<Campaign>,
+    pub campaigns: Vec<CampaignId>,
     /// The seed.
     pub seed: u64,
     /// Stop after this long.
@@ -56,7 +56,7 @@ pub struct Options {
     /// Where the pcap of every packet goes.
     pub pcap: Option<PathBuf>,
     /// Only this case (`SEED:CAMPAIGN:INDEX`).
-    pub replay: Option<(u64, Campaign, u32)>,
+    pub replay: Option<(u64, CampaignId, u32)>,
     /// Print only deviations and the summary.
     pub quiet: bool,
     /// The port of the target's rdma_cm listener (the `cm` campaign); `--via-cm` connects to
@@ -91,7 +91,7 @@ impl Tally {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Summary {
     /// Per campaign.
-    pub campaigns: BTreeMap<Campaign, Tally>,
+    pub campaigns: BTreeMap<CampaignId, Tally>,
 }
 
 impl Summary {
@@ -170,7 +170,7 @@ impl Summary {
 /// Reaching the agent or opening the socket or pcap.
 pub fn run(opts: &Options, mut target_alive: impl FnMut() -> bool) -> std::io::Result<Summary> {
     let agent = Agent::connect(opts.agent, Duration::from_secs(30))?;
-    let mut runner = Runner::new(
+    let mut runner = Harness::new(
         agent,
         opts.local,
         opts.target,
@@ -182,12 +182,12 @@ pub fn run(opts: &Options, mut target_alive: impl FnMut() -> bool) -> std::io::R
     let mut summary = Summary::default();
     let deadline = Instant::now() + Duration::from_secs_f64(opts.seconds.max(0.0));
     let cases: Box<dyn Iterator<Item = Case>> = match opts.replay {
-        Some((seed, c, i)) => Box::new(std::iter::once(case::generate(c, seed, i))),
+        Some((seed, c, i)) => Box::new(std::iter::once(campaigns::generate(c, seed, i))),
         None => {
             let (campaigns, seed) = (opts.campaigns.clone(), opts.seed);
             Box::new((0u64..).map(move |n| {
                 let c = campaigns[(n % campaigns.len() as u64) as usize];
-                case::generate(c, seed, (n / campaigns.len() as u64) as u32)
+                campaigns::generate(c, seed, (n / campaigns.len() as u64) as u32)
             }))
         }
     };
@@ -197,7 +197,9 @@ pub fn run(opts: &Options, mut target_alive: impl FnMut() -> bool) -> std::io::R
         {
             break;
         }
-        let mut verdict = runner.run(&case);
+        let mut verdict = campaigns::get(case.campaign)
+            .run(&case, &mut runner)
+            .unwrap_or_else(|e| Verdict::Crash(e.to_string()));
         if matches!(verdict, Verdict::Crash(_) | Verdict::Hang(_)) && !target_alive() {
             verdict = Verdict::Crash("the target process ended".into());
         }
@@ -205,15 +207,17 @@ pub fn run(opts: &Options, mut target_alive: impl FnMut() -> bool) -> std::io::R
         let replay = format!("ferroce fuzz --replay {id} (with the same target options)");
         summary.record(&case, &id, &verdict, opts.quiet, &replay);
         if let Verdict::Deviates { step, .. } = &verdict {
-            if let Some(kind) = &case.cm {
-                println!("    one MAD: {kind:?}");
-            } else if let Some(req) = &case.req {
-                println!("    one WRITE, answered {req:?}");
-            } else {
-                let shrunk = runner.shrink(&case, *step);
-                println!("    shrunk to {} packet(s):", shrunk.len());
-                for s in &shrunk {
-                    println!("      {:?} -> expect {:?}", s.packet, s.expect);
+            match &case.body {
+                case::Body::Cm(kind) => println!("    one MAD: {kind:?}"),
+                case::Body::Requester { kind, len } => {
+                    println!("    one WRITE, answered {:?}", (kind, len))
+                }
+                case::Body::Packets(_) => {
+                    let shrunk = runner.shrink(&case, *step);
+                    println!("    shrunk to {} packet(s):", shrunk.len());
+                    for s in &shrunk {
+                        println!("      {:?} -> expect {:?}", s.packet, s.expect);
+                    }
                 }
             }
         }
@@ -248,12 +252,12 @@ pub fn run_pingpong(
         if n > 0 && Instant::now() >= deadline {
             break;
         }
-        let case = case::generate_pingpong(seed, i, size);
+        let case = campaigns::pingpong::generate(seed, i, size);
         let pcap = opts
             .pcap
             .as_ref()
             .map(|p| p.with_extension(format!("{i}.pcap")));
-        let verdict = runner::run_pingpong(
+        let verdict = campaigns::pingpong::run(
             server,
             opts.local,
             &case,
@@ -316,10 +320,10 @@ pub fn spawn_self_agent(device: Ipv4Addr) -> std::io::Result<(Child, SocketAddr)
 }
 
 /// Parses `SEED:CAMPAIGN:INDEX`.
-pub fn parse_case_id(s: &str) -> Option<(u64, Campaign, u32)> {
+pub fn parse_case_id(s: &str) -> Option<(u64, CampaignId, u32)> {
     let mut it = s.split(':');
     let seed = it.next()?.parse().ok()?;
-    let c = Campaign::from_name(it.next()?)?;
+    let c = CampaignId::from_name(it.next()?)?;
     let i = it.next()?.parse().ok()?;
     it.next().is_none().then_some((seed, c, i))
 }
@@ -330,8 +334,8 @@ mod tests {
 
     #[test]
     fn case_ids_round_trip() {
-        let c = case::generate(Campaign::Read, 7, 12);
-        assert_eq!(parse_case_id(&c.id()), Some((7, Campaign::Read, 12)));
+        let c = campaigns::generate(CampaignId::Read, 7, 12);
+        assert_eq!(parse_case_id(&c.id()), Some((7, CampaignId::Read, 12)));
         assert_eq!(parse_case_id("7:nope:1"), None);
         assert_eq!(parse_case_id("7:psn"), None);
     }
@@ -339,7 +343,7 @@ mod tests {
     #[test]
     fn the_table_ends_with_the_totals_line() {
         let mut s = Summary::default();
-        let t = s.campaigns.entry(Campaign::Psn).or_default();
+        let t = s.campaigns.entry(CampaignId::Psn).or_default();
         t.cases = 5;
         t.conform = 3;
         t.deviate.insert("a rule".into(), 1);

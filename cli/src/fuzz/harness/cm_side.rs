@@ -1,10 +1,7 @@
-//! The `cm` campaign: CM MADs at the target's connection manager (QP1), through ferroce's own
-//! sans-IO CM engine. A listener on the target rejects every request (the lab's `cm_reject
-//! serve`, or `ferroce fuzz-agent`'s `CMLISTEN`), so a valid REQ must be answered with REJ 28
-//! (or a REP, from a listener that accepts: then we reject it). Each case builds a REQ as
-//! rdma_cm would (the rdma_cm header in its private data), then sends it as is, to a port
-//! nobody listens on, cut short, with a MAD base version the CM cannot know, twice, or with
-//! random bytes overwritten; the REQ of a later probe must still be answered.
+//! Our side of a CM exchange, through ferroce's own sans-IO CM engine: REQs as rdma_cm builds
+//! them (the rdma_cm header in the private data), what the target's CM answers, and the MADs
+//! wrapped in the UD SENDs to QP1 that carry them. The harness connects through it
+//! (`--via-cm`), and the `cm` campaign builds its REQs with it.
 
 use std::net::{IpAddr, Ipv4Addr};
 
@@ -14,89 +11,11 @@ use ferroce::transport::time::Instant;
 use ferroce_wire::cm::cma_hdr;
 use ferroce_wire::{BthRepr, DethRepr, ExtHeaders, IcrcContext, Opcode, PacketRepr, Psn};
 
-use ferroce_transport::rng::Rng;
+use crate::fuzz::packet::PORT;
 
 /// rdma_cm's TCP port space (`RDMA_PS_TCP`): ServiceID = 0x0106 << 16 | port.
 pub const fn service_id(port: u16) -> u64 {
     0x0106 << 16 | port as u64
-}
-
-/// What a CM case does to its REQ.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CmKind {
-    /// The REQ as built, to the listening port.
-    Valid,
-    /// To a port nobody listens on (`port` = the listener's + this).
-    ClosedPort(u16),
-    /// The MAD cut to this many bytes.
-    Truncated(u16),
-    /// MAD base version set to this (only 1 exists).
-    BaseVersion(u8),
-    /// The same REQ twice.
-    Duplicate,
-    /// (offset, value) written over the MAD.
-    Havoc(Vec<(u16, u8)>),
-}
-
-/// The case of `index` for `seed`: a kind and its name and rule.
-pub fn generate(seed: u64, index: u32) -> (CmKind, String, &'static str) {
-    let mut rng = Rng::new(seed ^ 0xC0_0000_0000 ^ u64::from(index) << 24);
-    match rng.below(7) {
-        0 => (
-            CmKind::Valid,
-            "cm-req".into(),
-            "a REQ for a listened port is answered (REP, or REJ with the application's reason 28)",
-        ),
-        1 => {
-            let d = 1 + rng.below(1000) as u16;
-            (
-                CmKind::ClosedPort(d),
-                format!("cm-req-closed-port-plus-{d}"),
-                "a REQ for a port nobody listens on is rejected at once with reason 8 (invalid service ID)",
-            )
-        }
-        2 => {
-            let n = rng.below(256) as u16;
-            (
-                CmKind::Truncated(n),
-                format!("cm-req-truncated-{n}"),
-                "a MAD shorter than 256 bytes is dropped silently",
-            )
-        }
-        3 => {
-            let v = [0u8, 2, 3, 0x7F, 0xFF][rng.below(5) as usize];
-            (
-                CmKind::BaseVersion(v),
-                format!("cm-mad-base-version-{v}"),
-                "a MAD of an unknown base version is dropped silently",
-            )
-        }
-        4 => (
-            CmKind::Duplicate,
-            "cm-req-duplicate".into(),
-            "a duplicate REQ does not make a second connection",
-        ),
-        _ => {
-            let n = 1 + rng.below(6);
-            // The CM message (after the 24-byte MAD header) mostly, the header now and then.
-            let pokes: Vec<(u16, u8)> = (0..n)
-                .map(|_| {
-                    let at = if rng.below(6) == 0 {
-                        rng.below(24)
-                    } else {
-                        24 + rng.below(232)
-                    };
-                    (at as u16, rng.below(256) as u8)
-                })
-                .collect();
-            let what: Vec<String> = pokes.iter().map(|(a, v)| format!("{a}={v:02x}")).collect();
-            (
-                CmKind::Havoc(pokes),
-                format!("cm-req-havoc-[{}]", what.join(",")),
-                "any REQ, however damaged, gets a well-formed answer or none, and the CM keeps serving",
-            )
-        }
-    }
 }
 
 /// What came back for our connection.
@@ -257,7 +176,7 @@ pub fn wrap(mad: &[u8], local: Ipv4Addr, target: Ipv4Addr) -> Vec<u8> {
     .with_pad();
     let mut buf = vec![0u8; repr.buffer_len()];
     repr.emit(&mut buf);
-    IcrcContext::v4(local, target, 0, super::packet::PORT, super::packet::PORT).fill(&mut buf);
+    IcrcContext::v4(local, target, 0, PORT, PORT).fill(&mut buf);
     buf
 }
 
@@ -285,21 +204,5 @@ mod tests {
         let wire = wrap(&mad, l, t);
         assert!(IcrcContext::v4(l, t, 0, 4791, 4791).verify(&wire));
         assert_eq!(unwrap(&wire).as_deref(), Some(&mad[..]));
-    }
-
-    #[test]
-    fn the_kinds_all_come_up_and_are_a_function_of_the_seed() {
-        let kinds: std::collections::BTreeSet<String> = (0..200)
-            .map(|i| {
-                generate(1, i)
-                    .1
-                    .split('-')
-                    .take(3)
-                    .collect::<Vec<_>>()
-                    .join("-")
-            })
-            .collect();
-        assert!(kinds.len() >= 6, "{kinds:?}");
-        assert_eq!(generate(5, 9), generate(5, 9));
     }
 }
