@@ -228,8 +228,16 @@ fn pcap_recording_decodes_with_every_icrc_ok() {
 struct Proc(Option<std::process::Child>);
 
 impl Proc {
+    /// The process's output once it ends; one still running after two minutes (a hang) is
+    /// killed, and its output shows how far it got.
     fn output(mut self) -> Output {
-        self.0.take().unwrap().wait_with_output().unwrap()
+        let mut c = self.0.take().unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(120);
+        while c.try_wait().unwrap().is_none() && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = c.kill();
+        c.wait_with_output().unwrap()
     }
 
     fn kill(mut self) {

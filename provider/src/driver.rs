@@ -106,6 +106,8 @@ pub(crate) struct Shared {
     rx: Mutex<Box<dyn Receiver>>,
     /// `rx`'s descriptor, readable while datagrams wait (valid while `rx` lives).
     rx_fd: RawFd,
+    /// The receiver's second descriptor, polled beside `rx_fd`.
+    rx_side_fd: Option<RawFd>,
     /// The backend's counters.
     stats: Arc<DatapathStats>,
     /// This process's place in the address's group of processes.
@@ -282,6 +284,7 @@ impl Shared {
             cfg.engine.inflight_budget
         );
         let rx_fd = rx.ready_fd();
+        let rx_side_fd = rx.side_fd();
         let shared = Arc::new(Shared {
             local: cfg.local,
             engine: Mutex::new(EngineState {
@@ -301,6 +304,7 @@ impl Shared {
             next_cq: AtomicU32::new(1),
             rx: Mutex::new(rx),
             rx_fd,
+            rx_side_fd,
             stats,
             membership,
             cq_timers: Mutex::new(Vec::new()),
@@ -653,7 +657,15 @@ impl Shared {
                 if inline {
                     let _ = sys::poll_fds(&[self.wake.raw()], libc::POLLIN, timeout);
                 } else {
-                    let _ = sys::poll_fds(&[fd, self.wake.raw()], libc::POLLIN, timeout);
+                    match self.rx_side_fd {
+                        Some(side) => {
+                            let _ =
+                                sys::poll_fds(&[fd, side, self.wake.raw()], libc::POLLIN, timeout);
+                        }
+                        None => {
+                            let _ = sys::poll_fds(&[fd, self.wake.raw()], libc::POLLIN, timeout);
+                        }
+                    }
                 }
                 self.wake.drain();
             }

@@ -41,11 +41,12 @@ const H_NONCE: usize = 8;
 const H_EPOCH: usize = 16;
 /// 8 u32 words: the members (bit per slot) of the last table attached.
 const H_MEMBERS: usize = 32;
-/// u32: how many tables have been attached (forwards held for a stale table wait for it to move).
-const H_TABLES: usize = 64;
 const S_PID: usize = 0;
 const S_INDEX: usize = 4;
 const S_EPOCH: usize = 8;
+/// u32: the UDP port of the member's forwarding socket (its address, outside the group), where
+/// other members send what was meant for it (0: none).
+const S_FORWARD: usize = 12;
 /// Probes sent past the number of live members: sockets bound but not yet in a slot may sit
 /// below a live member in the kernel's numbering.
 const PROBE_SLACK: usize = 16;
@@ -54,9 +55,6 @@ const PROBE_SLACK: usize = 16;
 /// sends), the socket number it is for, then the registry's nonce and the epoch.
 pub(crate) const PROBE_LEN: usize = 16;
 const PROBE_OPCODE: u8 = 0xFF;
-/// The epoch of a probe that only wakes the receive path (epochs count up from 1 and never
-/// reach it).
-const NUDGE_EPOCH: u32 = u32::MAX;
 
 /// The shared registry of one address.
 pub(crate) struct Registry {
@@ -240,6 +238,9 @@ impl Registry {
             pid_word.store(pid, Ordering::Release);
             self.word32(Self::slot_at(s) + S_EPOCH)
                 .store(0, Ordering::Release);
+            // A dead owner's forwarding port is not this one's (it sets its own once joined).
+            self.word32(Self::slot_at(s) + S_FORWARD)
+                .store(0, Ordering::Release);
             // A dead former owner's GSI routes and counters are not this process's.
             self.clear_routes(s);
             self.clear_page(s);
@@ -302,10 +303,6 @@ impl Registry {
             return true;
         }
         let epoch = u32::from_le_bytes(bytes[12..16].try_into().unwrap_or_default());
-        if epoch == NUDGE_EPOCH {
-            // Only wakes the receive path after a new table (see `Membership::nudge`).
-            return true;
-        }
         let k = u32::from(bytes[1]);
         let at = Self::slot_at(slot);
         let index = self.word32(at + S_INDEX);
@@ -320,11 +317,6 @@ impl Registry {
             seen.store(epoch, Ordering::Release);
         }
         true
-    }
-
-    /// How many steering tables have been attached to the group so far.
-    pub(crate) fn tables(&self) -> u32 {
-        self.word32(H_TABLES).load(Ordering::Acquire)
     }
 
     /// The group's secret: probes and forwarded MADs carry it (only this user's processes can
@@ -342,6 +334,20 @@ impl Registry {
                     .load(Ordering::Acquire)
                     != 0
                     && self.held(slot)))
+    }
+
+    /// Records the port of `slot`'s forwarding socket.
+    pub(crate) fn set_forward_port(&self, slot: u8, port: u16) {
+        self.word32(Self::slot_at(slot) + S_FORWARD)
+            .store(u32::from(port), Ordering::Release);
+    }
+
+    /// The port of `slot`'s forwarding socket, if it has one.
+    pub(crate) fn forward_port(&self, slot: u8) -> Option<u16> {
+        let p = self
+            .word32(Self::slot_at(slot) + S_FORWARD)
+            .load(Ordering::Acquire);
+        (p != 0).then_some(p as u16)
     }
 
     /// The pid recorded for `slot` (0 if free).
@@ -588,33 +594,10 @@ impl Membership {
                 return false;
             }
             reg.set_members(&live);
-            reg.word32(H_TABLES).fetch_add(1, Ordering::AcqRel);
-            // Every member's receive path runs once more under the new table: forwards it held
-            // while the old one was stale go on now.
-            let _ = self.nudge((live.len() + PROBE_SLACK).min(SLOTS), nonce);
             log::debug!("{}: steering table {table:?} (epoch {epoch})", self.local);
             return true;
         }
         false
-    }
-
-    /// Sends every socket of the group below number `n` a probe that asks for no answer.
-    fn nudge(&self, n: usize, nonce: u64) -> std::io::Result<()> {
-        let any: SocketAddr = if self.local.is_ipv4() {
-            "0.0.0.0:0".parse().map_err(std::io::Error::other)?
-        } else {
-            "[::]:0".parse().map_err(std::io::Error::other)?
-        };
-        let s = std::net::UdpSocket::bind(any)?;
-        for k in 0..n {
-            let mut p = [0u8; PROBE_LEN];
-            p[0] = PROBE_OPCODE;
-            p[1] = k as u8;
-            p[4..12].copy_from_slice(&nonce.to_le_bytes());
-            p[12..16].copy_from_slice(&NUDGE_EPOCH.to_le_bytes());
-            s.send_to(&p, self.local)?;
-        }
-        Ok(())
     }
 
     /// Sends probe k to the group for every k below `n`, from a socket outside the group.
@@ -651,72 +634,21 @@ impl Membership {
     }
 }
 
-impl Membership {
-    /// Attaches the table the group will need once this member's socket is closed: the kernel
-    /// then moves its last socket into this one's number, so the member that answered the
-    /// highest number is steered to this one's (a guess only where a socket that holds no slot
-    /// yet is the last; the next rebalance corrects it). Closing without this leaves that
-    /// member unreachable until the survivors' rebalance. The caller holds the group's lock
-    /// until the socket is closed.
-    fn attach_table_without_me(&self) {
-        let reg = &self.registry;
-        let index = |s: u8| {
-            reg.word32(Registry::slot_at(s) + S_INDEX)
-                .load(Ordering::Acquire)
-        };
-        let mine = index(self.slot);
-        let others: Vec<u8> = reg
-            .live(self.slot)
-            .into_iter()
-            .filter(|&s| s != self.slot)
-            .collect();
-        let last = others.iter().map(|&s| index(s)).max();
-        let mut table: Vec<(u8, u32)> = others
-            .iter()
-            .map(|&s| {
-                let k = index(s);
-                (s, if Some(k) == last && k > mine { mine } else { k })
-            })
-            .collect();
-        let mut used = [false; SLOTS];
-        let distinct = table
-            .iter()
-            .all(|&(_, k)| (k as usize) < SLOTS && !std::mem::replace(&mut used[k as usize], true));
-        if table.is_empty() || !distinct || (mine as usize) >= SLOTS {
-            return;
-        }
-        if let Some(&(_, k)) = table.first() {
-            table.insert(0, (0, k));
-        }
-        match attach(self.fd, &mut program(&table)) {
-            Ok(()) => log::debug!("{}: leaving; steering table {table:?}", self.local),
-            Err(e) => log::debug!("{}: leaving; attaching the table: {e}", self.local),
-        }
-    }
-}
-
 impl Drop for Membership {
     fn drop(&mut self) {
         // The socket closes first (the runtime's other handles on it are gone by now), so the
         // survivors' rebalance, which the release starts, finds the kernel's group without it.
+        // What the kernel had queued on it for other members (steered by a table that was
+        // changing) is read out first and sent on to them once it is closed.
         let socket = self.socket.take();
         if !crate::fork::owned(self.owner) {
             return;
         }
         if let Some(socket) = socket {
-            // Under the group's lock (if no rebalance holds it: that one corrects the table
-            // anyway), the table for the group without this socket goes in first; then what
-            // the kernel queued here for other members is read out, the socket closes, and
-            // those datagrams go on to their owners through the new table.
-            let lock = self.registry.try_lock();
-            if lock.is_some() {
-                self.attach_table_without_me();
-            }
             let queued = super::udp::drain(&socket, &self.registry, self.slot, self.local, 64);
             drop(socket);
-            drop(lock);
             if !queued.is_empty() {
-                let sent = super::udp::send_from_outside(self.local, &queued);
+                let sent = super::udp::send_forwards(self.local, &self.registry, &queued);
                 log::debug!(
                     "{}: leaving; {sent} of {} datagrams queued here for other members sent on",
                     self.local,
@@ -724,6 +656,8 @@ impl Drop for Membership {
                 );
             }
         }
+        // Nobody forwards to this process any more.
+        self.registry.set_forward_port(self.slot, 0);
         self.registry.release(self.slot);
         log::debug!(
             "{}: left the group (slot {}); {}",

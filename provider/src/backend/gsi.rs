@@ -19,9 +19,10 @@
 //! that the steering program hands to the target's socket by its byte 1 (opcode 0xFE, another
 //! code ferroce never sends), carrying the group's secret and the original source, so the
 //! target receives the MAD as if straight from the network. Only management datagrams take
-//! this hop on the way, and data packets only while the group's steering table changes (a
-//! packet the kernel handed to another member, or one still queued on a leaving member's
-//! socket, goes on to its owner instead of being lost to a retransmission).
+//! this hop on the way; data packets only while the group's steering table changes (a packet
+//! the kernel handed another member, or one still queued on a leaving member's socket). A
+//! forward goes to its target's own forwarding socket (the address and a port of its own,
+//! recorded in its slot), outside the group, so a table that is changing cannot misdirect it.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::atomic::Ordering;
@@ -36,13 +37,10 @@ pub(crate) const FORWARD_OPCODE: u8 = 0xFE;
 /// Bytes of the forward's envelope before the original datagram.
 pub(crate) const ENVELOPE_LEN: usize = 32;
 /// The envelope's byte counting how often a forward was sent on again (a forward that reached
-/// another member while the steering table changed goes on to its target, at most
-/// [`MAX_HOPS`] times, so no forward circles for good).
+/// another member goes on to its target, at most [`MAX_HOPS`] times, so none circles for good).
 pub(crate) const HOPS_AT: usize = 13;
-/// Sends of one forward on at once, before a member holds it for the next steering table.
+/// Sends of one forward on at most.
 pub(crate) const MAX_HOPS: u8 = 4;
-/// Steering tables one forward waits for at most, once held.
-pub(crate) const MAX_HOLDS: u8 = 3;
 
 /// Service-ID table: entries of (ServiceID u64, owner slot u32 with 0 = free, pad).
 const SERVICES_AT: usize = SLOTS_END;

@@ -52,6 +52,11 @@ pub(crate) trait Receiver: Send {
     /// A descriptor that polls readable while datagrams wait; it stays valid as long as the
     /// receiver lives.
     fn ready_fd(&self) -> RawFd;
+    /// A second descriptor to poll beside [`Receiver::ready_fd`], if the receiver reads two
+    /// sockets (the UDP backend's forwarding socket); it stays valid as long as the receiver.
+    fn side_fd(&self) -> Option<RawFd> {
+        None
+    }
     /// Bytes of datagrams the network buffers for this receiver before it drops (the
     /// socket's receive buffer); what the engine's in-flight budget is sized to.
     fn capacity(&self) -> usize {

@@ -130,6 +130,10 @@ impl<R: Receiver> Receiver for RecordingReceiver<R> {
         self.inner.ready_fd()
     }
 
+    fn side_fd(&self) -> Option<RawFd> {
+        self.inner.side_fd()
+    }
+
     fn capacity(&self) -> usize {
         self.inner.capacity()
     }

@@ -72,8 +72,16 @@ pub(crate) fn open(
     if trains {
         send.set_segmentation(Segmentation::RoceV2);
     }
+    // The forwarding socket: the device's address and a port of its own, outside the group, where
+    // other members send what the group's steering handed them for this process.
+    let fwd = std::net::UdpSocket::bind(SocketAddr::new(local.ip(), 0))?;
+    fwd.set_nonblocking(true)?;
+    let fwd_port = fwd.local_addr()?.port();
     let socket = Arc::new(socket);
     let membership = Membership::join(local, socket.clone())?;
+    membership
+        .registry
+        .set_forward_port(membership.slot, fwd_port);
     let probes = (membership.registry.clone(), membership.slot);
     Ok((
         UdpTransmitter {
@@ -88,8 +96,9 @@ pub(crate) fn open(
             local,
             stats: stats.clone(),
             probes,
-            held: Vec::new(),
-            held_at: 0,
+            fwd,
+            fwd_batch: RecvBatch::new(FWD_BATCH, MAX_PACKET),
+            fwd_received: 0,
         },
         membership,
     ))
@@ -139,14 +148,15 @@ pub(crate) struct UdpReceiver {
     stats: Arc<DatapathStats>,
     /// Where this process answers the group's probes (its registry and slot).
     probes: (Arc<Registry>, u8),
-    /// Forwards for other members that the group's stale table kept sending back here: they
-    /// go on once a new table is attached ([`Registry::tables`] moves past `held_at`).
-    held: Vec<(u8, Vec<u8>)>,
-    held_at: u32,
+    /// The forwarding socket, and what its last read took.
+    fwd: std::net::UdpSocket,
+    fwd_batch: RecvBatch,
+    fwd_received: usize,
 }
 
-/// Forwards one member holds for a stale table at most.
-const HELD_MAX: usize = 512;
+/// Datagrams per read of the forwarding socket (forwards are rare: MADs, and data packets
+/// while the group's table changes).
+const FWD_BATCH: usize = 8;
 
 impl Receiver for UdpReceiver {
     fn receive(&mut self) -> usize {
@@ -158,6 +168,7 @@ impl Receiver for UdpReceiver {
             }
         };
         self.received = n;
+        self.fwd_received = self.fwd_batch.recv(self.fwd.as_raw_fd()).unwrap_or(0);
         let segments: usize = (0..n)
             .map(|i| {
                 self.batch
@@ -167,16 +178,11 @@ impl Receiver for UdpReceiver {
             })
             .sum();
         DatapathStats::add(&self.stats.rcvd, segments as u64);
-        n
+        n + self.fwd_received
     }
 
     fn deliver(&mut self, deliver: Deliver<'_>) {
         let (registry, slot) = (&self.probes.0, self.probes.1);
-        if !self.held.is_empty() && registry.tables() != self.held_at {
-            for (to, envelope) in self.held.drain(..) {
-                reforward(&self.socket, to, &envelope, self.local);
-            }
-        }
         for i in 0..std::mem::take(&mut self.received) {
             // A coalesced train's segments share one IP header's ECN field (GRO merges only
             // datagrams whose TOS bytes are equal).
@@ -191,22 +197,34 @@ impl Receiver for UdpReceiver {
                     Fate::Forward(to) => {
                         forward(&self.socket, registry, to, (from, ident), bytes, self.local)
                     }
-                    Fate::Reforward(to) => reforward(&self.socket, to, bytes, self.local),
-                    Fate::Hold(to) if self.held.len() < HELD_MAX => {
-                        if self.held.is_empty() {
-                            self.held_at = registry.tables();
-                        }
-                        self.held.push((to, bytes.to_vec()));
-                    }
-                    Fate::Hold(to) => log::debug!(
-                        "{}: a forward for slot {to}: dropped ({HELD_MAX} already wait for a \
-                         new steering table)",
-                        self.local
-                    ),
+                    Fate::Reforward(to) => reforward(&self.socket, registry, to, bytes, self.local),
                     Fate::Drop => {}
                 }
             }
         }
+        // The forwarding socket takes forwards only: anything else there is nobody's.
+        for i in 0..std::mem::take(&mut self.fwd_received) {
+            let Some((from, bytes)) = self.fwd_batch.get(i) else {
+                continue;
+            };
+            if bytes.first() != Some(&gsi::FORWARD_OPCODE) {
+                log::debug!(
+                    "{}: a datagram from {from} on the forwarding socket that is no forward: \
+                     dropped",
+                    self.local
+                );
+                continue;
+            }
+            match route(bytes, registry, slot, self.local, from) {
+                Fate::Unwrapped(from, ident, inner) => deliver(from, inner, ident, Ecn::NotEct),
+                Fate::Reforward(to) => reforward(&self.socket, registry, to, bytes, self.local),
+                Fate::Here | Fate::Forward(_) | Fate::Drop => {}
+            }
+        }
+    }
+
+    fn side_fd(&self) -> Option<RawFd> {
+        Some(self.fwd.as_raw_fd())
     }
 
     fn batch(&self) -> usize {
@@ -232,9 +250,6 @@ enum Fate<'a> {
     Forward(u8),
     /// A forward for another live slot: sent on once more.
     Reforward(u8),
-    /// A forward for another live slot that keeps coming back: the group's table is stale
-    /// (the kernel moved that member's socket); held until a new table is attached.
-    Hold(u8),
     /// Nobody can take it (the reason is logged).
     Drop,
 }
@@ -253,32 +268,20 @@ fn route<'a>(
     match bytes.first() {
         Some(&gsi::FORWARD_OPCODE) => match gsi::unwrap(bytes, registry.nonce()) {
             Ok((to, from, ident, inner)) if to == slot => Fate::Unwrapped(from, ident, inner),
-            Ok((to, ..)) if registry.is_live(to, slot) => {
-                let hops = bytes.get(gsi::HOPS_AT).copied().unwrap_or(u8::MAX);
-                if hops < gsi::MAX_HOPS {
-                    log::trace!(
-                        "{local}: a forwarded packet for slot {to} reached slot {slot} (the \
-                         steering table is changing): sent on"
-                    );
-                    Fate::Reforward(to)
-                } else if hops < gsi::MAX_HOPS + gsi::MAX_HOLDS {
-                    log::trace!(
-                        "{local}: a forwarded packet for slot {to} keeps reaching slot {slot}: \
-                         held for the next steering table"
-                    );
-                    Fate::Hold(to)
-                } else {
-                    log::debug!(
-                        "{local}: a forwarded packet for slot {to} reached slot {slot} after \
-                         {hops} sends: dropped"
-                    );
-                    Fate::Drop
-                }
+            Ok((to, ..))
+                if registry.is_live(to, slot)
+                    && bytes.get(gsi::HOPS_AT).is_some_and(|&h| h < gsi::MAX_HOPS) =>
+            {
+                log::trace!(
+                    "{local}: a forwarded packet for slot {to} reached slot {slot}: sent on"
+                );
+                Fate::Reforward(to)
             }
             Ok((to, ..)) => {
                 log::debug!(
                     "{local}: a forwarded packet for slot {to} reached slot {slot}: dropped \
-                     (no live process holds slot {to})"
+                     (no live process holds slot {to}, or it was sent on {} times)",
+                    gsi::MAX_HOPS
                 );
                 Fate::Drop
             }
@@ -326,28 +329,41 @@ fn forward(
     let Some(n) = gsi::wrap(&mut out, to, registry.nonce(), from, ident, bytes) else {
         return;
     };
-    match socket.send_to(&out[..n], &local.into()) {
+    match socket.send_to(&out[..n], &forward_to(registry, to, local).into()) {
         Ok(_) => log::trace!("{local}: a datagram from {from} forwarded to slot {to}"),
         Err(e) => log::debug!("{local}: forwarding a datagram to slot {to}: {e}"),
     }
 }
 
+/// Where a forward to slot `to` goes: its forwarding socket, or the group's address (steered
+/// by the forward's slot byte) if it has none.
+fn forward_to(registry: &Registry, to: u8, local: SocketAddr) -> SocketAddr {
+    registry
+        .forward_port(to)
+        .map_or(local, |p| SocketAddr::new(local.ip(), p))
+}
+
 /// Sends a forward that reached the wrong member on to slot `to` once more, its hop count up.
-fn reforward(socket: &socket2::Socket, to: u8, envelope: &[u8], local: SocketAddr) {
+fn reforward(
+    socket: &socket2::Socket,
+    registry: &Registry,
+    to: u8,
+    envelope: &[u8],
+    local: SocketAddr,
+) {
     let mut out = envelope.to_vec();
     if let Some(h) = out.get_mut(gsi::HOPS_AT) {
         *h = h.saturating_add(1);
     }
-    if let Err(e) = socket.send_to(&out, &local.into()) {
+    if let Err(e) = socket.send_to(&out, &forward_to(registry, to, local).into()) {
         log::debug!("{local}: sending a forward on to slot {to}: {e}");
     }
 }
 
 /// A leaving member's last read before its socket closes: every datagram still queued on the
 /// socket that belongs to another live process (the kernel steered it here before the group's
-/// table changed), wrapped as a forward to its owner, for [`send_from_outside`] once the
-/// socket is closed (sent from the group's socket it could come back to it). Bounded: at most
-/// `limit` reads.
+/// table changed), wrapped as a forward to its owner, for [`send_forwards`] once the socket is
+/// closed. Bounded: at most `limit` reads.
 pub(crate) fn drain(
     socket: &socket2::Socket,
     registry: &Registry,
@@ -375,7 +391,7 @@ pub(crate) fn drain(
                             out.push(env);
                         }
                     }
-                    Fate::Reforward(_) | Fate::Hold(_) => out.push(bytes.to_vec()),
+                    Fate::Reforward(_) => out.push(bytes.to_vec()),
                     Fate::Here | Fate::Unwrapped(..) | Fate::Drop => {}
                 }
             }
@@ -384,9 +400,9 @@ pub(crate) fn drain(
     out
 }
 
-/// Sends forwards to the group at `local` from a socket outside it (the group steers them by
-/// their target slot); returns how many went.
-pub(crate) fn send_from_outside(local: SocketAddr, forwards: &[Vec<u8>]) -> usize {
+/// Sends forwards (each to the slot in its byte 1) to their targets' forwarding sockets from a
+/// socket of its own; returns how many went.
+pub(crate) fn send_forwards(local: SocketAddr, registry: &Registry, forwards: &[Vec<u8>]) -> usize {
     let any: SocketAddr = if local.is_ipv4() {
         SocketAddr::from(([0, 0, 0, 0], 0))
     } else {
@@ -397,6 +413,9 @@ pub(crate) fn send_from_outside(local: SocketAddr, forwards: &[Vec<u8>]) -> usiz
     };
     forwards
         .iter()
-        .filter(|f| s.send_to(f, local).is_ok())
+        .filter(|f| {
+            let to = f.get(1).copied().unwrap_or(0);
+            s.send_to(f, forward_to(registry, to, local)).is_ok()
+        })
         .count()
 }
