@@ -99,6 +99,7 @@ pub(crate) fn open(
             fwd,
             fwd_batch: RecvBatch::new(FWD_BATCH, MAX_PACKET),
             fwd_received: 0,
+            fwd_read_at: std::time::Instant::now(),
         },
         membership,
     ))
@@ -152,7 +153,12 @@ pub(crate) struct UdpReceiver {
     fwd: std::net::UdpSocket,
     fwd_batch: RecvBatch,
     fwd_received: usize,
+    /// When the forwarding socket was last read.
+    fwd_read_at: std::time::Instant,
 }
+
+/// How often the forwarding socket is read at most.
+const FWD_PERIOD: std::time::Duration = std::time::Duration::from_millis(1);
 
 /// Datagrams per read of the forwarding socket (forwards are rare: MADs, and data packets
 /// while the group's table changes).
@@ -168,7 +174,13 @@ impl Receiver for UdpReceiver {
             }
         };
         self.received = n;
-        self.fwd_received = self.fwd_batch.recv(self.fwd.as_raw_fd()).unwrap_or(0);
+        // The forwarding socket at most once a millisecond (forwards are rare; a read per
+        // receive would double the system calls of the data path): a forward waits 1 ms at most.
+        let now = std::time::Instant::now();
+        if now.duration_since(self.fwd_read_at) >= FWD_PERIOD {
+            self.fwd_read_at = now;
+            self.fwd_received = self.fwd_batch.recv(self.fwd.as_raw_fd()).unwrap_or(0);
+        }
         let segments: usize = (0..n)
             .map(|i| {
                 self.batch
