@@ -186,6 +186,21 @@ impl Device {
         SocketAddr::new(self.addr, port)
     }
 
+    /// The registry of this device's address and UDP `port`, and this process's slot in it (0
+    /// if it is no member): this process's own (its descriptors hold its slot's locks), else
+    /// opened for reading; `None` if no process uses the address.
+    fn registry(
+        &self,
+        port: u16,
+    ) -> crate::Result<Option<(std::sync::Arc<crate::backend::group::Registry>, u8)>> {
+        let local = self.socket_addr(port);
+        if let Some(r) = crate::driver::member_registry(local) {
+            return Ok(Some(r));
+        }
+        Ok(crate::backend::group::Registry::open_existing(local)?
+            .map(|r| (std::sync::Arc::new(r), 0)))
+    }
+
     /// The ServiceIDs processes on this device's address and UDP `port` (4791) hold: rdma_cm
     /// IDs bound or listening ([`GsiService::rdma_cm_port`]) and [`Context::gsi_listen`]
     /// routes, read from the address's registry without opening the device (what `rdma res
@@ -196,13 +211,8 @@ impl Device {
     ///
     /// [`Context::gsi_listen`]: crate::Context::gsi_listen
     pub fn gsi_services(&self, port: u16) -> crate::Result<Vec<GsiService>> {
-        let local = self.socket_addr(port);
-        let (reg, mine) = match crate::driver::member_registry(local) {
-            Some(r) => r,
-            None => match crate::backend::group::Registry::open_existing(local)? {
-                Some(r) => (std::sync::Arc::new(r), 0),
-                None => return Ok(Vec::new()),
-            },
+        let Some((reg, mine)) = self.registry(port)? else {
+            return Ok(Vec::new());
         };
         Ok(reg
             .services(mine)
@@ -219,13 +229,8 @@ impl Device {
     /// # Errors
     /// [`Error::Io`] if the pages belong to another user or cannot be read.
     pub fn live_counters(&self, port: u16) -> crate::Result<Vec<ProcessCounters>> {
-        let local = self.socket_addr(port);
-        let (reg, mine) = match crate::driver::member_registry(local) {
-            Some(r) => r,
-            None => match crate::backend::group::Registry::open_existing(local)? {
-                Some(r) => (std::sync::Arc::new(r), 0),
-                None => return Ok(Vec::new()),
-            },
+        let Some((reg, mine)) = self.registry(port)? else {
+            return Ok(Vec::new());
         };
         let names: Vec<&'static str> = ferroce_transport::Counters::default()
             .named()

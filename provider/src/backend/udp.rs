@@ -337,14 +337,26 @@ fn forward(
     bytes: &[u8],
     local: SocketAddr,
 ) {
-    let mut out = vec![0u8; gsi::ENVELOPE_LEN + bytes.len()];
-    let Some(n) = gsi::wrap(&mut out, to, registry.nonce(), from, ident, bytes) else {
+    let Some(out) = envelope(registry, to, (from, ident), bytes) else {
         return;
     };
-    match socket.send_to(&out[..n], &forward_to(registry, to, local).into()) {
+    match socket.send_to(&out, &forward_to(registry, to, local).into()) {
         Ok(_) => log::trace!("{local}: a datagram from {from} forwarded to slot {to}"),
         Err(e) => log::debug!("{local}: forwarding a datagram to slot {to}: {e}"),
     }
+}
+
+/// `bytes` (from `from`, expected to carry IPv4 ID `ident`) wrapped as a forward to slot `to`.
+fn envelope(
+    registry: &Registry,
+    to: u8,
+    (from, ident): (SocketAddr, u16),
+    bytes: &[u8],
+) -> Option<Vec<u8>> {
+    let mut out = vec![0u8; gsi::ENVELOPE_LEN + bytes.len()];
+    let n = gsi::wrap(&mut out, to, registry.nonce(), from, ident, bytes)?;
+    out.truncate(n);
+    Some(out)
 }
 
 /// Where a forward to slot `to` goes: its forwarding socket, or the group's address (steered
@@ -395,13 +407,7 @@ pub(crate) fn drain(
                 // This process's own packets die with its QPs; probes are for live members.
                 match route(bytes, registry, slot, local, from) {
                     Fate::Forward(to) => {
-                        let mut env = vec![0u8; gsi::ENVELOPE_LEN + bytes.len()];
-                        if let Some(n) =
-                            gsi::wrap(&mut env, to, registry.nonce(), from, ident, bytes)
-                        {
-                            env.truncate(n);
-                            out.push(env);
-                        }
+                        out.extend(envelope(registry, to, (from, ident), bytes));
                     }
                     Fate::Reforward(_) => out.push(bytes.to_vec()),
                     Fate::Here | Fate::Unwrapped(..) | Fate::Drop => {}

@@ -3,22 +3,14 @@
 
 use ferroce_wire::{NakCode, Opcode};
 
-use super::Campaign;
-use super::packets::{self, Draft, step};
-use crate::fuzz::case::{CampaignId as Id, Case, Expect, PacketSpec, REGION_LEN};
+use super::packets::{Draft, PacketCampaign, step};
+use crate::fuzz::case::{CampaignId as Id, Expect, PacketSpec, REGION_LEN};
 
 /// The `atomic` campaign.
-pub struct Atomic;
-
-impl Campaign for Atomic {
-    fn id(&self) -> Id {
-        Id::Atomic
-    }
-
-    fn generate(&self, seed: u64, index: u32) -> Case {
-        packets::generate(Id::Atomic, seed, index, make)
-    }
-}
+pub const CAMPAIGN: PacketCampaign = PacketCampaign {
+    id: Id::Atomic,
+    make,
+};
 
 /// One case's packets, from the draft's draws.
 fn make(d: &mut Draft) {

@@ -5,22 +5,14 @@
 
 use ferroce_wire::{NakCode, Opcode};
 
-use super::Campaign;
-use super::packets::{self, Draft, step};
-use crate::fuzz::case::{CampaignId as Id, Case, Expect, MTU, PacketSpec};
+use super::packets::{Draft, PacketCampaign, step};
+use crate::fuzz::case::{CampaignId as Id, Expect, MTU, PacketSpec};
 
 /// The `havoc` campaign.
-pub struct Havoc;
-
-impl Campaign for Havoc {
-    fn id(&self) -> Id {
-        Id::Havoc
-    }
-
-    fn generate(&self, seed: u64, index: u32) -> Case {
-        packets::generate(Id::Havoc, seed, index, make)
-    }
-}
+pub const CAMPAIGN: PacketCampaign = PacketCampaign {
+    id: Id::Havoc,
+    make,
+};
 
 /// A havoc case: a state, then a valid request of a random kind with random damage.
 fn make(d: &mut Draft) {

@@ -3,23 +3,15 @@
 
 use ferroce_wire::{NakCode, Opcode};
 
-use super::Campaign;
 use super::packets::dropped_then_taken;
-use super::packets::{self, Draft, step};
-use crate::fuzz::case::{CampaignId as Id, Case, Expect, MTU, PacketSpec};
+use super::packets::{Draft, PacketCampaign, step};
+use crate::fuzz::case::{CampaignId as Id, Expect, MTU, PacketSpec};
 
 /// The `header` campaign.
-pub struct Header;
-
-impl Campaign for Header {
-    fn id(&self) -> Id {
-        Id::Header
-    }
-
-    fn generate(&self, seed: u64, index: u32) -> Case {
-        packets::generate(Id::Header, seed, index, make)
-    }
-}
+pub const CAMPAIGN: PacketCampaign = PacketCampaign {
+    id: Id::Header,
+    make,
+};
 
 /// One case's packets, from the draft's draws.
 fn make(d: &mut Draft) {

@@ -43,13 +43,13 @@ pub trait Campaign: Sync {
 /// The campaign of `id`.
 pub fn get(id: Id) -> &'static dyn Campaign {
     match id {
-        Id::Psn => &psn::Psn,
-        Id::Rkey => &rkey::Rkey,
-        Id::Opcode => &opcode::OpcodeSequences,
-        Id::Header => &header::Header,
-        Id::Atomic => &atomic::Atomic,
-        Id::Read => &read::Read,
-        Id::Havoc => &havoc::Havoc,
+        Id::Psn => &psn::CAMPAIGN,
+        Id::Rkey => &rkey::CAMPAIGN,
+        Id::Opcode => &opcode::CAMPAIGN,
+        Id::Header => &header::CAMPAIGN,
+        Id::Atomic => &atomic::CAMPAIGN,
+        Id::Read => &read::CAMPAIGN,
+        Id::Havoc => &havoc::CAMPAIGN,
         Id::Cm => &cm::Cm,
         Id::Requester => &requester::Requester,
     }

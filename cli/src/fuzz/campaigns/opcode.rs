@@ -3,22 +3,14 @@
 
 use ferroce_wire::{NakCode, Opcode};
 
-use super::Campaign;
-use super::packets::{self, Draft, step};
-use crate::fuzz::case::{CampaignId as Id, Case, Expect, MTU, PacketSpec};
+use super::packets::{Draft, PacketCampaign, step};
+use crate::fuzz::case::{CampaignId as Id, Expect, MTU, PacketSpec};
 
-/// The `opcode` campaign (opcode sequences).
-pub struct OpcodeSequences;
-
-impl Campaign for OpcodeSequences {
-    fn id(&self) -> Id {
-        Id::Opcode
-    }
-
-    fn generate(&self, seed: u64, index: u32) -> Case {
-        packets::generate(Id::Opcode, seed, index, make)
-    }
-}
+/// The `opcode` campaign.
+pub const CAMPAIGN: PacketCampaign = PacketCampaign {
+    id: Id::Opcode,
+    make,
+};
 
 /// One case's packets, from the draft's draws.
 fn make(d: &mut Draft) {

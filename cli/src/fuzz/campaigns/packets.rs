@@ -33,6 +33,25 @@ pub struct Draft {
     pub steps: Vec<Step>,
 }
 
+/// A packet campaign: its id and what makes one case's packets from the common draws; its run
+/// is the trait's default ([`run`]).
+pub struct PacketCampaign {
+    /// Which campaign.
+    pub id: Id,
+    /// Fills a case's name, rule and steps.
+    pub make: fn(&mut Draft),
+}
+
+impl super::Campaign for PacketCampaign {
+    fn id(&self) -> Id {
+        self.id
+    }
+
+    fn generate(&self, seed: u64, index: u32) -> Case {
+        generate(self.id, seed, index, self.make)
+    }
+}
+
 /// A step: `packet`, answered as `expect` says.
 pub fn step(packet: PacketSpec, expect: Expect) -> Step {
     Step { packet, expect }

@@ -3,22 +3,11 @@
 
 use ferroce_wire::NakCode;
 
-use super::Campaign;
-use super::packets::{self, Draft, step};
-use crate::fuzz::case::{CampaignId as Id, Case, Counter, Expect, PacketSpec};
+use super::packets::{Draft, PacketCampaign, step};
+use crate::fuzz::case::{CampaignId as Id, Counter, Expect, PacketSpec};
 
 /// The `psn` campaign.
-pub struct Psn;
-
-impl Campaign for Psn {
-    fn id(&self) -> Id {
-        Id::Psn
-    }
-
-    fn generate(&self, seed: u64, index: u32) -> Case {
-        packets::generate(Id::Psn, seed, index, make)
-    }
-}
+pub const CAMPAIGN: PacketCampaign = PacketCampaign { id: Id::Psn, make };
 
 /// One case's packets, from the draft's draws.
 fn make(d: &mut Draft) {

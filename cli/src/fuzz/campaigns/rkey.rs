@@ -3,22 +3,11 @@
 
 use ferroce_wire::NakCode;
 
-use super::Campaign;
-use super::packets::{self, Draft, step};
-use crate::fuzz::case::{CampaignId as Id, Case, Expect, PacketSpec, REGION_LEN};
+use super::packets::{Draft, PacketCampaign, step};
+use crate::fuzz::case::{CampaignId as Id, Expect, PacketSpec, REGION_LEN};
 
 /// The `rkey` campaign.
-pub struct Rkey;
-
-impl Campaign for Rkey {
-    fn id(&self) -> Id {
-        Id::Rkey
-    }
-
-    fn generate(&self, seed: u64, index: u32) -> Case {
-        packets::generate(Id::Rkey, seed, index, make)
-    }
-}
+pub const CAMPAIGN: PacketCampaign = PacketCampaign { id: Id::Rkey, make };
 
 /// One case's packets, from the draft's draws.
 fn make(d: &mut Draft) {
