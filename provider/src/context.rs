@@ -431,8 +431,7 @@ impl Context {
 
     /// The device's counters: the engine's (named as rxe's hw_counters) and the runtime's.
     pub fn counters(&self) -> (ferroce_transport::Counters, RuntimeCounters) {
-        let st = self.shared.engine.lock();
-        (*st.ep.counters(), self.shared.counters(&st))
+        self.shared.all_counters()
     }
 }
 
@@ -616,7 +615,7 @@ impl ProtectionDomain {
             ))?;
         // As in `dereg`: once the engine lock has been free once, no copy through the old
         // registration runs or can start.
-        drop(shared.engine.lock());
+        shared.copy_barrier();
         Ok(MemoryRegion {
             inner,
             pd: self.clone(),
@@ -835,7 +834,7 @@ impl MemoryRegion {
         // engine lock, after a key lookup made under the same lock. The key is gone from the
         // table now, so once the lock has been free once, a copy that looked it up earlier
         // has finished and none can start.
-        drop(shared.engine.lock());
+        shared.copy_barrier();
     }
 }
 

@@ -45,7 +45,7 @@ pub(crate) struct CqInner {
 impl Drop for CqInner {
     fn drop(&mut self) {
         if let Some(shared) = self.device.upgrade() {
-            shared.cqs.lock().remove(&self.handle);
+            shared.remove_cq(self.handle);
             shared.router.unregister(Owned::Cq(self.handle));
         }
     }
@@ -143,10 +143,7 @@ impl CompletionQueue {
             }),
             ctx: ctx.clone(),
         };
-        ctx.shared
-            .cqs
-            .lock()
-            .insert(handle, Arc::downgrade(&cq.inner));
+        ctx.shared.add_cq(&cq.inner);
         ctx.register_events(Owned::Cq(handle));
         cq
     }
@@ -156,10 +153,12 @@ impl CompletionQueue {
     pub fn poll(&self, wcs: &mut [WorkCompletion]) -> usize {
         // An empty CQ makes the caller drive the network itself (as a poll-mode driver does),
         // so busy-polling programs do not wait for the progress thread to be scheduled.
-        if self.inner.queue.lock().is_empty() {
-            self.ctx.shared.poll_inline();
-        }
         let mut q = self.inner.queue.lock();
+        if q.is_empty() {
+            drop(q);
+            self.ctx.shared.poll_inline();
+            q = self.inner.queue.lock();
+        }
         let n = wcs.len().min(q.len());
         for (slot, wc) in wcs.iter_mut().zip(q.drain(..n)) {
             *slot = wc;
@@ -318,12 +317,7 @@ impl CompletionQueue {
 
     /// Whether a QP reports to this CQ (what makes `ibv_destroy_cq` refuse with EBUSY).
     pub fn in_use(&self) -> bool {
-        self.ctx
-            .shared
-            .engine
-            .lock()
-            .ep
-            .cq_in_use(self.inner.handle)
+        self.ctx.shared.cq_in_use(self.inner.handle)
     }
 }
 

@@ -1,9 +1,12 @@
 //! The driver: it owns a device's engine, the lock around it and its timers, and moves
 //! datagrams between the engine and a [`backend`](crate::backend) it knows only by its traits.
 //!
-//! One engine and one progress thread per device. Verbs calls lock the engine, do their work
-//! and hand what the engine produced to the backend right away (so a `post_send` leaves in the
-//! caller's thread); the progress thread sleeps in `poll` on the backend's descriptor and a
+//! One engine and one progress thread per device. The handles reach the engine only through
+//! the verbs methods of [`Shared`] (`post_send`, `modify_qp`, `copy_barrier`…); each locks the
+//! engine, does its work and hands what the engine produced to the backend right away (so a
+//! `post_send` leaves in the caller's thread). A pump publishes completions before it sends;
+//! bare ACKs produced by a program's own poll wait for its next verb ([`Flush::Join`]). The
+//! progress thread sleeps in `poll` on the backend's descriptor and a
 //! wake-up eventfd with the engine's next deadline as timeout, receives a batch, feeds the
 //! engine, sends its answers, fires timers, and delivers completions to the CQs the engine
 //! names and events to the context. `FERROCE_BUSY_POLL=1` makes it spin instead of sleeping
@@ -16,7 +19,11 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use ferroce_transport::{AsyncEvent, Endpoint, EndpointConfig, Instant};
+use ferroce_transport::{
+    AsyncEvent, Endpoint, EndpointConfig, Instant, QpAttr, QpAttrMask, RecvWr, SendWr, SrqAttr,
+    VerbError,
+};
+use ferroce_wire::Opcode;
 use parking_lot::Mutex;
 
 use crate::backend::{self, DatapathStats, Receiver, Transmitter};
@@ -39,6 +46,24 @@ const INLINE_MAX_INFLIGHT: u32 = 16;
 /// rather than sending alone: a deep queue, not a ping-pong (whose next message may be posted
 /// before the last one's ACK is in, and must not wait for it).
 const DEFER_MIN_PSNS: u32 = 8;
+
+/// How a pump hands what the engine built to the backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Flush {
+    /// Build and send everything now.
+    Now,
+    /// Build nothing: a deep queue's posts wait for the next acknowledgement's pump, which
+    /// sends them with everything queued by then (trains). ACKs held earlier leave now.
+    Hold,
+    /// A program's own verb or receive: if all that is queued are bare ACKs, they stay in
+    /// the send batch and leave with the program's next post (one system call for the ACK
+    /// and the reply of a ping-pong), at its next poll of an empty CQ, or at the progress
+    /// thread's next pass (within [`INLINE_WINDOW`]); anything else is sent now.
+    Join,
+}
+
+/// Devices of this process with bare ACKs held in their send batch ([`Flush::Join`]).
+static HELD_ACKS: AtomicU32 = AtomicU32::new(0);
 
 /// Runtime counters the engine does not keep.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -76,17 +101,20 @@ pub enum AsyncEventRecord {
 }
 
 /// Everything the engine lock protects.
-pub(crate) struct EngineState {
-    pub(crate) ep: Endpoint,
+struct EngineState {
+    ep: Endpoint,
     /// The backend's sending half: datagrams are built straight into its buffers.
     tx: Box<dyn Transmitter>,
-    pub(crate) counters: RuntimeCounters,
+    counters: RuntimeCounters,
+    /// Bare ACKs wait in `tx` for the program's next verb ([`Flush::Join`]); counted in
+    /// [`HELD_ACKS`].
+    acks_held: bool,
 }
 
 /// What a device's handles share with its progress thread.
 pub(crate) struct Shared {
     pub(crate) local: SocketAddr,
-    pub(crate) engine: Mutex<EngineState>,
+    engine: Mutex<EngineState>,
     pub(crate) mrs: MrTable,
     wake: EventFd,
     shutdown: AtomicBool,
@@ -100,7 +128,7 @@ pub(crate) struct Shared {
     next_pd: AtomicU32,
     /// Every live CQ of the device by the number the engine reports completions with
     /// ([`ferroce_transport::Completion::cq`]). Locked after `engine`, never before.
-    pub(crate) cqs: Mutex<HashMap<u32, Weak<CqInner>>>,
+    cqs: Mutex<HashMap<u32, Weak<CqInner>>>,
     next_cq: AtomicU32,
     /// The backend's receiving half; whoever holds this lock is the one receiver.
     rx: Mutex<Box<dyn Receiver>>,
@@ -250,6 +278,18 @@ pub(crate) fn member_registry(local: SocketAddr) -> Option<(Arc<backend::group::
         .map(|sh| (sh.membership.registry.clone(), sh.membership.slot))
 }
 
+/// Sends the ACKs every device of this process holds ([`Flush::Join`]).
+fn flush_held_all() {
+    let held: Vec<Arc<Shared>> = RUNTIMES
+        .lock()
+        .iter()
+        .filter_map(|(_, _, sh)| sh.upgrade())
+        .collect();
+    for sh in held {
+        sh.flush_held();
+    }
+}
+
 /// How a runtime is started.
 pub(crate) struct RuntimeConfig {
     pub(crate) local: SocketAddr,
@@ -291,6 +331,7 @@ impl Shared {
                 ep: Endpoint::new(cfg.engine),
                 tx,
                 counters: RuntimeCounters::default(),
+                acks_held: false,
             }),
             mrs: MrTable::default(),
             wake: EventFd::new()?,
@@ -375,14 +416,20 @@ impl Shared {
     }
 
     /// Runs `f` on the engine, then sends what it produced and routes completions.
-    pub(crate) fn with_engine<R>(
+    fn with_engine<R>(&self, f: impl FnOnce(&mut EngineState, &MrTable, Instant) -> R) -> R {
+        self.with_engine_flush(Flush::Now, f)
+    }
+
+    /// As [`Shared::with_engine`], pumping as `flush` says.
+    fn with_engine_flush<R>(
         &self,
+        flush: Flush,
         f: impl FnOnce(&mut EngineState, &MrTable, Instant) -> R,
     ) -> R {
         let mut st = self.engine.lock();
         let now = self.now();
         let r = f(&mut st, &self.mrs, now);
-        self.pump(&mut st, now, true);
+        self.pump(&mut st, now, flush);
         r
     }
 
@@ -390,8 +437,9 @@ impl Shared {
     /// had [`DEFER_MIN_PSNS`] requests unacknowledged, what the posts produce waits for the acknowledgement (or
     /// the retransmit timer), whose processing sends it with everything else queued by then:
     /// a deep queue of small messages leaves in trains, one system call for many. A post to
-    /// a QP with nothing in flight (a lone message) leaves at once, in the caller's thread.
-    pub(crate) fn with_engine_post<R>(
+    /// a QP with nothing in flight (a lone message) leaves at once, in the caller's thread,
+    /// with any ACKs held for it.
+    fn with_engine_post<R>(
         &self,
         qpn: u32,
         f: impl FnOnce(&mut EngineState, &MrTable, Instant) -> R,
@@ -400,8 +448,153 @@ impl Shared {
         let now = self.now();
         let in_flight = st.ep.unacked_psns(qpn) >= DEFER_MIN_PSNS;
         let r = f(&mut st, &self.mrs, now);
-        self.pump(&mut st, now, !in_flight);
+        self.pump(
+            &mut st,
+            now,
+            if in_flight { Flush::Hold } else { Flush::Now },
+        );
         r
+    }
+
+    /// Sends the bare ACKs held for a program's next verb ([`Flush::Join`]), if any.
+    fn flush_held(&self) {
+        let mut st = self.engine.lock();
+        Self::flush_tx(&mut st);
+    }
+
+    /// Sends everything queued in the batch; ACKs held are held no more.
+    fn flush_tx(st: &mut EngineState) {
+        st.tx.flush();
+        if std::mem::take(&mut st.acks_held) {
+            HELD_ACKS.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
+    // ---- The verbs the handles call: they reach the engine only through these. ----
+
+    /// `ibv_create_qp` (QP1 if `gsi`): `registered` runs with the new QPN under the engine
+    /// lock, so nothing of the QP (an event) can come before the caller knows it.
+    pub(crate) fn create_qp(
+        &self,
+        init: ferroce_transport::QpInitAttr,
+        gsi: bool,
+        registered: impl FnOnce(u32),
+    ) -> Result<u32, VerbError> {
+        self.with_engine(|st, _, _| {
+            let r = if gsi {
+                st.ep.create_gsi_qp(init)
+            } else {
+                st.ep.create_qp(init)
+            };
+            if let Ok(qpn) = r {
+                registered(qpn);
+            }
+            r
+        })
+    }
+
+    /// `ibv_destroy_qp`: its unfinished work is dropped (a destroyed QP completes nothing).
+    pub(crate) fn destroy_qp(&self, qpn: u32) {
+        self.with_engine(|st, _, _| {
+            let _ = st.ep.destroy_qp(qpn);
+        });
+    }
+
+    /// `ibv_modify_qp`.
+    pub(crate) fn modify_qp(
+        &self,
+        qpn: u32,
+        attr: &QpAttr,
+        mask: QpAttrMask,
+    ) -> Result<(), VerbError> {
+        self.with_engine(|st, mrs, now| st.ep.modify_qp(qpn, attr, mask, mrs, now))
+    }
+
+    /// `ibv_query_qp`.
+    pub(crate) fn query_qp(&self, qpn: u32) -> Option<QpAttr> {
+        self.engine.lock().ep.query_qp(qpn)
+    }
+
+    /// `ibv_post_send` for a list: posts in order and stops at the first refused WR, which
+    /// is returned with its index; the WRs before it were posted. See
+    /// [`Shared::with_engine_post`] for when the packets leave.
+    pub(crate) fn post_send(&self, qpn: u32, wrs: &[SendWr]) -> Result<(), (usize, VerbError)> {
+        self.with_engine_post(qpn, |st, mrs, now| {
+            for (index, wr) in wrs.iter().enumerate() {
+                st.ep
+                    .post_send(qpn, wr.clone(), mrs, now)
+                    .map_err(|e| (index, e))?;
+            }
+            Ok(())
+        })
+    }
+
+    /// `ibv_post_recv`. ACKs held for the program's answer stay held: a receive is posted
+    /// before the answer's send.
+    pub(crate) fn post_recv(&self, qpn: u32, wr: &RecvWr) -> Result<(), VerbError> {
+        self.with_engine_flush(Flush::Join, |st, mrs, now| {
+            st.ep.post_recv(qpn, wr.clone(), mrs, now)
+        })
+    }
+
+    /// `ibv_create_srq`: `registered` runs with its number under the engine lock.
+    pub(crate) fn create_srq(&self, attr: SrqAttr, registered: impl FnOnce(u32)) -> u32 {
+        self.with_engine(|st, _, _| {
+            let n = st.ep.create_srq(attr);
+            registered(n);
+            n
+        })
+    }
+
+    /// `ibv_destroy_srq`.
+    pub(crate) fn destroy_srq(&self, srqn: u32) {
+        self.with_engine(|st, _, _| {
+            let _ = st.ep.destroy_srq(srqn);
+        });
+    }
+
+    /// Whether a QP receives through SRQ `srqn`.
+    pub(crate) fn srq_in_use(&self, srqn: u32) -> bool {
+        self.engine.lock().ep.srq_in_use(srqn)
+    }
+
+    /// Whether a QP reports to CQ `cq`.
+    pub(crate) fn cq_in_use(&self, cq: u32) -> bool {
+        self.engine.lock().ep.cq_in_use(cq)
+    }
+
+    /// `ibv_post_srq_recv` (held ACKs stay held, as [`Shared::post_recv`]).
+    pub(crate) fn post_srq_recv(&self, srqn: u32, wr: &RecvWr) -> Result<(), VerbError> {
+        self.with_engine_flush(Flush::Join, |st, _, _| {
+            st.ep.post_srq_recv(srqn, wr.clone())
+        })
+    }
+
+    /// `ibv_modify_srq` with `IBV_SRQ_LIMIT`; `None` if the limit is above `max_wr`.
+    pub(crate) fn arm_srq(&self, srqn: u32, limit: u32) -> Option<Result<(), VerbError>> {
+        self.with_engine(|st, _, _| {
+            let max = st.ep.query_srq(srqn).map_or(0, |a| a.max_wr);
+            (limit <= max).then(|| st.ep.arm_srq(srqn, limit))
+        })
+    }
+
+    /// `ibv_query_srq`.
+    pub(crate) fn query_srq(&self, srqn: u32) -> Option<SrqAttr> {
+        self.engine.lock().ep.query_srq(srqn)
+    }
+
+    /// The engine's counters (named as rxe's hw_counters) and the runtime's.
+    pub(crate) fn all_counters(&self) -> (ferroce_transport::Counters, RuntimeCounters) {
+        let st = self.engine.lock();
+        (*st.ep.counters(), self.counters(&st))
+    }
+
+    /// Returns once no copy into or out of a region that started before the call is still
+    /// running: every copy runs under the engine lock after a key lookup under the same
+    /// lock, so once the lock has been free once, a key removed before the call is used by
+    /// none (`ibv_dereg_mr`, `ibv_rereg_mr`).
+    pub(crate) fn copy_barrier(&self) {
+        drop(self.engine.lock());
     }
 
     /// Stops the progress thread.
@@ -410,24 +603,22 @@ impl Shared {
         self.wake.signal();
     }
 
-    /// Drains the engine's outputs: datagrams to the socket (unless `transmit` is false: then
-    /// they wait for the next pump), completions to CQs, events to the context; wakes the
-    /// progress thread if the next deadline moved earlier.
-    fn pump(&self, st: &mut EngineState, now: Instant, transmit: bool) {
-        let mut budget = if transmit { PUMP_BUDGET } else { 0 };
-        loop {
-            if !transmit {
-                break;
-            }
-            if budget == 0 {
-                // More to send: the progress thread carries on without sleeping.
-                self.wake.signal();
-                break;
-            }
+    /// Drains the engine's outputs: completions to CQs and events to the context first, then
+    /// datagrams to the socket as `flush` says (so a program sees its completion before the
+    /// system call that carries the ACK); wakes the progress thread if the next deadline moved
+    /// earlier.
+    fn pump(&self, st: &mut EngineState, now: Instant, flush: Flush) {
+        let mut budget = if flush == Flush::Hold { 0 } else { PUMP_BUDGET };
+        // Whether everything built by this pump is a bare ACK (ACKs may wait: `Flush::Join`).
+        let mut only_acks = true;
+        while budget > 0 {
             budget -= 1;
             let EngineState { ep, tx, .. } = &mut *st;
             match ep.poll_transmit(now, tx.buffer(), &self.mrs) {
-                Ok(Some(t)) => tx.commit(t.len, t.dst),
+                Ok(Some(t)) => {
+                    only_acks &= tx.buffer()[0] == Opcode::RC_ACKNOWLEDGE.0;
+                    tx.commit(t.len, t.dst);
+                }
                 Ok(None) => break,
                 Err(e) => {
                     // Backend buffers are MAX_PACKET long, above MIN_TRANSMIT_BUF (a
@@ -436,14 +627,43 @@ impl Shared {
                     break;
                 }
             }
+            if budget == 0 {
+                // More to send: the progress thread carries on without sleeping.
+                self.wake.signal();
+            }
         }
-        st.tx.flush();
-        // Completions to the CQs the engine names.
+        self.route_completions(st);
+        while let Some(e) = st.ep.poll_event() {
+            self.push_event(AsyncEventRecord::Engine(e));
+        }
+        if flush == Flush::Join && only_acks {
+            // Bare ACKs (or nothing new): they wait for the program's next verb.
+            if !st.acks_held && !st.tx.is_empty() {
+                st.acks_held = true;
+                HELD_ACKS.fetch_add(1, Ordering::Relaxed);
+            }
+        } else {
+            Self::flush_tx(st);
+        }
+        // A new, earlier deadline must wake the progress thread.
+        if let Some(t) = st.ep.poll_timeout() {
+            if t.as_nanos() < self.sleep_until.load(Ordering::SeqCst) {
+                self.wake.signal();
+            }
+        }
+    }
+
+    /// Completions to the CQs the engine names: the registry is read once per run of
+    /// completions of one CQ, not once per completion.
+    fn route_completions(&self, st: &mut EngineState) {
+        let mut last: Option<Arc<CqInner>> = None;
         while let Some(c) = st.ep.poll_completion() {
-            // The registry lock is released before the CQ is used: dropping the last handle
-            // of a CQ (possible right after `upgrade`) takes it to unregister.
-            let cq = self.cqs.lock().get(&c.cq).and_then(Weak::upgrade);
-            match cq {
+            if last.as_ref().is_none_or(|cq| cq.handle != c.cq) {
+                // The registry lock is released before the CQ is used: dropping the last
+                // handle of a CQ (possible right after `upgrade`) takes it to unregister.
+                last = self.cqs.lock().get(&c.cq).and_then(Weak::upgrade);
+            }
+            match &last {
                 Some(cq) => {
                     if !cq.push(c.wc) {
                         st.counters.cq_overflows += 1;
@@ -455,15 +675,6 @@ impl Shared {
                     c.qpn,
                     c.cq
                 ),
-            }
-        }
-        while let Some(e) = st.ep.poll_event() {
-            self.push_event(AsyncEventRecord::Engine(e));
-        }
-        // A new, earlier deadline must wake the progress thread.
-        if let Some(t) = st.ep.poll_timeout() {
-            if t.as_nanos() < self.sleep_until.load(Ordering::SeqCst) {
-                self.wake.signal();
             }
         }
     }
@@ -503,6 +714,17 @@ impl Shared {
         self.next_cq.fetch_add(1, Ordering::Relaxed)
     }
 
+    /// Lists a new CQ under its handle number: the engine's completions for that number go
+    /// to it from now on.
+    pub(crate) fn add_cq(&self, cq: &Arc<CqInner>) {
+        self.cqs.lock().insert(cq.handle, Arc::downgrade(cq));
+    }
+
+    /// Unlists CQ `handle` (its last handle is going): its completions are dropped.
+    pub(crate) fn remove_cq(&self, handle: u32) {
+        self.cqs.lock().remove(&handle);
+    }
+
     fn push_event(&self, e: AsyncEventRecord) {
         self.router.route(e);
     }
@@ -518,7 +740,7 @@ impl Shared {
         let local_ip: IpAddr = self.local.ip();
         // The system call runs before the engine lock is taken: verbs calls need not wait.
         let n = rx.receive();
-        self.process(rx, n, local_ip)
+        self.process(rx, n, local_ip, Flush::Now)
     }
 
     /// Takes what waits on the socket through the engine now, in the caller's thread (at
@@ -544,11 +766,12 @@ impl Shared {
         if n == 0 {
             return 0;
         }
-        self.process(rx, n, self.local.ip())
+        self.process(rx, n, self.local.ip(), Flush::Join)
     }
 
-    /// Feeds the `n` datagrams just received to the engine, fires expired timers and pumps.
-    fn process(&self, rx: &mut dyn Receiver, n: usize, local_ip: IpAddr) -> usize {
+    /// Feeds the `n` datagrams just received to the engine, fires expired timers and pumps
+    /// as `flush` says.
+    fn process(&self, rx: &mut dyn Receiver, n: usize, local_ip: IpAddr, flush: Flush) -> usize {
         let mut st = self.engine.lock();
         let now = self.now();
         {
@@ -561,12 +784,12 @@ impl Shared {
             st.ep.handle_timeout(now, &self.mrs);
         }
         // Always drain: a timer may have failed a QP (completions, no packets).
-        self.pump(&mut st, now, true);
+        self.pump(&mut st, now, flush);
         n
     }
 
     /// The counters of the runtime and its backend.
-    pub(crate) fn counters(&self, st: &EngineState) -> RuntimeCounters {
+    fn counters(&self, st: &EngineState) -> RuntimeCounters {
         RuntimeCounters {
             udp_sent: DatapathStats::get(&self.stats.sent),
             udp_rcvd: DatapathStats::get(&self.stats.rcvd),
@@ -593,7 +816,13 @@ impl Shared {
             .store(self.now().as_nanos(), Ordering::Relaxed);
         if let Some(mut rx) = self.rx.try_lock() {
             BUSY.with(|b| b.set(0));
-            self.receive_inline(&mut **rx);
+            if self.receive_inline(&mut **rx) == 0 && HELD_ACKS.load(Ordering::Relaxed) > 0 {
+                // Nothing new, and the program did not answer what it got: the ACKs held
+                // for its answer leave now (those of every device of the process: one
+                // thread may drive both ends).
+                drop(rx);
+                flush_held_all();
+            }
         } else {
             // The progress thread is receiving: usually for a few microseconds, on another
             // core, so the poller spins. If it stays busy, it may have been preempted holding

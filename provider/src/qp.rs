@@ -38,9 +38,7 @@ struct QpInner {
 impl Drop for QpInner {
     fn drop(&mut self) {
         let qpn = self.qpn;
-        self.pd.ctx.shared.with_engine(|st, _, _| {
-            let _ = st.ep.destroy_qp(qpn);
-        });
+        self.pd.ctx.shared.destroy_qp(qpn);
         self.pd.ctx.shared.router.unregister(Owned::Qp(qpn));
     }
 }
@@ -237,17 +235,9 @@ impl ProtectionDomain {
             send_cq: init.send_cq.inner.handle,
             recv_cq: init.recv_cq.inner.handle,
         };
-        let qpn = shared.with_engine(|st, _, _| {
-            let r = if gsi {
-                st.ep.create_gsi_qp(t_init)
-            } else {
-                st.ep.create_qp(t_init)
-            };
-            // Registered under the engine lock: no event of the QP can come before.
-            if let Ok(qpn) = r {
-                self.ctx.register_events(Owned::Qp(qpn));
-            }
-            r
+        // Registered under the engine lock: no event of the QP can come before.
+        let qpn = shared.create_qp(t_init, gsi, |qpn| {
+            self.ctx.register_events(Owned::Qp(qpn));
         })?;
         Ok(QueuePair {
             inner: Arc::new(QpInner {
@@ -269,11 +259,10 @@ impl ProtectionDomain {
         if attr.max_wr == 0 || attr.max_wr > limits::MAX_SRQ_WR || attr.max_sge > limits::MAX_SGE {
             return Err(Error::InvalidArgument("SRQ max_wr/max_sge"));
         }
-        let srqn = self.ctx.shared.with_engine(|st, _, _| {
-            let n = st.ep.create_srq(attr);
-            self.ctx.register_events(Owned::Srq(n));
-            n
-        });
+        let srqn = self
+            .ctx
+            .shared
+            .create_srq(attr, |n| self.ctx.register_events(Owned::Srq(n)));
         Ok(SharedReceiveQueue {
             inner: Arc::new(SrqInner {
                 srqn,
@@ -324,11 +313,7 @@ impl QueuePair {
                     .inspect_err(|e| log::debug!("modify_qp({qpn:#x}): {e}"))?;
             }
         }
-        self.inner
-            .pd
-            .ctx
-            .shared
-            .with_engine(|st, mrs, now| st.ep.modify_qp(qpn, attr, mask, mrs, now))?;
+        self.inner.pd.ctx.shared.modify_qp(qpn, attr, mask)?;
         if mask.contains(QpAttrMask::STATE) && attr.qp_state == ferroce_transport::QpState::Reset {
             // A QP back in RESET starts clean: the completions it left in its CQs (the flushes
             // of an earlier error) go, as mlx5 cleans its CQs, so the next poll after the QP
@@ -396,12 +381,7 @@ impl QueuePair {
     /// `ibv_query_qp`.
     pub fn query(&self) -> QpAttr {
         let qpn = self.inner.qpn;
-        self.inner
-            .pd
-            .ctx
-            .shared
-            .with_engine(|st, _, _| st.ep.query_qp(qpn))
-            .unwrap_or_default()
+        self.inner.pd.ctx.shared.query_qp(qpn).unwrap_or_default()
     }
 
     /// `ibv_post_send` for one work request. The SGEs name registered memory by address and
@@ -431,16 +411,10 @@ impl QueuePair {
             .pd
             .ctx
             .shared
-            .with_engine_post(qpn, |st, mrs, now| {
-                for (index, wr) in wrs.iter().enumerate() {
-                    st.ep
-                        .post_send(qpn, wr.clone(), mrs, now)
-                        .map_err(|e| Error::Refused {
-                            index,
-                            error: Box::new(Error::from(e)),
-                        })?;
-                }
-                Ok(())
+            .post_send(qpn, wrs)
+            .map_err(|(index, e)| Error::Refused {
+                index,
+                error: Box::new(Error::from(e)),
             })
     }
 
@@ -450,12 +424,7 @@ impl QueuePair {
     /// [`Error::Post`]: wrong state, full queue, too many SGEs, or the QP uses an SRQ.
     pub fn post_recv(&self, wr: &RecvWr) -> Result<()> {
         let qpn = self.inner.qpn;
-        let wr = wr.clone();
-        self.inner
-            .pd
-            .ctx
-            .shared
-            .with_engine(|st, mrs, now| st.ep.post_recv(qpn, wr, mrs, now))?;
+        self.inner.pd.ctx.shared.post_recv(qpn, wr)?;
         Ok(())
     }
 }
@@ -468,9 +437,7 @@ struct SrqInner {
 impl Drop for SrqInner {
     fn drop(&mut self) {
         let n = self.srqn;
-        self.pd.ctx.shared.with_engine(|st, _, _| {
-            let _ = st.ep.destroy_srq(n);
-        });
+        self.pd.ctx.shared.destroy_srq(n);
         self.pd.ctx.shared.router.unregister(Owned::Srq(n));
     }
 }
@@ -497,7 +464,7 @@ impl SharedReceiveQueue {
     /// EBUSY, as on rxe).
     pub fn in_use(&self) -> bool {
         let n = self.inner.srqn;
-        self.inner.pd.ctx.shared.engine.lock().ep.srq_in_use(n)
+        self.inner.pd.ctx.shared.srq_in_use(n)
     }
 
     /// `ibv_post_srq_recv` for one work request.
@@ -506,12 +473,7 @@ impl SharedReceiveQueue {
     /// [`Error::Post`] for a full queue or too many SGEs.
     pub fn post_recv(&self, wr: &RecvWr) -> Result<()> {
         let n = self.inner.srqn;
-        let wr = wr.clone();
-        self.inner
-            .pd
-            .ctx
-            .shared
-            .with_engine(|st, _, _| st.ep.post_srq_recv(n, wr))?;
+        self.inner.pd.ctx.shared.post_srq_recv(n, wr)?;
         Ok(())
     }
 
@@ -521,23 +483,15 @@ impl SharedReceiveQueue {
     /// [`Error::InvalidArgument`] if the limit exceeds `max_wr`.
     pub fn arm_limit(&self, limit: u32) -> Result<()> {
         let n = self.inner.srqn;
-        self.inner.pd.ctx.shared.with_engine(|st, _, _| {
-            let max = st.ep.query_srq(n).map_or(0, |a| a.max_wr);
-            if limit > max {
-                return Err(Error::InvalidArgument("srq_limit above max_wr"));
-            }
-            st.ep.arm_srq(n, limit).map_err(Error::from)
-        })
+        match self.inner.pd.ctx.shared.arm_srq(n, limit) {
+            Some(r) => r.map_err(Error::from),
+            None => Err(Error::InvalidArgument("srq_limit above max_wr")),
+        }
     }
 
     /// `ibv_query_srq`.
     pub fn query(&self) -> SrqAttr {
         let n = self.inner.srqn;
-        self.inner
-            .pd
-            .ctx
-            .shared
-            .with_engine(|st, _, _| st.ep.query_srq(n))
-            .unwrap_or_default()
+        self.inner.pd.ctx.shared.query_srq(n).unwrap_or_default()
     }
 }

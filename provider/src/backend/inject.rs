@@ -68,6 +68,10 @@ impl<T: Transmitter> Transmitter for FaultyTransmitter<T> {
         }
     }
 
+    fn is_empty(&self) -> bool {
+        self.inner.is_empty()
+    }
+
     fn flush(&mut self) {
         self.inner.flush();
     }

@@ -32,6 +32,8 @@ pub(crate) trait Transmitter: Send {
     /// Sends everything queued. Datagrams the network refuses are dropped and counted, as a
     /// NIC drops on a full queue; the transport recovers them.
     fn flush(&mut self);
+    /// Whether nothing is queued (all committed datagrams were sent).
+    fn is_empty(&self) -> bool;
 }
 
 /// What a [`Receiver`] hands each datagram to: its source, its UDP payload, the IPv4 ID a
@@ -164,6 +166,9 @@ mod tests {
         }
         fn flush(&mut self) {
             self.sent.append(&mut self.queued);
+        }
+        fn is_empty(&self) -> bool {
+            self.queued.is_empty()
         }
     }
 

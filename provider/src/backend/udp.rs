@@ -124,6 +124,10 @@ impl Transmitter for UdpTransmitter {
         }
     }
 
+    fn is_empty(&self) -> bool {
+        self.batch.is_empty()
+    }
+
     fn flush(&mut self) {
         if self.batch.is_empty() {
             return;
