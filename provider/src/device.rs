@@ -192,13 +192,15 @@ impl Device {
     fn registry(
         &self,
         port: u16,
-    ) -> crate::Result<Option<(std::sync::Arc<crate::backend::group::Registry>, u8)>> {
+    ) -> crate::Result<Option<(std::sync::Arc<crate::host::group::Registry>, u8)>> {
         let local = self.socket_addr(port);
         if let Some(r) = crate::driver::member_registry(local) {
             return Ok(Some(r));
         }
-        Ok(crate::backend::group::Registry::open_existing(local)?
-            .map(|r| (std::sync::Arc::new(r), 0)))
+        Ok(
+            crate::host::group::Registry::open_existing(local)?
+                .map(|r| (std::sync::Arc::new(r), 0)),
+        )
     }
 
     /// The ServiceIDs processes on this device's address and UDP `port` (4791) hold: rdma_cm

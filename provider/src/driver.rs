@@ -4,9 +4,8 @@
 //! One engine and one progress thread per device. The handles reach the engine only through
 //! the verbs methods of [`Shared`] (`post_send`, `modify_qp`, `copy_barrier`…); each locks the
 //! engine, does its work and hands what the engine produced to the backend right away (so a
-//! `post_send` leaves in the caller's thread). A pump publishes completions before it sends;
-//! bare ACKs produced by a program's own poll wait for its next verb ([`Flush::Join`]). The
-//! progress thread sleeps in `poll` on the backend's descriptor and a
+//! `post_send` leaves in the caller's thread). A pump publishes completions before it sends.
+//! The progress thread sleeps in `poll` on the backend's descriptor and a
 //! wake-up eventfd with the engine's next deadline as timeout, receives a batch, feeds the
 //! engine, sends its answers, fires timers, and delivers completions to the CQs the engine
 //! names and events to the context. `FERROCE_BUSY_POLL=1` makes it spin instead of sleeping
@@ -23,7 +22,6 @@ use ferroce_transport::{
     AsyncEvent, Endpoint, EndpointConfig, Instant, QpAttr, QpAttrMask, RecvWr, SendWr, SrqAttr,
     VerbError,
 };
-use ferroce_wire::Opcode;
 use parking_lot::Mutex;
 
 use crate::backend::{self, DatapathStats, Receiver, Transmitter};
@@ -53,17 +51,9 @@ pub(crate) enum Flush {
     /// Build and send everything now.
     Now,
     /// Build nothing: a deep queue's posts wait for the next acknowledgement's pump, which
-    /// sends them with everything queued by then (trains). ACKs held earlier leave now.
+    /// sends them with everything queued by then (trains).
     Hold,
-    /// A program's own verb or receive: if all that is queued are bare ACKs, they stay in
-    /// the send batch and leave with the program's next post (one system call for the ACK
-    /// and the reply of a ping-pong), at its next poll of an empty CQ, or at the progress
-    /// thread's next pass (within [`INLINE_WINDOW`]); anything else is sent now.
-    Join,
 }
-
-/// Devices of this process with bare ACKs held in their send batch ([`Flush::Join`]).
-static HELD_ACKS: AtomicU32 = AtomicU32::new(0);
 
 /// Runtime counters the engine does not keep.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -86,6 +76,10 @@ pub struct RuntimeCounters {
     pub trains: u64,
     /// Received datagrams fault injection marked CE (`FERROCE_FAULTS=ce=P`).
     pub injected_ce: u64,
+    /// `recvmmsg` calls made, those that found nothing included.
+    pub recv_calls: u64,
+    /// `recvmmsg` calls that found nothing (a poll of an empty CQ reads the socket).
+    pub empty_recvs: u64,
 }
 
 /// An asynchronous event with the object it concerns.
@@ -106,9 +100,6 @@ struct EngineState {
     /// The backend's sending half: datagrams are built straight into its buffers.
     tx: Box<dyn Transmitter>,
     counters: RuntimeCounters,
-    /// Bare ACKs wait in `tx` for the program's next verb ([`Flush::Join`]); counted in
-    /// [`HELD_ACKS`].
-    acks_held: bool,
 }
 
 /// What a device's handles share with its progress thread.
@@ -139,7 +130,7 @@ pub(crate) struct Shared {
     /// The backend's counters.
     stats: Arc<DatapathStats>,
     /// This process's place in the address's group of processes.
-    membership: backend::group::Membership,
+    membership: crate::host::group::Membership,
     /// Moderated CQs waiting for their period to run out: (deadline in engine ns, CQ).
     cq_timers: Mutex<Vec<(u64, Weak<CqInner>)>>,
     /// When a program last polled an empty CQ of this device and drove the socket itself
@@ -158,7 +149,7 @@ pub(crate) struct Runtime {
 
 impl RuntimeCounters {
     /// Every counter with its name, in a fixed order.
-    pub fn named(&self) -> [(&'static str, u64); 9] {
+    pub fn named(&self) -> [(&'static str, u64); 11] {
         [
             ("udp_sent", self.udp_sent),
             ("udp_rcvd", self.udp_rcvd),
@@ -169,6 +160,8 @@ impl RuntimeCounters {
             ("send_calls", self.send_calls),
             ("trains", self.trains),
             ("injected_ce", self.injected_ce),
+            ("recv_calls", self.recv_calls),
+            ("empty_recvs", self.empty_recvs),
         ]
     }
 }
@@ -269,25 +262,15 @@ pub(crate) fn forget_all() {
 /// The registry of `local` if this process is a member of its group. A second descriptor of
 /// the file must not be opened and closed by a member: closing any descriptor of a file drops
 /// all of the process's POSIX record locks on it, its slot's among them.
-pub(crate) fn member_registry(local: SocketAddr) -> Option<(Arc<backend::group::Registry>, u8)> {
+pub(crate) fn member_registry(
+    local: SocketAddr,
+) -> Option<(Arc<crate::host::group::Registry>, u8)> {
     RUNTIMES
         .lock()
         .iter()
         .filter(|(a, _, _)| *a == local)
         .find_map(|(_, _, sh)| sh.upgrade())
         .map(|sh| (sh.membership.registry.clone(), sh.membership.slot))
-}
-
-/// Sends the ACKs every device of this process holds ([`Flush::Join`]).
-fn flush_held_all() {
-    let held: Vec<Arc<Shared>> = RUNTIMES
-        .lock()
-        .iter()
-        .filter_map(|(_, _, sh)| sh.upgrade())
-        .collect();
-    for sh in held {
-        sh.flush_held();
-    }
 }
 
 /// How a runtime is started.
@@ -331,7 +314,6 @@ impl Shared {
                 ep: Endpoint::new(cfg.engine),
                 tx,
                 counters: RuntimeCounters::default(),
-                acks_held: false,
             }),
             mrs: MrTable::default(),
             wake: EventFd::new()?,
@@ -437,8 +419,7 @@ impl Shared {
     /// had [`DEFER_MIN_PSNS`] requests unacknowledged, what the posts produce waits for the acknowledgement (or
     /// the retransmit timer), whose processing sends it with everything else queued by then:
     /// a deep queue of small messages leaves in trains, one system call for many. A post to
-    /// a QP with nothing in flight (a lone message) leaves at once, in the caller's thread,
-    /// with any ACKs held for it.
+    /// a QP with nothing in flight (a lone message) leaves at once, in the caller's thread.
     fn with_engine_post<R>(
         &self,
         qpn: u32,
@@ -454,20 +435,6 @@ impl Shared {
             if in_flight { Flush::Hold } else { Flush::Now },
         );
         r
-    }
-
-    /// Sends the bare ACKs held for a program's next verb ([`Flush::Join`]), if any.
-    fn flush_held(&self) {
-        let mut st = self.engine.lock();
-        Self::flush_tx(&mut st);
-    }
-
-    /// Sends everything queued in the batch; ACKs held are held no more.
-    fn flush_tx(st: &mut EngineState) {
-        st.tx.flush();
-        if std::mem::take(&mut st.acks_held) {
-            HELD_ACKS.fetch_sub(1, Ordering::Relaxed);
-        }
     }
 
     // ---- The verbs the handles call: they reach the engine only through these. ----
@@ -529,12 +496,9 @@ impl Shared {
         })
     }
 
-    /// `ibv_post_recv`. ACKs held for the program's answer stay held: a receive is posted
-    /// before the answer's send.
+    /// `ibv_post_recv`.
     pub(crate) fn post_recv(&self, qpn: u32, wr: &RecvWr) -> Result<(), VerbError> {
-        self.with_engine_flush(Flush::Join, |st, mrs, now| {
-            st.ep.post_recv(qpn, wr.clone(), mrs, now)
-        })
+        self.with_engine(|st, mrs, now| st.ep.post_recv(qpn, wr.clone(), mrs, now))
     }
 
     /// `ibv_create_srq`: `registered` runs with its number under the engine lock.
@@ -563,11 +527,9 @@ impl Shared {
         self.engine.lock().ep.cq_in_use(cq)
     }
 
-    /// `ibv_post_srq_recv` (held ACKs stay held, as [`Shared::post_recv`]).
+    /// `ibv_post_srq_recv`.
     pub(crate) fn post_srq_recv(&self, srqn: u32, wr: &RecvWr) -> Result<(), VerbError> {
-        self.with_engine_flush(Flush::Join, |st, _, _| {
-            st.ep.post_srq_recv(srqn, wr.clone())
-        })
+        self.with_engine(|st, _, _| st.ep.post_srq_recv(srqn, wr.clone()))
     }
 
     /// `ibv_modify_srq` with `IBV_SRQ_LIMIT`; `None` if the limit is above `max_wr`.
@@ -605,20 +567,16 @@ impl Shared {
 
     /// Drains the engine's outputs: completions to CQs and events to the context first, then
     /// datagrams to the socket as `flush` says (so a program sees its completion before the
-    /// system call that carries the ACK); wakes the progress thread if the next deadline moved
-    /// earlier.
+    /// system call that carries the ACK, which leaves right after: a peer's send completes
+    /// when the packet is received, as with a NIC, not when the program next calls a verb);
+    /// wakes the progress thread if the next deadline moved earlier.
     fn pump(&self, st: &mut EngineState, now: Instant, flush: Flush) {
         let mut budget = if flush == Flush::Hold { 0 } else { PUMP_BUDGET };
-        // Whether everything built by this pump is a bare ACK (ACKs may wait: `Flush::Join`).
-        let mut only_acks = true;
         while budget > 0 {
             budget -= 1;
             let EngineState { ep, tx, .. } = &mut *st;
             match ep.poll_transmit(now, tx.buffer(), &self.mrs) {
-                Ok(Some(t)) => {
-                    only_acks &= tx.buffer()[0] == Opcode::RC_ACKNOWLEDGE.0;
-                    tx.commit(t.len, t.dst);
-                }
+                Ok(Some(t)) => tx.commit(t.len, t.dst),
                 Ok(None) => break,
                 Err(e) => {
                     // Backend buffers are MAX_PACKET long, above MIN_TRANSMIT_BUF (a
@@ -636,15 +594,7 @@ impl Shared {
         while let Some(e) = st.ep.poll_event() {
             self.push_event(AsyncEventRecord::Engine(e));
         }
-        if flush == Flush::Join && only_acks {
-            // Bare ACKs (or nothing new): they wait for the program's next verb.
-            if !st.acks_held && !st.tx.is_empty() {
-                st.acks_held = true;
-                HELD_ACKS.fetch_add(1, Ordering::Relaxed);
-            }
-        } else {
-            Self::flush_tx(st);
-        }
+        st.tx.flush();
         // A new, earlier deadline must wake the progress thread.
         if let Some(t) = st.ep.poll_timeout() {
             if t.as_nanos() < self.sleep_until.load(Ordering::SeqCst) {
@@ -680,7 +630,7 @@ impl Shared {
     }
 
     /// The address's registry and this process's slot in it (the GSI routing point's tables).
-    pub(crate) fn gsi(&self) -> (&backend::group::Registry, u8) {
+    pub(crate) fn gsi(&self) -> (&crate::host::group::Registry, u8) {
         (&self.membership.registry, self.membership.slot)
     }
 
@@ -766,7 +716,7 @@ impl Shared {
         if n == 0 {
             return 0;
         }
-        self.process(rx, n, self.local.ip(), Flush::Join)
+        self.process(rx, n, self.local.ip(), Flush::Now)
     }
 
     /// Feeds the `n` datagrams just received to the engine, fires expired timers and pumps
@@ -798,6 +748,8 @@ impl Shared {
             send_calls: DatapathStats::get(&self.stats.send_calls),
             trains: DatapathStats::get(&self.stats.trains),
             injected_ce: DatapathStats::get(&self.stats.injected_ce),
+            recv_calls: DatapathStats::get(&self.stats.recv_calls),
+            empty_recvs: DatapathStats::get(&self.stats.empty_recvs),
             ..st.counters
         }
     }
@@ -816,13 +768,7 @@ impl Shared {
             .store(self.now().as_nanos(), Ordering::Relaxed);
         if let Some(mut rx) = self.rx.try_lock() {
             BUSY.with(|b| b.set(0));
-            if self.receive_inline(&mut **rx) == 0 && HELD_ACKS.load(Ordering::Relaxed) > 0 {
-                // Nothing new, and the program did not answer what it got: the ACKs held
-                // for its answer leave now (those of every device of the process: one
-                // thread may drive both ends).
-                drop(rx);
-                flush_held_all();
-            }
+            self.receive_inline(&mut **rx);
         } else {
             // The progress thread is receiving: usually for a few microseconds, on another
             // core, so the poller spins. If it stays busy, it may have been preempted holding

@@ -17,7 +17,7 @@
 //! Whatever has no owner goes to the role holder's QP1. A route lasts as long as its
 //! [`GsiRoute`] handle, and a dead process's routes go with it.
 
-use crate::backend::gsi::Taken;
+use crate::host::gsi::Taken;
 use crate::{Context, Error, Result};
 
 /// A host-wide route of QP1 traffic to this process, removed when dropped.

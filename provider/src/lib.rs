@@ -60,6 +60,7 @@ mod events;
 pub mod faults;
 pub mod fork;
 pub mod gsi;
+mod host;
 mod mmsg;
 mod mr;
 pub mod mw;

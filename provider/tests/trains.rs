@@ -3,7 +3,8 @@
 //! check; a deep queue of small WRITEs leaves in far fewer system calls than messages (posts
 //! behind unacknowledged ones join the next train), while a lone message still goes at once;
 //! `FERROCE_TRAINS=0`-style opening turns trains off; a train the kernel refuses goes again as
-//! plain datagrams.
+//! plain datagrams; a train longer than the kernel's `UDP_MAX_SEGMENTS` goes again as shorter
+//! trains.
 
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
@@ -171,6 +172,55 @@ fn trains_fall_back_to_plain_datagrams_where_the_kernel_refuses_them() {
         assert!(
             ctx(0).verify(&buf[..n]),
             "datagram {i}: its ICRC restored for ID 0"
+        );
+    }
+}
+
+/// A train longer than the kernel takes (`UDP_MAX_SEGMENTS`: 64 before Linux raised it to 128;
+/// here a batch told to try 200) is refused with EINVAL: the batch falls back to trains of 64
+/// and sends the same datagrams again, segment k of each train carrying IPv4 ID k, so every
+/// ICRC is right for its ID.
+#[test]
+fn trains_longer_than_the_kernel_takes_go_again_in_trains_of_64() {
+    use ferroce::udp::{FALLBACK_SEGMENTS, Segmentation, SendBatch, set_dont_fragment};
+    use ferroce_wire::icrc::IcrcContext;
+    use std::os::fd::AsRawFd;
+
+    let a = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let b = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    set_dont_fragment(a.as_raw_fd(), false).unwrap();
+    b.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let (src, dst) = (a.local_addr().unwrap(), b.local_addr().unwrap());
+    let ctx = |id| {
+        IcrcContext::v4(
+            [127, 0, 0, 1].into(),
+            [127, 0, 0, 1].into(),
+            id,
+            src.port(),
+            dst.port(),
+        )
+    };
+    let n = 150usize;
+    let mut s = SendBatch::new(n, 64);
+    s.set_segmentation(Segmentation::RoceV2);
+    s.set_max_segments(200);
+    for i in 0..n {
+        let buf = &mut s.next_buf()[..40];
+        buf.fill(i as u8);
+        ctx(0).fill(buf);
+        s.commit(40, dst);
+    }
+    assert_eq!(s.flush(a.as_raw_fd()).unwrap(), 0, "nothing lost");
+    assert_eq!(s.max_segments(), FALLBACK_SEGMENTS);
+    assert_eq!(s.segmentation(), Segmentation::RoceV2, "trains stay on");
+    let mut buf = [0u8; 100];
+    for i in 0..n {
+        let got = b.recv(&mut buf).unwrap();
+        assert_eq!((got, buf[0]), (40, i as u8));
+        let id = (i % FALLBACK_SEGMENTS) as u16;
+        assert!(
+            ctx(id).verify(&buf[..got]),
+            "datagram {i}: its ICRC is right for IPv4 ID {id}"
         );
     }
 }

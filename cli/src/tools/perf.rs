@@ -61,6 +61,51 @@ pub struct BwResult {
     pub msgs: u64,
     /// Time taken.
     pub elapsed: Duration,
+    /// System calls of both ends during the run (runtime counters).
+    pub calls: Syscalls,
+}
+
+/// `sendmmsg` and `recvmmsg` calls of both devices over a run, from their runtime counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Syscalls {
+    /// `sendmmsg` calls.
+    pub send: u64,
+    /// `recvmmsg` calls that took datagrams.
+    pub recv: u64,
+    /// `recvmmsg` calls that found nothing (polls of an empty CQ).
+    pub empty: u64,
+}
+
+impl Syscalls {
+    /// The calls both sides have made so far.
+    pub fn now(a: &Side, b: &Side) -> Syscalls {
+        let (x, y) = (a.ctx.counters().1, b.ctx.counters().1);
+        let empty = x.empty_recvs + y.empty_recvs;
+        Syscalls {
+            send: x.send_calls + y.send_calls,
+            recv: (x.recv_calls + y.recv_calls).saturating_sub(empty),
+            empty,
+        }
+    }
+
+    /// The calls made since `before`.
+    pub fn since(self, before: Syscalls) -> Syscalls {
+        Syscalls {
+            send: self.send.saturating_sub(before.send),
+            recv: self.recv.saturating_sub(before.recv),
+            empty: self.empty.saturating_sub(before.empty),
+        }
+    }
+
+    /// `sendmmsg` and `recvmmsg` calls that moved datagrams, per `n` messages.
+    pub fn per(self, n: u64) -> f64 {
+        (self.send + self.recv) as f64 / n.max(1) as f64
+    }
+
+    /// Empty `recvmmsg` calls per `n` messages.
+    pub fn empty_per(self, n: u64) -> f64 {
+        self.empty as f64 / n.max(1) as f64
+    }
 }
 
 impl BwResult {
@@ -125,6 +170,7 @@ pub fn bandwidth(
             }
         }
     }
+    let calls = Syscalls::now(a, b);
     let start = Instant::now();
     let mut posted = vec![0u64; nqp];
     let mut inflight = vec![0u32; nqp];
@@ -197,6 +243,7 @@ pub fn bandwidth(
         size: if op == Op::Atomic { 8 } else { size },
         msgs: done,
         elapsed,
+        calls: Syscalls::now(a, b).since(calls),
     })
 }
 
@@ -207,6 +254,8 @@ pub struct LatResult {
     pub size: u32,
     /// One sample per iteration, ascending.
     pub samples: Vec<Duration>,
+    /// System calls of both ends during the run (runtime counters).
+    pub calls: Syscalls,
 }
 
 impl LatResult {
@@ -256,6 +305,7 @@ pub fn latency(a: &Side, b: &Side, op: Op, size: u32, iters: u64) -> Result<LatR
         qa.post_recv(&recv(a))?;
         qb.post_recv(&recv(b))?;
     }
+    let calls = Syscalls::now(a, b);
     for i in 0..iters {
         let deadline = Instant::now() + Duration::from_secs(10);
         let t0 = Instant::now();
@@ -304,7 +354,11 @@ pub fn latency(a: &Side, b: &Side, op: Op, size: u32, iters: u64) -> Result<LatR
         }
     }
     samples.sort_unstable();
-    Ok(LatResult { size, samples })
+    Ok(LatResult {
+        size,
+        samples,
+        calls: Syscalls::now(a, b).since(calls),
+    })
 }
 
 /// The sizes `--all` sweeps: 2 B … 8 MiB in powers of two.

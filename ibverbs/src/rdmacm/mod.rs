@@ -134,7 +134,14 @@ fn err_int(e: &ferroce::Error) -> c_int {
 /// # Safety
 /// `id` is NULL or an ID of this library the program has not destroyed.
 unsafe fn state<'a>(id: *mut rdma_cm_id) -> Option<&'a IdState> {
-    // SAFETY: the caller's contract: a non-NULL id is a live ID box of ours.
+    if !id.is_null() && !id.is_aligned() {
+        // No ID of ours: a stale or garbage pointer (perftest 4.5-0.17 retries a refused
+        // connection with IDs it destroyed). Refused like NULL rather than read.
+        log::debug!("rdma_cm: {id:p} is not an rdma_cm_id of this library: EINVAL");
+        return None;
+    }
+    // SAFETY: the caller's contract: a non-NULL id is a live ID box of ours (an aligned one,
+    // checked above, is taken to be).
     (!id.is_null()).then(|| unsafe { Id::rust(id) })
 }
 

@@ -68,10 +68,6 @@ impl<T: Transmitter> Transmitter for FaultyTransmitter<T> {
         }
     }
 
-    fn is_empty(&self) -> bool {
-        self.inner.is_empty()
-    }
-
     fn flush(&mut self) {
         self.inner.flush();
     }

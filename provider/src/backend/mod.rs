@@ -1,13 +1,10 @@
 //! The datagram path under the driver: a [`Transmitter`] the driver hands built datagrams to
-//! and a [`Receiver`] it takes received ones from. The UDP socket ([`udp`]) is one backend;
-//! fault injection ([`inject`]) and pcap recording ([`record`]) wrap any backend, so the driver
-//! never knows which it runs on (the GSO, shared-device and in-memory backends of later work
-//! plug in the same way).
+//! and a [`Receiver`] it takes received ones from. The UDP socket ([`udp`]) is one backend, and
+//! only a socket; the address's sharing by many processes ([`crate::host`]), fault injection
+//! ([`inject`]) and pcap recording ([`record`]) wrap any backend's receiver, so the driver
+//! never knows which it runs on.
 
-pub(crate) mod group;
-pub(crate) mod gsi;
 pub(crate) mod inject;
-pub(crate) mod pages;
 pub(crate) mod record;
 pub(crate) mod udp;
 
@@ -32,8 +29,6 @@ pub(crate) trait Transmitter: Send {
     /// Sends everything queued. Datagrams the network refuses are dropped and counted, as a
     /// NIC drops on a full queue; the transport recovers them.
     fn flush(&mut self);
-    /// Whether nothing is queued (all committed datagrams were sent).
-    fn is_empty(&self) -> bool;
 }
 
 /// What a [`Receiver`] hands each datagram to: its source, its UDP payload, the IPv4 ID a
@@ -81,6 +76,10 @@ pub(crate) struct DatapathStats {
     pub(crate) injected_ce: AtomicU64,
     /// `sendmmsg` calls.
     pub(crate) send_calls: AtomicU64,
+    /// `recvmmsg` calls, those that found nothing included.
+    pub(crate) recv_calls: AtomicU64,
+    /// `recvmmsg` calls that found nothing (a busy poll of an empty socket).
+    pub(crate) empty_recvs: AtomicU64,
     /// `UDP_SEGMENT` trains sent (each one message of several datagrams).
     pub(crate) trains: AtomicU64,
 }
@@ -96,7 +95,11 @@ impl DatapathStats {
 }
 
 /// An opened backend: its two halves and this process's membership of the address's group.
-pub(crate) type Opened = (Box<dyn Transmitter>, Box<dyn Receiver>, group::Membership);
+pub(crate) type Opened = (
+    Box<dyn Transmitter>,
+    Box<dyn Receiver>,
+    crate::host::group::Membership,
+);
 
 /// Opens the backend a device's runtime is configured for: the UDP socket, with pcap
 /// recording and fault injection around it when asked. Sent datagrams are recorded before
@@ -109,7 +112,9 @@ pub(crate) fn open(
     cfg: &crate::driver::RuntimeConfig,
     stats: &std::sync::Arc<DatapathStats>,
 ) -> crate::Result<Opened> {
-    let (tx, rx, membership) = udp::open(cfg.local, cfg.trains, cfg.ecn, stats)?;
+    let (tx, rx, socket) = udp::open(cfg.local, cfg.trains, cfg.ecn, stats)?;
+    // The address's group routes what the socket receives before the engine sees it.
+    let (rx, membership) = crate::host::join(cfg.local, socket, rx, stats)?;
     let writer = cfg.pcap_path.as_deref().map(record::create).transpose()?;
     let faults = cfg.faults.map(|f| {
         let seed = f.seed.unwrap_or_else(crate::faults::seed_from_clock);
@@ -166,9 +171,6 @@ mod tests {
         }
         fn flush(&mut self) {
             self.sent.append(&mut self.queued);
-        }
-        fn is_empty(&self) -> bool {
-            self.queued.is_empty()
         }
     }
 

@@ -81,10 +81,6 @@ impl<T: Transmitter> Transmitter for RecordingTransmitter<T> {
         self.inner.commit(len, dst);
     }
 
-    fn is_empty(&self) -> bool {
-        self.inner.is_empty()
-    }
-
     fn flush(&mut self) {
         self.inner.flush();
         flush(&self.writer);

@@ -645,10 +645,10 @@ impl Drop for Membership {
             return;
         }
         if let Some(socket) = socket {
-            let queued = super::udp::drain(&socket, &self.registry, self.slot, self.local, 64);
+            let queued = super::route::drain(&socket, &self.registry, self.slot, self.local, 64);
             drop(socket);
             if !queued.is_empty() {
-                let sent = super::udp::send_forwards(self.local, &self.registry, &queued);
+                let sent = super::route::send_forwards(self.local, &self.registry, &queued);
                 log::debug!(
                     "{}: leaving; {sent} of {} datagrams queued here for other members sent on",
                     self.local,
