@@ -10,7 +10,8 @@ use ferroce_transport::{
 };
 
 use crate::cq::{CompletionChannel, CompletionQueue};
-use crate::driver::{AsyncEventRecord, Runtime, RuntimeConfig, RuntimeCounters, Shared};
+use crate::driver::{Runtime, RuntimeConfig, RuntimeCounters, Shared};
+use crate::events::AsyncEventRecord;
 use crate::events::{EventQueue, Owned};
 use crate::faults::FaultConfig;
 use crate::mr::MrInner;
@@ -186,7 +187,7 @@ impl std::fmt::Debug for Context {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Context")
             .field("device", &self.inner.device.name)
-            .field("addr", &self.shared.local)
+            .field("addr", &self.shared.local())
             .finish()
     }
 }
@@ -260,7 +261,7 @@ impl Context {
 
     /// The events of objects of this context go here.
     pub(crate) fn register_events(&self, what: Owned) {
-        self.shared.router.register(what, &self.inner.events);
+        self.shared.register_events(what, &self.inner.events);
     }
 
     /// Whether PDs, CQs or completion channels (or other clones of this handle) still hold the
@@ -272,7 +273,7 @@ impl Context {
     /// The socket address the context's device is bound to (its address, port 4791 unless
     /// opened otherwise).
     pub fn local_addr(&self) -> std::net::SocketAddr {
-        self.shared.local
+        self.shared.local()
     }
 
     /// The device this context was opened on.
@@ -485,7 +486,7 @@ impl ProtectionDomain {
         let inner =
             self.ctx
                 .shared
-                .mrs
+                .mrs()
                 .register(MrInner::owned(self.handle(), len, access, huge)?)?;
         Ok(MemoryRegion {
             inner,
@@ -543,7 +544,7 @@ impl ProtectionDomain {
         // SAFETY: this function's contract is `foreign`'s: the widened range stays valid until deregistration, and Rust reaches it only through region copies.
         let mut mr = unsafe { MrInner::foreign(self.handle(), ptr, len, access) };
         mr.addr = iova;
-        let inner = self.ctx.shared.mrs.register(mr)?;
+        let inner = self.ctx.shared.mrs().register(mr)?;
         Ok(MemoryRegion {
             inner,
             pd: self.clone(),
@@ -570,7 +571,7 @@ impl ProtectionDomain {
         check_access(access, 0)?;
         // SAFETY: this function's contract is `implicit`'s.
         let mr = unsafe { MrInner::implicit(self.handle(), access) };
-        let inner = self.ctx.shared.mrs.register(mr)?;
+        let inner = self.ctx.shared.mrs().register(mr)?;
         Ok(MemoryRegion {
             inner,
             pd: self.clone(),
@@ -608,7 +609,7 @@ impl ProtectionDomain {
         };
         let shared = &self.ctx.shared;
         let inner = shared
-            .mrs
+            .mrs()
             .replace(old.inner.lkey, mr)
             .ok_or(Error::InvalidArgument(
                 "the memory region is not registered",
@@ -631,7 +632,7 @@ impl ProtectionDomain {
     /// [`Error::InvalidArgument`] for an SGE outside a live region of this PD or over
     /// unmapped memory (EINVAL).
     pub fn advise_mr(&self, advice: MrAdvice, sges: &[Sge]) -> Result<()> {
-        let mrs = &self.ctx.shared.mrs;
+        let mrs = self.ctx.shared.mrs();
         for sge in sges {
             let r = match advice {
                 MrAdvice::PrefetchNoFault => {
@@ -818,7 +819,7 @@ impl MemoryRegion {
     /// How many memory windows are bound onto the region (`ibv_dereg_mr` refuses while any
     /// is).
     pub fn windows_bound(&self) -> usize {
-        self.pd.ctx.shared.mrs.windows_on(self.inner.lkey)
+        self.pd.ctx.shared.mrs().windows_on(self.inner.lkey)
     }
 
     /// `ibv_dereg_mr`: the keys die at once (work requests that use them afterwards fail with
@@ -828,8 +829,8 @@ impl MemoryRegion {
     pub fn dereg(self) {
         let shared = &self.pd.ctx.shared;
         // Windows onto the region close with it (the C ABI refuses with EBUSY first, as rxe).
-        shared.mrs.unbind_on(self.inner.lkey);
-        shared.mrs.remove(self.inner.lkey);
+        shared.mrs().unbind_on(self.inner.lkey);
+        shared.mrs().remove(self.inner.lkey);
         // Every copy the engine makes into or out of a region happens while it holds the
         // engine lock, after a key lookup made under the same lock. The key is gone from the
         // table now, so once the lock has been free once, a copy that looked it up earlier

@@ -46,7 +46,7 @@ impl Drop for CqInner {
     fn drop(&mut self) {
         if let Some(shared) = self.device.upgrade() {
             shared.remove_cq(self.handle);
-            shared.router.unregister(Owned::Cq(self.handle));
+            shared.forget_events(Owned::Cq(self.handle));
         }
     }
 }

@@ -19,14 +19,13 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use ferroce_transport::{
-    AsyncEvent, Endpoint, EndpointConfig, Instant, QpAttr, QpAttrMask, RecvWr, SendWr, SrqAttr,
-    VerbError,
+    Endpoint, EndpointConfig, Instant, QpAttr, QpAttrMask, RecvWr, SendWr, SrqAttr, VerbError,
 };
 use parking_lot::Mutex;
 
 use crate::backend::{self, DatapathStats, Receiver, Transmitter};
 use crate::cq::CqInner;
-use crate::events::EventRouter;
+use crate::events::{AsyncEventRecord, EventRouter, Owned};
 use crate::mr::MrTable;
 use crate::sys::{self, EventFd};
 
@@ -82,18 +81,6 @@ pub struct RuntimeCounters {
     pub empty_recvs: u64,
 }
 
-/// An asynchronous event with the object it concerns.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AsyncEventRecord {
-    /// An event of a QP or SRQ from the engine.
-    Engine(AsyncEvent),
-    /// `IBV_EVENT_CQ_ERR`: a CQ overflowed.
-    CqErr {
-        /// The CQ's handle number.
-        cq: u32,
-    },
-}
-
 /// Everything the engine lock protects.
 struct EngineState {
     ep: Endpoint,
@@ -104,9 +91,9 @@ struct EngineState {
 
 /// What a device's handles share with its progress thread.
 pub(crate) struct Shared {
-    pub(crate) local: SocketAddr,
+    local: SocketAddr,
     engine: Mutex<EngineState>,
-    pub(crate) mrs: MrTable,
+    mrs: MrTable,
     wake: EventFd,
     shutdown: AtomicBool,
     epoch: std::time::Instant,
@@ -114,7 +101,7 @@ pub(crate) struct Shared {
     sleep_until: AtomicU64,
     busy_poll: bool,
     /// Which context each event goes to.
-    pub(crate) router: EventRouter,
+    router: EventRouter,
     /// Numbers of PDs, unique on the device (so a PD of one context never matches another's).
     next_pd: AtomicU32,
     /// Every live CQ of the device by the number the engine reports completions with
@@ -390,6 +377,26 @@ impl Shared {
         self.membership
             .registry
             .publish(self.membership.slot, values);
+    }
+
+    /// The device's address and UDP port.
+    pub(crate) fn local(&self) -> SocketAddr {
+        self.local
+    }
+
+    /// The device's memory regions and windows (`ibv_reg_mr`, `ibv_alloc_mw`…).
+    pub(crate) fn mrs(&self) -> &MrTable {
+        &self.mrs
+    }
+
+    /// Sends the asynchronous events of `what` to `events` (its context's queue) from now on.
+    pub(crate) fn register_events(&self, what: Owned, events: &Arc<crate::events::EventQueue>) {
+        self.router.register(what, events);
+    }
+
+    /// Stops routing `what`'s events (it is being destroyed).
+    pub(crate) fn forget_events(&self, what: Owned) {
+        self.router.unregister(what);
     }
 
     /// Engine time now.

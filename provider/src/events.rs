@@ -9,8 +9,19 @@ use std::time::Duration;
 use ferroce_transport::AsyncEvent;
 use parking_lot::{Condvar, Mutex};
 
-use crate::driver::AsyncEventRecord;
 use crate::sys::EventFd;
+
+/// An asynchronous event with the object it concerns (`struct ibv_async_event`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AsyncEventRecord {
+    /// An event of a QP or SRQ from the engine.
+    Engine(AsyncEvent),
+    /// `IBV_EVENT_CQ_ERR`: a CQ overflowed.
+    CqErr {
+        /// The CQ's handle number.
+        cq: u32,
+    },
+}
 
 /// One context's pending events; its descriptor is readable while any is queued.
 #[derive(Debug)]

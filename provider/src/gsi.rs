@@ -93,7 +93,7 @@ impl Context {
             .map_err(|t| refused(format!("service ID {service_id:#018x}"), t))?;
         log::debug!(
             "{}: service ID {service_id:#018x} routed to slot {slot}",
-            self.shared.local
+            self.shared.local()
         );
         Ok(GsiRoute {
             ctx: self.clone(),
@@ -124,7 +124,7 @@ impl Context {
         let port = reg
             .listen_any_service(slot, base, ports, u16::from_le_bytes(r))
             .map_err(|_| {
-                log::debug!("{}: no free port under {base:#x}", self.shared.local);
+                log::debug!("{}: no free port under {base:#x}", self.shared.local());
                 Error::Busy("every port of the range is taken on this address")
             })?;
         Ok(GsiRoute {

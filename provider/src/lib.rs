@@ -78,8 +78,9 @@ pub use cq::{CompletionChannel, CompletionQueue};
 pub use device::{
     Device, GsiService, ProcessCounters, UVERBS_NODE, create_uverbs_node, device_list, devices,
 };
-pub use driver::{AsyncEventRecord, RuntimeCounters};
+pub use driver::RuntimeCounters;
 pub use error::{Error, Result};
+pub use events::AsyncEventRecord;
 pub use ferroce_transport as transport;
 /// The verbs vocabulary, at the crate root: what a program needs besides the handles.
 pub use ferroce_transport::{

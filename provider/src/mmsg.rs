@@ -39,7 +39,7 @@ pub const FALLBACK_SEGMENTS: usize = 64;
 /// Bytes per train: the largest IPv4 UDP payload.
 pub const MAX_TRAIN_BYTES: usize = 65_507;
 /// Bytes queued from which a [`SendBatch`] counts as full (32 packets of 4 KiB).
-pub(crate) const FULL_BYTES: usize = 32 * 4096;
+pub const FULL_BYTES: usize = 32 * 4096;
 /// A receive slot that holds a whole coalesced read.
 pub const GRO_SLOT: usize = 65_536;
 

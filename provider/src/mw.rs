@@ -230,7 +230,7 @@ struct MwInner {
 
 impl Drop for MwInner {
     fn drop(&mut self) {
-        self.pd.ctx.shared.mrs.free_window(self.index);
+        self.pd.ctx.shared.mrs().free_window(self.index);
     }
 }
 
@@ -258,7 +258,7 @@ impl MemoryWindow {
             .pd
             .ctx
             .shared
-            .mrs
+            .mrs()
             .window_rkey(self.inner.index)
             .unwrap_or(0)
     }
@@ -299,7 +299,7 @@ impl ProtectionDomain {
     /// # Errors
     /// [`Error::Io`] if the random key source fails.
     pub fn alloc_mw(&self, kind: MwType) -> Result<MemoryWindow> {
-        let rkey = self.ctx.shared.mrs.alloc_window(self.handle(), kind)?;
+        let rkey = self.ctx.shared.mrs().alloc_window(self.handle(), kind)?;
         Ok(MemoryWindow {
             inner: Arc::new(MwInner {
                 pd: self.clone(),

@@ -39,7 +39,7 @@ impl Drop for QpInner {
     fn drop(&mut self) {
         let qpn = self.qpn;
         self.pd.ctx.shared.destroy_qp(qpn);
-        self.pd.ctx.shared.router.unregister(Owned::Qp(qpn));
+        self.pd.ctx.shared.forget_events(Owned::Qp(qpn));
     }
 }
 
@@ -438,7 +438,7 @@ impl Drop for SrqInner {
     fn drop(&mut self) {
         let n = self.srqn;
         self.pd.ctx.shared.destroy_srq(n);
-        self.pd.ctx.shared.router.unregister(Owned::Srq(n));
+        self.pd.ctx.shared.forget_events(Owned::Srq(n));
     }
 }
 

@@ -3,7 +3,7 @@
 //! path without the transport (`ferroce udp-ceiling`).
 
 pub use crate::mmsg::{
-    FALLBACK_SEGMENTS, GRO_SLOT, MAX_SEGMENTS, MAX_TRAIN_BYTES, RecvBatch, Segmentation, Segments,
-    SendBatch, enable_ecn, enable_gro, enable_recv_tos,
+    FALLBACK_SEGMENTS, FULL_BYTES, GRO_SLOT, MAX_SEGMENTS, MAX_TRAIN_BYTES, RecvBatch,
+    Segmentation, Segments, SendBatch, enable_ecn, enable_gro, enable_recv_tos,
 };
 pub use crate::sys::{poll_fds, set_dont_fragment};

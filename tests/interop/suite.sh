@@ -77,7 +77,8 @@ pingpong() { # ROLE SIZE MTU ITERS PORT [TAG]
      && echo "$pc" | grep -Eq '^[1-9][0-9]* packets, [0-9]+ icrc ok, 0 icrc bad, 0 malformed$'; then
     ok=1; rm -f "$pcap"
   else
-    { echo "== ferroce (rc=$frc)"; cat "$fo"; echo "== rxe (rc=$grc)"; echo "$go"; echo "== ferroce pcap"; "$FERROCE" pcap "$pcap" | tail -n 5; } > "${pcap%.pcap}.txt" 2>&1
+    { echo "== ferroce (rc=$frc)"; cat "$fo"; echo "== rxe (rc=$grc)"; echo "$go"; echo "== ferroce pcap"; "$FERROCE" pcap "$pcap" | tail -n 5
+      echo "== ferroce pcap --strict: $pc"; "$FERROCE" pcap --strict "$pcap" 2>&1 | grep -Ei 'bad|malformed|error|truncat' | head -n 20; } > "${pcap%.pcap}.txt" 2>&1
   fi
   rm -f "$fo"
   result "$name" $ok "(see ${pcap%.pcap}.txt)"
