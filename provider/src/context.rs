@@ -161,6 +161,10 @@ pub struct OpenOptions {
     /// `FERROCE_ECN=0`): packets leave ECN-capable, a CE-marked one is answered with a CNP,
     /// and a CNP slows its QP down (see `ferroce_transport::congestion`).
     pub ecn: Option<bool>,
+    /// An in-memory network of this process instead of a UDP socket (default: off): devices
+    /// opened this way reach only each other, with no socket, no other process on the address
+    /// and no host-wide GSI routing (so no rdma_cm). For testing and fuzzing the runtime.
+    pub memory: Option<bool>,
 }
 
 pub(crate) struct ContextInner {
@@ -231,6 +235,7 @@ impl Context {
             busy_poll,
             trains,
             ecn,
+            memory: opts.memory.unwrap_or(false),
         })?;
         log::debug!(
             "opened {} on {local} (active MTU {})",

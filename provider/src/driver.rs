@@ -117,7 +117,8 @@ pub(crate) struct Shared {
     /// The backend's counters.
     stats: Arc<DatapathStats>,
     /// This process's place in the address's group of processes.
-    membership: crate::host::group::Membership,
+    /// This process's place in the address's group (none on the in-memory backend).
+    membership: Option<crate::host::group::Membership>,
     /// Moderated CQs waiting for their period to run out: (deadline in engine ns, CQ).
     cq_timers: Mutex<Vec<(u64, Weak<CqInner>)>>,
     /// When a program last polled an empty CQ of this device and drove the socket itself
@@ -257,7 +258,7 @@ pub(crate) fn member_registry(
         .iter()
         .filter(|(a, _, _)| *a == local)
         .find_map(|(_, _, sh)| sh.upgrade())
-        .map(|sh| (sh.membership.registry.clone(), sh.membership.slot))
+        .and_then(|sh| sh.membership.as_ref().map(|m| (m.registry.clone(), m.slot)))
 }
 
 /// How a runtime is started.
@@ -269,6 +270,8 @@ pub(crate) struct RuntimeConfig {
     pub(crate) busy_poll: bool,
     /// `UDP_SEGMENT` trains out and `UDP_GRO` in.
     pub(crate) trains: bool,
+    /// The in-memory backend instead of a UDP socket.
+    pub(crate) memory: bool,
     /// Packets leave ECN-capable and CE marks are read (the engine's congestion control).
     pub(crate) ecn: bool,
 }
@@ -282,8 +285,10 @@ impl Shared {
         let stats = Arc::new(DatapathStats::default());
         let (tx, rx, membership) = backend::open(&cfg, &stats)?;
         // This process's QPNs carry its slot: the group steers them here.
-        cfg.engine.qpn_slot = Some(membership.slot);
-        cfg.engine.first_qpn = (u32::from(membership.slot) << 16) | 0x11;
+        if let Some(m) = &membership {
+            cfg.engine.qpn_slot = Some(m.slot);
+            cfg.engine.first_qpn = (u32::from(m.slot) << 16) | 0x11;
+        }
         // Unacknowledged request PSNs of all QPs together: what the receive buffer holds at
         // ~8 KiB of buffer per 4 KiB packet (a peer's buffer is taken to be like ours).
         cfg.engine.inflight_budget = (rx.capacity() / 8192).clamp(256, 4096) as u32;
@@ -347,36 +352,39 @@ impl Shared {
     /// noticed within `KEEPER_PERIOD`.
     fn keep(self: Arc<Self>, ready: &std::sync::mpsc::Sender<()>) {
         const KEEPER_PERIOD: Duration = Duration::from_millis(20);
+        let Some(membership) = &self.membership else {
+            // Nobody shares an in-memory device.
+            let _ = ready.send(());
+            return;
+        };
         let mut first = true;
         while !self.shutdown.load(Ordering::SeqCst) {
-            if first || self.membership.changed() {
+            if first || membership.changed() {
                 // Joining, this process waits its turn; a change others may be handling
                 // already is left to whoever holds the registry.
-                if self.membership.rebalance(Duration::from_secs(5), first) && first {
+                if membership.rebalance(Duration::from_secs(5), first) && first {
                     first = false;
                     let _ = ready.send(());
-                } else if first && !self.membership.changed() {
+                } else if first && !membership.changed() {
                     // Another member rebalanced for us meanwhile.
                     first = false;
                     let _ = ready.send(());
                 }
             }
-            self.publish_counters();
+            self.publish_counters(membership);
             std::thread::sleep(KEEPER_PERIOD);
         }
     }
 
     /// Copies this process's counters to its page of the registry, where `ferroce devinfo
     /// --counters` reads them (at most one keeper period old).
-    fn publish_counters(&self) {
+    fn publish_counters(&self, membership: &crate::host::group::Membership) {
         let (e, r) = {
             let st = self.engine.lock();
             (*st.ep.counters(), self.counters(&st))
         };
         let values = e.named().into_iter().chain(r.named()).map(|(_, v)| v);
-        self.membership
-            .registry
-            .publish(self.membership.slot, values);
+        membership.registry.publish(membership.slot, values);
     }
 
     /// The device's address and UDP port.
@@ -637,8 +645,16 @@ impl Shared {
     }
 
     /// The address's registry and this process's slot in it (the GSI routing point's tables).
-    pub(crate) fn gsi(&self) -> (&crate::host::group::Registry, u8) {
-        (&self.membership.registry, self.membership.slot)
+    ///
+    /// # Errors
+    /// [`crate::Error::InvalidArgument`] on the in-memory backend, which has no group.
+    pub(crate) fn gsi(&self) -> crate::Result<(&crate::host::group::Registry, u8)> {
+        self.membership
+            .as_ref()
+            .map(|m| (&*m.registry, m.slot))
+            .ok_or(crate::Error::InvalidArgument(
+                "an in-memory device has no host-wide GSI routing",
+            ))
     }
 
     /// Fires `cq`'s moderation period `period_ns` from now (the progress thread's timer).

@@ -53,7 +53,10 @@ impl GsiRoute {
 
 impl Drop for GsiRoute {
     fn drop(&mut self) {
-        let (reg, slot) = self.ctx.shared.gsi();
+        // A route exists only on a device with a group (`gsi()` was Ok when it was made).
+        let Ok((reg, slot)) = self.ctx.shared.gsi() else {
+            return;
+        };
         match self.kind {
             Kind::Service(s) => reg.unlisten_service(slot, s),
             Kind::Class(c) => reg.unregister_class(slot, c),
@@ -76,9 +79,10 @@ fn refused(what: String, t: Taken) -> Error {
 
 impl Context {
     /// This process's slot on the device's address: the first byte of the comm IDs and
-    /// TransactionIDs of MADs it expects answers to, and bits 23:16 of its QP numbers.
+    /// TransactionIDs of MADs it expects answers to, and bits 23:16 of its QP numbers (0 on
+    /// an in-memory device, which no other process shares).
     pub fn gsi_slot(&self) -> u8 {
-        self.shared.gsi().1
+        self.shared.gsi().map_or(0, |(_, slot)| slot)
     }
 
     /// Routes CM REQ and SIDR_REQ MADs for `service_id` that reach the address's QP1 to this
@@ -88,7 +92,7 @@ impl Context {
     /// [`Error::Taken`] (EADDRINUSE) if a live process on the address listens on it already,
     /// [`Error::Busy`] if the table is full.
     pub fn gsi_listen(&self, service_id: u64) -> Result<GsiRoute> {
-        let (reg, slot) = self.shared.gsi();
+        let (reg, slot) = self.shared.gsi()?;
         reg.listen_service(slot, service_id)
             .map_err(|t| refused(format!("service ID {service_id:#018x}"), t))?;
         log::debug!(
@@ -118,7 +122,7 @@ impl Context {
                 "a port-space base with its low 16 bits set",
             ));
         }
-        let (reg, slot) = self.shared.gsi();
+        let (reg, slot) = self.shared.gsi()?;
         let mut r = [0u8; 2];
         crate::mr::fill_random(&mut r)?;
         let port = reg
@@ -145,7 +149,7 @@ impl Context {
                 "the CM class is routed by service and comm IDs (gsi_listen)",
             ));
         }
-        let (reg, slot) = self.shared.gsi();
+        let (reg, slot) = self.shared.gsi()?;
         reg.register_class(slot, mgmt_class)
             .map_err(|t| refused(format!("management class {mgmt_class:#04x}"), t))?;
         Ok(GsiRoute {

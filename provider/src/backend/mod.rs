@@ -5,6 +5,7 @@
 //! never knows which it runs on.
 
 pub(crate) mod inject;
+pub(crate) mod memory;
 pub(crate) mod record;
 pub(crate) mod udp;
 
@@ -61,6 +62,39 @@ pub(crate) trait Receiver: Send {
     }
 }
 
+impl<T: Transmitter + ?Sized> Transmitter for Box<T> {
+    fn buffer(&mut self) -> &mut [u8] {
+        (**self).buffer()
+    }
+    fn commit(&mut self, len: usize, dst: SocketAddr) {
+        (**self).commit(len, dst);
+    }
+    fn flush(&mut self) {
+        (**self).flush();
+    }
+}
+
+impl<R: Receiver + ?Sized> Receiver for Box<R> {
+    fn receive(&mut self) -> usize {
+        (**self).receive()
+    }
+    fn deliver(&mut self, deliver: Deliver<'_>) {
+        (**self).deliver(deliver);
+    }
+    fn batch(&self) -> usize {
+        (**self).batch()
+    }
+    fn ready_fd(&self) -> RawFd {
+        (**self).ready_fd()
+    }
+    fn side_fd(&self) -> Option<RawFd> {
+        (**self).side_fd()
+    }
+    fn capacity(&self) -> usize {
+        (**self).capacity()
+    }
+}
+
 /// Counters every backend layer adds to (relaxed atomics: read for reporting only).
 #[derive(Debug, Default)]
 pub(crate) struct DatapathStats {
@@ -94,15 +128,16 @@ impl DatapathStats {
     }
 }
 
-/// An opened backend: its two halves and this process's membership of the address's group.
+/// An opened backend: its two halves and this process's membership of the address's group
+/// (none for the in-memory backend, which no other process shares).
 pub(crate) type Opened = (
     Box<dyn Transmitter>,
     Box<dyn Receiver>,
-    crate::host::group::Membership,
+    Option<crate::host::group::Membership>,
 );
 
-/// Opens the backend a device's runtime is configured for: the UDP socket, with pcap
-/// recording and fault injection around it when asked. Sent datagrams are recorded before
+/// Opens the backend a device's runtime is configured for: the UDP socket (or the in-memory
+/// network of [`memory`]), with pcap recording and fault injection around it when asked. Sent datagrams are recorded before
 /// faults strike (a lost one is in the recording, as a sender's capture would show it),
 /// received ones as they arrived, before injected loss or corruption.
 ///
@@ -112,9 +147,15 @@ pub(crate) fn open(
     cfg: &crate::driver::RuntimeConfig,
     stats: &std::sync::Arc<DatapathStats>,
 ) -> crate::Result<Opened> {
-    let (tx, rx, socket) = udp::open(cfg.local, cfg.trains, cfg.ecn, stats)?;
-    // The address's group routes what the socket receives before the engine sees it.
-    let (rx, membership) = crate::host::join(cfg.local, socket, rx, stats)?;
+    let (tx, rx, membership): (Box<dyn Transmitter>, Box<dyn Receiver>, _) = if cfg.memory {
+        let (tx, rx) = memory::open(cfg.local, stats)?;
+        (Box::new(tx), Box::new(rx), None)
+    } else {
+        let (tx, rx, socket) = udp::open(cfg.local, cfg.trains, cfg.ecn, stats)?;
+        // The address's group routes what the socket receives before the engine sees it.
+        let (rx, membership) = crate::host::join(cfg.local, socket, rx, stats)?;
+        (Box::new(tx), Box::new(rx), Some(membership))
+    };
     let writer = cfg.pcap_path.as_deref().map(record::create).transpose()?;
     let faults = cfg.faults.map(|f| {
         let seed = f.seed.unwrap_or_else(crate::faults::seed_from_clock);
