@@ -352,6 +352,7 @@ macro_rules! ctx {
             completions: &mut $self.completions,
             srq: $srq,
             budget_open: $self.inflight < $self.cfg.inflight_budget,
+            budget_low: $self.inflight >= $self.cfg.inflight_budget / 2,
         }
     };
 }

@@ -198,6 +198,10 @@ impl Qp {
                     NakCode::InvalidRdRequest => WcStatus::RemInvRdReqErr,
                     _ => WcStatus::BadRespErr,
                 };
+                // The WQEs the NAK implicitly acknowledged complete successfully before the
+                // QP fails (IBTA 9.7.5.1.2, as rxe's completer does): a burst's earlier
+                // messages asked for no ACK of their own.
+                self.retire_done(ctx);
                 let idx = self.sq.iter().position(|w| w.status.is_none()).unwrap_or(0);
                 self.fail(ctx, idx, status);
             }
@@ -214,6 +218,8 @@ impl Qp {
         }
         if self.comp.rnr_left == 0 {
             ctx.counters.retry_rnr_exceeded_err += 1;
+            // As for a NAK: what the RNR NAK implicitly acknowledged completes first.
+            self.retire_done(ctx);
             let idx = self.sq.iter().position(|w| w.status.is_none()).unwrap_or(0);
             self.fail(ctx, idx, WcStatus::RnrRetryExcErr);
             return;

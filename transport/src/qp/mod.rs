@@ -197,6 +197,9 @@ pub(crate) struct Ctx<'a, M: Memory + ?Sized> {
     pub(crate) srq: Option<&'a mut Srq>,
     /// Whether a new request PSN may go out (the endpoint's in-flight budget is not used up).
     pub(crate) budget_open: bool,
+    /// Whether half the endpoint's in-flight budget is used: every message's last packet then
+    /// asks for an ACK.
+    pub(crate) budget_low: bool,
 }
 
 impl Qp {

@@ -373,7 +373,11 @@ impl Qp {
         }
         self.req.noack_pkts += 1;
         let ack_req = match self.qp_type {
-            QpType::Rc => last || self.req.noack_pkts >= MAX_PKTS_PER_ACK || atomic_write,
+            QpType::Rc => {
+                atomic_write
+                    || self.req.noack_pkts >= MAX_PKTS_PER_ACK
+                    || (last && self.ack_at_end_of(idx, psn, ctx.budget_low))
+            }
             QpType::Uc => false,
             QpType::Ud => true,
         };
@@ -409,6 +413,22 @@ impl Qp {
             self.req.off = off + plen;
         }
         Ok(tx)
+    }
+
+    /// Whether the last packet of WR `idx` (PSN `psn`) asks for an ACK: at the end of a burst
+    /// (no SEND or WRITE of this QP follows right behind it: its send queue drains, or a READ,
+    /// atomic or local operation comes next), when half the QP's window of unacknowledged PSNs
+    /// would be in flight, or when the endpoint's in-flight budget is half used (a QP that
+    /// cannot start its next message must not wait for a timeout to hear about this one). Inside
+    /// a burst the responder acknowledges the later packet, which covers this one (IBTA 9.7.5.1:
+    /// ACKs are cumulative); kernel rxe answers only packets that ask, so every burst's last
+    /// packet does.
+    fn ack_at_end_of(&self, idx: usize, psn: Psn, budget_low: bool) -> bool {
+        let burst_goes_on = self.sq.get(idx + 1).is_some_and(|next| {
+            let op = next.wr.opcode;
+            !op.is_read_or_atomic() && !op.is_local()
+        });
+        !burst_goes_on || self.comp.psn().distance_to(psn + 1) >= MAX_UNACKED_PSNS / 2 || budget_low
     }
 
     fn build_read(&mut self, buf: &mut [u8]) -> Result<Tx, WcStatus> {
