@@ -127,7 +127,6 @@ fn trains_can_be_turned_off() {
 #[test]
 fn trains_fall_back_to_plain_datagrams_where_the_kernel_refuses_them() {
     use ferroce::udp::{Segmentation, SendBatch};
-    use ferroce_wire::icrc::IcrcContext;
     use socket2::{Domain, Protocol, Socket, Type};
     use std::os::fd::AsRawFd;
 
@@ -146,15 +145,7 @@ fn trains_fall_back_to_plain_datagrams_where_the_kernel_refuses_them() {
     let (a, b) = (lite(), lite());
     b.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     let (src, dst) = (a.local_addr().unwrap(), b.local_addr().unwrap());
-    let ctx = |id| {
-        IcrcContext::v4(
-            [127, 0, 0, 1].into(),
-            [127, 0, 0, 1].into(),
-            id,
-            src.port(),
-            dst.port(),
-        )
-    };
+    let ctx = |id| lo_icrc(src, dst, id);
     let mut s = SendBatch::new(8, 1500);
     s.set_segmentation(Segmentation::RoceV2);
     for i in 0..5u8 {
@@ -183,7 +174,6 @@ fn trains_fall_back_to_plain_datagrams_where_the_kernel_refuses_them() {
 #[test]
 fn trains_longer_than_the_kernel_takes_go_again_in_trains_of_64() {
     use ferroce::udp::{FALLBACK_SEGMENTS, Segmentation, SendBatch, set_dont_fragment};
-    use ferroce_wire::icrc::IcrcContext;
     use std::os::fd::AsRawFd;
 
     let a = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
@@ -191,15 +181,7 @@ fn trains_longer_than_the_kernel_takes_go_again_in_trains_of_64() {
     set_dont_fragment(a.as_raw_fd(), false).unwrap();
     b.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     let (src, dst) = (a.local_addr().unwrap(), b.local_addr().unwrap());
-    let ctx = |id| {
-        IcrcContext::v4(
-            [127, 0, 0, 1].into(),
-            [127, 0, 0, 1].into(),
-            id,
-            src.port(),
-            dst.port(),
-        )
-    };
+    let ctx = |id| lo_icrc(src, dst, id);
     let n = 150usize;
     let mut s = SendBatch::new(n, 64);
     s.set_segmentation(Segmentation::RoceV2);
@@ -223,4 +205,19 @@ fn trains_longer_than_the_kernel_takes_go_again_in_trains_of_64() {
             "datagram {i}: its ICRC is right for IPv4 ID {id}"
         );
     }
+}
+
+/// The ICRC context of a datagram from `src` to `dst` on 127.0.0.1 carrying IPv4 ID `id`.
+fn lo_icrc(
+    src: std::net::SocketAddr,
+    dst: std::net::SocketAddr,
+    id: u16,
+) -> ferroce_wire::icrc::IcrcContext {
+    ferroce_wire::icrc::IcrcContext::v4(
+        [127, 0, 0, 1].into(),
+        [127, 0, 0, 1].into(),
+        id,
+        src.port(),
+        dst.port(),
+    )
 }

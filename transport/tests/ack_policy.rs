@@ -11,10 +11,7 @@ mod common;
 
 use common::*;
 use ferroce_transport::sim::{LinkConfig, Network, run_seeds};
-use ferroce_transport::{
-    Endpoint, EndpointConfig, QpCap, QpInitAttr, QpType, SendFlags, SendWr, WcQueue, WcStatus,
-    WrOpcode,
-};
+use ferroce_transport::{Endpoint, EndpointConfig, SendFlags, SendWr, WcQueue, WcStatus, WrOpcode};
 
 fn ok(wcs: &[ferroce_transport::WorkCompletion], n: usize) -> Result<(), String> {
     if statuses(wcs) != vec![WcStatus::Success; n] {
@@ -142,21 +139,7 @@ fn qps_held_by_the_budget_have_asked_for_their_acks() {
             });
         }
         let opts = Opts::default();
-        let init = QpInitAttr {
-            qp_type: QpType::Rc,
-            pd: PD,
-            cap: QpCap {
-                max_send_wr: 256,
-                max_recv_wr: 16,
-                max_send_sge: 1,
-                max_recv_sge: 1,
-                max_inline_data: 0,
-            },
-            srq: None,
-            sq_sig_all: false,
-            send_cq: 0,
-            recv_cq: 0,
-        };
+        let init = rc_init(256);
         let (aa, ab) = (net.nodes[0].addr, net.nodes[1].addr);
         let mra = net.nodes[0]
             .mem

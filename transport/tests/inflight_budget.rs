@@ -10,8 +10,7 @@ mod common;
 use common::*;
 use ferroce_transport::sim::{LinkConfig, Network};
 use ferroce_transport::{
-    AccessFlags, Endpoint, EndpointConfig, QpCap, QpInitAttr, QpType, SendFlags, SendWr, WcQueue,
-    WcStatus, WrOpcode,
+    AccessFlags, Endpoint, EndpointConfig, SendFlags, SendWr, WcQueue, WcStatus, WrOpcode,
 };
 
 const QPS: usize = 16;
@@ -31,21 +30,7 @@ fn setup(seed: u64, link: LinkConfig, budget: u32) -> (Network, Vec<(u32, u32)>)
         });
     }
     let opts = Opts::default();
-    let init = QpInitAttr {
-        qp_type: QpType::Rc,
-        pd: PD,
-        cap: QpCap {
-            max_send_wr: 64,
-            max_recv_wr: 64,
-            max_send_sge: 1,
-            max_recv_sge: 1,
-            max_inline_data: 0,
-        },
-        srq: None,
-        sq_sig_all: false,
-        send_cq: 0,
-        recv_cq: 0,
-    };
+    let init = rc_init(64);
     let (aa, ab) = (net.nodes[0].addr, net.nodes[1].addr);
     let mut qps = Vec::new();
     for i in 0..QPS as u32 {
