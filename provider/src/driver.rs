@@ -4,7 +4,9 @@
 //! One engine and one progress thread per device. The handles reach the engine only through
 //! the verbs methods of [`Shared`] (`post_send`, `modify_qp`, `copy_barrier`…); each locks the
 //! engine, does its work and hands what the engine produced to the backend right away (so a
-//! `post_send` leaves in the caller's thread). A pump publishes completions before it sends.
+//! `post_send` leaves in the caller's thread). A pump publishes completions before it sends;
+//! bare ACKs built by the poll of a program that answers what it receives wait for its answer
+//! and leave with it in one system call ([`Flush::Join`]).
 //! The progress thread sleeps in `poll` on the backend's descriptor and a
 //! wake-up eventfd with the engine's next deadline as timeout, receives a batch, feeds the
 //! engine, sends its answers, fires timers, and delivers completions to the CQs the engine
@@ -21,6 +23,7 @@ use std::time::Duration;
 use ferroce_transport::{
     Endpoint, EndpointConfig, Instant, QpAttr, QpAttrMask, RecvWr, SendWr, SrqAttr, VerbError,
 };
+use ferroce_wire::Opcode;
 use parking_lot::Mutex;
 
 use crate::backend::{self, DatapathStats, Receiver, Transmitter};
@@ -35,6 +38,10 @@ const PUMP_BUDGET: usize = 128;
 
 /// How long after a program's last inline poll the progress thread leaves the socket to it.
 const INLINE_WINDOW: Duration = Duration::from_micros(200);
+/// The progress thread's longest sleep while a program polls: each of its wake-ups takes a
+/// core from a busy poller for a while (on 2 cores, 200 µs sleeps put 2 ms in perftest's
+/// ib_send_lat's 99.9th percentile).
+const INLINE_SLEEP: Duration = Duration::from_millis(1);
 /// Unacknowledged request PSNs of the device below which the progress thread leaves the socket
 /// to a polling program (above, a stream: both receive).
 const INLINE_MAX_INFLIGHT: u32 = 16;
@@ -50,8 +57,41 @@ pub(crate) enum Flush {
     /// Build and send everything now.
     Now,
     /// Build nothing: a deep queue's posts wait for the next acknowledgement's pump, which
-    /// sends them with everything queued by then (trains).
+    /// sends them with everything queued by then (trains). ACKs held earlier leave now.
     Hold,
+    /// A program's own receive (its poll of a CQ) or receive post: if all that was built are
+    /// bare ACKs and the program has been answering what it receives ([`HOLD_AFTER`]), they
+    /// wait in the send batch for its answer (one system call for the ACK and the reply of a
+    /// ping-pong), and leave at its next post, its next poll that finds nothing, or when
+    /// [`ACK_HOLD`] has passed (the progress thread's timer), whichever comes first; anything
+    /// else is sent now.
+    Join,
+}
+
+/// The longest a bare ACK waits in the send batch for the program's answer ([`Flush::Join`]):
+/// a peer's send completes at most this much later than it would with an ACK of its own.
+/// As long as the progress thread sleeps while a program polls ([`INLINE_SLEEP`]), so that a
+/// hold never costs it a wake-up of its own; a program whose ACKs are held answers within
+/// microseconds ([`HOLD_AFTER`]), so this bound is for the one that stops answering.
+const ACK_HOLD: Duration = INLINE_SLEEP;
+
+/// A program "answers" a receipt when it posts a send within this time of the poll that
+/// received it.
+const ANSWER_WITHIN: Duration = Duration::from_micros(20);
+
+/// Receipts in a row a program must have answered before its ACKs are held for its answer:
+/// a ping-pong is held, a handshake (perftest's, whose client goes on to connect while its
+/// server waits for the send completion before it listens) is not delayed.
+const HOLD_AFTER: u32 = 4;
+
+/// How much later than a hold's end the progress thread may wake before a hold signals it.
+const HOLD_SLACK: Duration = Duration::from_micros(100);
+
+thread_local! {
+    /// The devices on which this thread's polls left bare ACKs held ([`Flush::Join`]): its
+    /// next poll that finds nothing sends them (one thread may drive several devices: `ferroce
+    /// lat` runs both ends in one).
+    static HELD_HERE: std::cell::RefCell<Vec<SocketAddr>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// Runtime counters the engine does not keep.
@@ -87,6 +127,13 @@ struct EngineState {
     /// The backend's sending half: datagrams are built straight into its buffers.
     tx: Box<dyn Transmitter>,
     counters: RuntimeCounters,
+    /// Since when bare ACKs wait in `tx` for the program's answer (engine ns), or `None`.
+    acks_held: Option<u64>,
+    /// When a program's poll last received packets that drew bare ACKs and it has not posted
+    /// a send since (engine ns).
+    answer_due: Option<u64>,
+    /// Receipts in a row the program answered within [`ANSWER_WITHIN`].
+    answer_streak: u32,
 }
 
 /// What a device's handles share with its progress thread.
@@ -99,6 +146,9 @@ pub(crate) struct Shared {
     epoch: std::time::Instant,
     /// The deadline the progress thread sleeps until (ns since epoch; u64::MAX = none).
     sleep_until: AtomicU64,
+    /// When the progress thread wakes at the latest (its sleep's timeout, engine ns; 0 while
+    /// it is awake).
+    wakes_at: AtomicU64,
     busy_poll: bool,
     /// Which context each event goes to.
     router: EventRouter,
@@ -261,6 +311,20 @@ pub(crate) fn member_registry(
         .and_then(|sh| sh.membership.as_ref().map(|m| (m.registry.clone(), m.slot)))
 }
 
+/// Sends the ACKs this thread's polls held ([`Flush::Join`]) on every device.
+fn flush_held_all() {
+    let addrs = HELD_HERE.with(|h| std::mem::take(&mut *h.borrow_mut()));
+    let held: Vec<Arc<Shared>> = RUNTIMES
+        .lock()
+        .iter()
+        .filter(|(a, _, _)| addrs.contains(a))
+        .filter_map(|(_, _, sh)| sh.upgrade())
+        .collect();
+    for sh in held {
+        sh.flush_held();
+    }
+}
+
 /// How a runtime is started.
 pub(crate) struct RuntimeConfig {
     pub(crate) local: SocketAddr,
@@ -306,12 +370,16 @@ impl Shared {
                 ep: Endpoint::new(cfg.engine),
                 tx,
                 counters: RuntimeCounters::default(),
+                acks_held: None,
+                answer_due: None,
+                answer_streak: 0,
             }),
             mrs: MrTable::default(),
             wake: EventFd::new()?,
             shutdown: AtomicBool::new(false),
             epoch: std::time::Instant::now(),
             sleep_until: AtomicU64::new(u64::MAX),
+            wakes_at: AtomicU64::new(0),
             busy_poll: cfg.busy_poll,
             router: EventRouter::default(),
             next_pd: AtomicU32::new(1),
@@ -502,6 +570,7 @@ impl Shared {
     /// [`Shared::with_engine_post`] for when the packets leave.
     pub(crate) fn post_send(&self, qpn: u32, wrs: &[SendWr]) -> Result<(), (usize, VerbError)> {
         self.with_engine_post(qpn, |st, mrs, now| {
+            Self::note_answer(st, now);
             for (index, wr) in wrs.iter().enumerate() {
                 st.ep
                     .post_send(qpn, wr.clone(), mrs, now)
@@ -512,8 +581,12 @@ impl Shared {
     }
 
     /// `ibv_post_recv`.
+    /// ACKs held for the program's answer stay held: a program reposts its receive before
+    /// it answers.
     pub(crate) fn post_recv(&self, qpn: u32, wr: &RecvWr) -> Result<(), VerbError> {
-        self.with_engine(|st, mrs, now| st.ep.post_recv(qpn, wr.clone(), mrs, now))
+        self.with_engine_flush(Flush::Join, |st, mrs, now| {
+            st.ep.post_recv(qpn, wr.clone(), mrs, now)
+        })
     }
 
     /// `ibv_create_srq`: `registered` runs with its number under the engine lock.
@@ -542,9 +615,11 @@ impl Shared {
         self.engine.lock().ep.cq_in_use(cq)
     }
 
-    /// `ibv_post_srq_recv`.
+    /// `ibv_post_srq_recv` (held ACKs stay held, as [`Shared::post_recv`]).
     pub(crate) fn post_srq_recv(&self, srqn: u32, wr: &RecvWr) -> Result<(), VerbError> {
-        self.with_engine(|st, _, _| st.ep.post_srq_recv(srqn, wr.clone()))
+        self.with_engine_flush(Flush::Join, |st, _, _| {
+            st.ep.post_srq_recv(srqn, wr.clone())
+        })
     }
 
     /// `ibv_modify_srq` with `IBV_SRQ_LIMIT`; `None` if the limit is above `max_wr`.
@@ -587,11 +662,18 @@ impl Shared {
     /// wakes the progress thread if the next deadline moved earlier.
     fn pump(&self, st: &mut EngineState, now: Instant, flush: Flush) {
         let mut budget = if flush == Flush::Hold { 0 } else { PUMP_BUDGET };
+        // Whether everything built by this pump is a bare ACK (which may wait: `Flush::Join`).
+        let mut only_acks = true;
+        let mut built = false;
         while budget > 0 {
             budget -= 1;
             let EngineState { ep, tx, .. } = &mut *st;
             match ep.poll_transmit(now, tx.buffer(), &self.mrs) {
-                Ok(Some(t)) => tx.commit(t.len, t.dst),
+                Ok(Some(t)) => {
+                    only_acks &= tx.buffer()[0] == Opcode::RC_ACKNOWLEDGE.0;
+                    built = true;
+                    tx.commit(t.len, t.dst);
+                }
                 Ok(None) => break,
                 Err(e) => {
                     // Backend buffers are MAX_PACKET long, above MIN_TRANSMIT_BUF (a
@@ -609,12 +691,70 @@ impl Shared {
         while let Some(e) = st.ep.poll_event() {
             self.push_event(AsyncEventRecord::Engine(e));
         }
-        st.tx.flush();
+        let expired = st
+            .acks_held
+            .is_some_and(|t| now.as_nanos().saturating_sub(t) >= ACK_HOLD.as_nanos() as u64);
+        if flush == Flush::Join && only_acks && !expired {
+            if built && st.answer_due.replace(now.as_nanos()).is_some() {
+                // The program left the last receipt unanswered.
+                st.answer_streak = 0;
+            }
+            if st.acks_held.is_none() && st.answer_streak < HOLD_AFTER {
+                Self::flush_tx(st);
+            } else if built && st.acks_held.is_none() {
+                // Bare ACKs: they wait for the program's answer, at most ACK_HOLD.
+                st.acks_held = Some(now.as_nanos());
+                HELD_HERE.with(|h| {
+                    let mut h = h.borrow_mut();
+                    if !h.contains(&self.local) {
+                        h.push(self.local);
+                    }
+                });
+                let due = now.as_nanos() + ACK_HOLD.as_nanos() as u64;
+                if self.wakes_at.load(Ordering::SeqCst) > due + HOLD_SLACK.as_nanos() as u64 {
+                    // The progress thread sleeps past the hold (it is not in its short sleeps
+                    // beside a polling program): it must send them in time.
+                    self.wake.signal();
+                }
+            }
+        } else {
+            Self::flush_tx(st);
+        }
         // A new, earlier deadline must wake the progress thread.
         if let Some(t) = st.ep.poll_timeout() {
             if t.as_nanos() < self.sleep_until.load(Ordering::SeqCst) {
                 self.wake.signal();
             }
+        }
+    }
+
+    /// Sends everything queued in the send batch; ACKs held are held no more (and since they
+    /// leave without an answer, the next are not held until the program answers again).
+    fn flush_tx(st: &mut EngineState) {
+        st.tx.flush();
+        if st.acks_held.take().is_some() {
+            st.answer_streak = 0;
+        }
+    }
+
+    /// A program's send: it answers what its poll last received if it comes within
+    /// [`ANSWER_WITHIN`]; ACKs held for it leave with it (the caller's pump sends them).
+    fn note_answer(st: &mut EngineState, now: Instant) {
+        if let Some(t) = st.answer_due.take() {
+            if now.as_nanos().saturating_sub(t) <= ANSWER_WITHIN.as_nanos() as u64 {
+                st.answer_streak = st.answer_streak.saturating_add(1);
+            } else {
+                st.answer_streak = 0;
+            }
+        }
+        st.acks_held = None;
+    }
+
+    /// Sends the bare ACKs held for the program's answer ([`Flush::Join`]), if any.
+    fn flush_held(&self) {
+        let mut st = self.engine.lock();
+        if st.acks_held.is_some() {
+            Self::flush_tx(&mut st);
         }
     }
 
@@ -739,7 +879,7 @@ impl Shared {
         if n == 0 {
             return 0;
         }
-        self.process(rx, n, self.local.ip(), Flush::Now)
+        self.process(rx, n, self.local.ip(), Flush::Join)
     }
 
     /// Feeds the `n` datagrams just received to the engine, fires expired timers and pumps
@@ -791,7 +931,12 @@ impl Shared {
             .store(self.now().as_nanos(), Ordering::Relaxed);
         if let Some(mut rx) = self.rx.try_lock() {
             BUSY.with(|b| b.set(0));
-            self.receive_inline(&mut **rx);
+            if self.receive_inline(&mut **rx) == 0 && HELD_HERE.with(|h| !h.borrow().is_empty()) {
+                // Nothing new, and the program did not answer what it got: the ACKs its
+                // polls held leave now (on every device this thread polled).
+                drop(rx);
+                flush_held_all();
+            }
         } else {
             // The progress thread is receiving: usually for a few microseconds, on another
             // core, so the poller spins. If it stays busy, it may have been preempted holding
@@ -821,9 +966,12 @@ impl Shared {
             // sleeps on its wake-up and timers only, for at most the window, instead of waking
             // (or spinning) for every datagram and racing the poller for the receive path. A
             // stream keeps this thread receiving beside the poller (two cores at work).
-            let (deadline, inflight) = {
+            // Until this pass knows its timeout, a new hold signals the thread (the eventfd
+            // keeps the signal, so a hold made after the read below is not missed).
+            self.wakes_at.store(u64::MAX, Ordering::SeqCst);
+            let (deadline, inflight, held) = {
                 let mut st = self.engine.lock();
-                (st.ep.poll_timeout(), st.ep.inflight())
+                (st.ep.poll_timeout(), st.ep.inflight(), st.acks_held)
             };
             let inline = inflight < INLINE_MAX_INFLIGHT
                 && self
@@ -836,10 +984,13 @@ impl Shared {
                 let timeout = deadline.map(|t| t.saturating_duration_since(now));
                 let cq_wait =
                     cq_deadline.map(|at| Duration::from_nanos(at.saturating_sub(now.as_nanos())));
-                let timeout = match (timeout, cq_wait) {
-                    (Some(a), Some(b)) => Some(a.min(b)),
-                    (a, b) => a.or(b),
-                };
+                // ACKs held for a program's answer leave by the end of their hold.
+                let hold_wait = held.map(|t| {
+                    Duration::from_nanos(
+                        (t + ACK_HOLD.as_nanos() as u64).saturating_sub(now.as_nanos()),
+                    )
+                });
+                let timeout = [timeout, cq_wait, hold_wait].into_iter().flatten().min();
                 // A pump that makes the next deadline earlier than this one wakes the thread.
                 self.sleep_until.store(
                     deadline.map_or(u64::MAX, Instant::as_nanos),
@@ -847,11 +998,16 @@ impl Shared {
                 );
                 // Cap the sleep so a missed wake-up can never stall a timer for long.
                 let cap = if inline {
-                    INLINE_WINDOW
+                    INLINE_SLEEP
                 } else {
                     Duration::from_millis(100)
                 };
-                let timeout = Some(timeout.unwrap_or(cap).min(cap));
+                let timeout = timeout.unwrap_or(cap).min(cap);
+                self.wakes_at.store(
+                    now.as_nanos().saturating_add(timeout.as_nanos() as u64),
+                    Ordering::SeqCst,
+                );
+                let timeout = Some(timeout);
                 if inline {
                     let _ = sys::poll_fds(&[self.wake.raw()], libc::POLLIN, timeout);
                 } else {
@@ -867,6 +1023,7 @@ impl Shared {
                 }
                 self.wake.drain();
             }
+            self.wakes_at.store(0, Ordering::SeqCst);
             // Receive everything that is there, in batches. One receiver at a time (the
             // batch's lock): two threads each taking datagrams off the socket and then racing
             // for the engine would hand it packets out of order.

@@ -127,15 +127,25 @@ pub fn poll_fds(fds: &[RawFd], events: i16, timeout: Option<Duration>) -> io::Re
             revents: 0,
         };
     }
-    let ms = match timeout {
-        None => -1,
-        Some(d) => {
-            d.as_millis().min(i32::MAX as u128) as i32
-                + i32::from(d.subsec_nanos() % 1_000_000 != 0)
-        }
+    // ppoll, not poll: a timeout of microseconds (the progress thread's short sleeps beside a
+    // polling program) must not round up to a millisecond.
+    let ts = timeout.map(|d| libc::timespec {
+        tv_sec: d.as_secs().min(i32::MAX as u64) as libc::time_t,
+        tv_nsec: libc::c_long::from(d.subsec_nanos() as i32),
+    });
+    let tsp = ts
+        .as_ref()
+        .map_or(std::ptr::null(), |t| t as *const libc::timespec);
+    // SAFETY: `p` is a valid array of `p.len()` pollfd structures; `tsp` is null or points to
+    // `ts`, which lives across the call; a null signal mask leaves the thread's as it is.
+    let r = unsafe {
+        libc::ppoll(
+            p.as_mut_ptr(),
+            p.len() as libc::nfds_t,
+            tsp,
+            std::ptr::null(),
+        )
     };
-    // SAFETY: `p` is a valid array of `p.len()` pollfd structures.
-    let r = unsafe { libc::poll(p.as_mut_ptr(), p.len() as libc::nfds_t, ms) };
     if r < 0 {
         let e = io::Error::last_os_error();
         return if e.kind() == io::ErrorKind::Interrupted {
