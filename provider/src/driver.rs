@@ -37,11 +37,15 @@ use crate::sys::{self, EventFd};
 const PUMP_BUDGET: usize = 128;
 
 /// How long after a program's last inline poll the progress thread leaves the socket to it.
-const INLINE_WINDOW: Duration = Duration::from_micros(200);
-/// The progress thread's longest sleep while a program polls: each of its wake-ups takes a
-/// core from a busy poller for a while (on 2 cores, 200 µs sleeps put 2 ms in perftest's
-/// ib_send_lat's 99.9th percentile).
-const INLINE_SLEEP: Duration = Duration::from_millis(1);
+/// It sleeps until the window ends and looks again: a program that polls its CQ once and then
+/// spins on memory (perftest's ib_write_lat) has its datagrams taken by this thread at most
+/// this late, and one that keeps polling costs it a wake-up per window.
+const INLINE_WINDOW: Duration = Duration::from_micros(100);
+/// The shortest sleep of the progress thread beside a polling program.
+const INLINE_MIN_SLEEP: Duration = Duration::from_micros(20);
+/// The progress thread's scheduler slice ([`sys::short_slice`]): the shortest Linux takes.
+const PROGRESS_SLICE: Duration = Duration::from_micros(100);
+
 /// Unacknowledged request PSNs of the device below which the progress thread leaves the socket
 /// to a polling program (above, a stream: both receive).
 const INLINE_MAX_INFLIGHT: u32 = 16;
@@ -70,10 +74,10 @@ pub(crate) enum Flush {
 
 /// The longest a bare ACK waits in the send batch for the program's answer ([`Flush::Join`]):
 /// a peer's send completes at most this much later than it would with an ACK of its own.
-/// As long as the progress thread sleeps while a program polls ([`INLINE_SLEEP`]), so that a
+/// As long as the progress thread sleeps while a program polls ([`INLINE_WINDOW`]), so that a
 /// hold never costs it a wake-up of its own; a program whose ACKs are held answers within
 /// microseconds ([`HOLD_AFTER`]), so this bound is for the one that stops answering.
-const ACK_HOLD: Duration = INLINE_SLEEP;
+const ACK_HOLD: Duration = INLINE_WINDOW;
 
 /// A program "answers" a receipt when it posts a send within this time of the poll that
 /// received it.
@@ -959,6 +963,14 @@ impl Shared {
     /// The progress thread.
     fn progress(self: Arc<Self>) {
         let fd = self.rx_fd;
+        // This thread must run when a datagram comes even while the program spins on every
+        // core (perftest's ib_write_lat spins on memory): a short slice lets it preempt.
+        if let Err(e) = sys::short_slice(PROGRESS_SLICE) {
+            log::debug!(
+                "{}: no short scheduler slice for the progress thread: {e}",
+                self.local
+            );
+        }
         while !self.shutdown.load(Ordering::SeqCst) {
             let cq_deadline = self.run_cq_timers();
             // While a program polls a CQ of this device and little is in flight (a ping-pong,
@@ -973,12 +985,12 @@ impl Shared {
                 let mut st = self.engine.lock();
                 (st.ep.poll_timeout(), st.ep.inflight(), st.acks_held)
             };
-            let inline = inflight < INLINE_MAX_INFLIGHT
-                && self
-                    .now()
-                    .as_nanos()
-                    .saturating_sub(self.last_inline.load(Ordering::Relaxed))
-                    < INLINE_WINDOW.as_nanos() as u64;
+            let since_poll = self
+                .now()
+                .as_nanos()
+                .saturating_sub(self.last_inline.load(Ordering::Relaxed));
+            let inline =
+                inflight < INLINE_MAX_INFLIGHT && since_poll < INLINE_WINDOW.as_nanos() as u64;
             if inline || !self.busy_poll {
                 let now = self.now();
                 let timeout = deadline.map(|t| t.saturating_duration_since(now));
@@ -998,7 +1010,8 @@ impl Shared {
                 );
                 // Cap the sleep so a missed wake-up can never stall a timer for long.
                 let cap = if inline {
-                    INLINE_SLEEP
+                    // Until the window ends, then look again.
+                    (INLINE_WINDOW - Duration::from_nanos(since_poll)).max(INLINE_MIN_SLEEP)
                 } else {
                     Duration::from_millis(100)
                 };
