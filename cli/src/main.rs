@@ -10,7 +10,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 use ferroce::OpenOptions;
 use ferroce::transport::{Mtu, QpType};
-use ferroce_cli::tools::loopback::connected_pair;
+use ferroce_cli::tools::loopback::{connected_pair, connected_pair_with};
 use ferroce_cli::tools::perf::{self, Limit, Op};
 use ferroce_cli::tools::{demo, devinfo, pingpong, sysfs, udp_ceiling};
 
@@ -218,6 +218,9 @@ struct PerfArgs {
     /// Also measure the raw UDP ceiling at the same datagram size and print the ratio (bw).
     #[arg(long)]
     compare: bool,
+    /// SEND ping-pong between two threads that sleep on completion channels (lat).
+    #[arg(long)]
+    blocking: bool,
 }
 
 /// `ferroce fuzz`: exit status 0 when every case conformed, 1 on an error, 4 on a deviation,
@@ -550,18 +553,29 @@ fn bw(a: &PerfArgs, out: &mut dyn Write) -> ferroce::Result<()> {
 
 fn lat(a: &PerfArgs, out: &mut dyn Write) -> ferroce::Result<()> {
     let max = sizes(a).into_iter().max().unwrap_or(a.size) as usize;
-    let (x, y) = connected_pair(
+    if a.blocking && a.op != perf::Op::Send {
+        return Err(ferroce::Error::InvalidArgument(
+            "--blocking measures SEND ping-pongs only (--op send)",
+        ));
+    }
+    let (x, y) = connected_pair_with(
         &OpenOptions::default(),
         QpType::Rc,
         1,
         (max * 2).max(1 << 20),
         mtu_of(a.mtu)?,
         16,
+        a.blocking,
     )?;
     let _ = writeln!(
         out,
-        "ferroce lat: {:?} on {} -> {}, MTU {}",
+        "ferroce lat: {:?}{} on {} -> {}, MTU {}",
         a.op,
+        if a.blocking {
+            " (blocking: completion channels)"
+        } else {
+            ""
+        },
         x.ctx.device().addr,
         y.ctx.device().addr,
         a.mtu
@@ -573,7 +587,11 @@ fn lat(a: &PerfArgs, out: &mut dyn Write) -> ferroce::Result<()> {
     );
     for size in sizes(a) {
         let iters = a.iters.unwrap_or(if size >= 1 << 20 { 50 } else { 1000 });
-        let r = perf::latency(&x, &y, a.op, size, iters)?;
+        let r = if a.blocking {
+            perf::latency_blocking(&x, &y, size, iters)?
+        } else {
+            perf::latency(&x, &y, a.op, size, iters)?
+        };
         let us = |d: Duration| d.as_secs_f64() * 1e6;
         let _ = writeln!(
             out,

@@ -383,6 +383,9 @@ impl CompletionChannel {
             }
             if p.is_empty() {
                 self.inner.fd.drain();
+                if timeout > Duration::ZERO {
+                    self.ctx.shared.program_sleeps();
+                }
                 if self.inner.cond.wait_until(&mut p, deadline).timed_out() && p.is_empty() {
                     return None;
                 }
@@ -404,6 +407,7 @@ impl CompletionChannel {
     /// # Errors
     /// The read's errno.
     pub fn wait_event(&self) -> std::result::Result<CompletionQueue, i32> {
+        self.ctx.shared.program_sleeps();
         self.inner
             .waiter
             .wait(|| self.get_event_timeout(Duration::ZERO))

@@ -178,6 +178,8 @@ pub(crate) struct Shared {
     /// When a program last polled an empty CQ of this device and drove the socket itself
     /// (engine ns).
     last_inline: AtomicU64,
+    /// Whether the progress thread sleeps without the socket, leaving it to a poller.
+    inline_sleep: AtomicBool,
 }
 
 /// A device's running runtime: the [`Shared`] state and its progress thread, stopped and
@@ -396,6 +398,7 @@ impl Shared {
             membership,
             cq_timers: Mutex::new(Vec::new()),
             last_inline: AtomicU64::new(0),
+            inline_sleep: AtomicBool::new(false),
         });
         let s2 = shared.clone();
         let progress =
@@ -960,6 +963,18 @@ impl Shared {
         }
     }
 
+    /// A program is going to sleep on a completion channel: it polls no more, so the progress
+    /// thread must take the datagrams now (woken if it sleeps leaving the socket to a poller),
+    /// not when the polling window ends.
+    pub(crate) fn program_sleeps(&self) {
+        // SeqCst with the progress thread's store of `inline_sleep` and load of `last_inline`:
+        // either it sees 0 and does not sleep, or this sees it asleep and signals.
+        self.last_inline.store(0, Ordering::SeqCst);
+        if self.inline_sleep.load(Ordering::SeqCst) {
+            self.wake.signal();
+        }
+    }
+
     /// The progress thread.
     fn progress(self: Arc<Self>) {
         let fd = self.rx_fd;
@@ -1022,7 +1037,12 @@ impl Shared {
                 );
                 let timeout = Some(timeout);
                 if inline {
-                    let _ = sys::poll_fds(&[self.wake.raw()], libc::POLLIN, timeout);
+                    self.inline_sleep.store(true, Ordering::SeqCst);
+                    // A program that went to sleep since the window was judged signals.
+                    if self.last_inline.load(Ordering::SeqCst) != 0 {
+                        let _ = sys::poll_fds(&[self.wake.raw()], libc::POLLIN, timeout);
+                    }
+                    self.inline_sleep.store(false, Ordering::SeqCst);
                 } else {
                     match self.rx_side_fd {
                         Some(side) => {

@@ -5,8 +5,8 @@ use std::net::IpAddr;
 
 use ferroce::transport::{AccessFlags, Mtu, QpCap, QpType};
 use ferroce::{
-    CompletionQueue, Context, Device, Error, MemoryRegion, OpenOptions, ProtectionDomain,
-    QpInitAttr, QueuePair, Result,
+    CompletionChannel, CompletionQueue, Context, Device, Error, MemoryRegion, OpenOptions,
+    ProtectionDomain, QpInitAttr, QueuePair, Result,
 };
 
 /// Every access right.
@@ -25,6 +25,8 @@ pub struct Side {
     pub qps: Vec<QueuePair>,
     /// The memory region.
     pub mr: MemoryRegion,
+    /// The CQ's completion channel (`ibv_comp_channel`), for sides that wait for events.
+    pub channel: Option<CompletionChannel>,
 }
 
 /// Opens a device on the first free pair of addresses 127.77.x.1 / 127.77.x.2.
@@ -51,10 +53,30 @@ pub fn open_pair(opts: &OpenOptions) -> Result<(Context, Context)> {
 /// # Errors
 /// Any verbs failure.
 pub fn side(ctx: Context, qp_type: QpType, nqp: usize, mem: usize, depth: u32) -> Result<Side> {
+    side_with(ctx, qp_type, nqp, mem, depth, false)
+}
+
+/// As [`side`], its CQ on a completion channel if `events`.
+///
+/// # Errors
+/// Any verbs failure.
+pub fn side_with(
+    ctx: Context,
+    qp_type: QpType,
+    nqp: usize,
+    mem: usize,
+    depth: u32,
+    events: bool,
+) -> Result<Side> {
     let pd = ctx.alloc_pd();
+    let channel = if events {
+        Some(ctx.create_comp_channel()?)
+    } else {
+        None
+    };
     let cq = ctx.create_cq(
         (depth * 2 * nqp as u32).clamp(16, ferroce::context::limits::MAX_CQE),
-        None,
+        channel.as_ref(),
     )?;
     let cap = QpCap {
         max_send_wr: depth,
@@ -82,6 +104,7 @@ pub fn side(ctx: Context, qp_type: QpType, nqp: usize, mem: usize, depth: u32) -
         cq,
         qps,
         mr,
+        channel,
     })
 }
 
@@ -113,10 +136,26 @@ pub fn connected_pair(
     mtu: Mtu,
     depth: u32,
 ) -> Result<(Side, Side)> {
+    connected_pair_with(opts, qp_type, nqp, mem, mtu, depth, false)
+}
+
+/// As [`connected_pair`], each CQ on a completion channel if `events`.
+///
+/// # Errors
+/// Any open or verbs failure.
+pub fn connected_pair_with(
+    opts: &OpenOptions,
+    qp_type: QpType,
+    nqp: usize,
+    mem: usize,
+    mtu: Mtu,
+    depth: u32,
+    events: bool,
+) -> Result<(Side, Side)> {
     let (ca, cb) = open_pair(opts)?;
     let (aa, ab) = (ca.device().addr, cb.device().addr);
-    let a = side(ca, qp_type, nqp, mem, depth)?;
-    let b = side(cb, qp_type, nqp, mem, depth)?;
+    let a = side_with(ca, qp_type, nqp, mem, depth, events)?;
+    let b = side_with(cb, qp_type, nqp, mem, depth, events)?;
     for (i, (qa, qb)) in a.qps.iter().zip(&b.qps).enumerate() {
         let (pa, pb) = (0x1000 + i as u32, 0x2000 + i as u32);
         connect(qa, ab, qb.qp_num(), mtu, pa, pb)?;

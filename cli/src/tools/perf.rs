@@ -287,6 +287,110 @@ fn spin_one(side: &Side, deadline: Instant) -> Result<WorkCompletion> {
     }
 }
 
+/// The next receive completion of `side`, sleeping on its completion channel between polls
+/// (`ibv_req_notify_cq`, poll again, `ibv_get_cq_event`) as an event-driven program does;
+/// send completions met on the way are skipped. A side without a channel spins.
+fn wait_recv(side: &Side, deadline: Instant) -> Result<WorkCompletion> {
+    let timed_out = || {
+        ferroce::Error::Io(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "no completion within 10 s",
+        ))
+    };
+    loop {
+        while let Some(wc) = side.cq.poll_one() {
+            if wc.status != WcStatus::Success {
+                return Err(fail(&wc));
+            }
+            if wc.opcode == ferroce::transport::WcOpcode::Recv {
+                return Ok(wc);
+            }
+        }
+        let Some(ch) = &side.channel else {
+            if Instant::now() > deadline {
+                return Err(timed_out());
+            }
+            std::hint::spin_loop();
+            continue;
+        };
+        side.cq.req_notify(false)?;
+        // A completion that came between the last poll and the arming raised no event.
+        if let Some(wc) = side.cq.poll_one() {
+            if wc.status != WcStatus::Success {
+                return Err(fail(&wc));
+            }
+            if wc.opcode == ferroce::transport::WcOpcode::Recv {
+                return Ok(wc);
+            }
+            continue;
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        let cq = ch.get_event_timeout(left).ok_or_else(timed_out)?;
+        cq.ack_events(1);
+    }
+}
+
+/// An 8-byte-class SEND ping-pong between two threads, each sleeping on its completion
+/// channel (`--blocking`): the figure to hold against a blocking UDP ping-pong. Each sample is
+/// half the round trip, as perftest's send_lat with `-e`.
+///
+/// # Errors
+/// A failed completion or verbs error.
+pub fn latency_blocking(a: &Side, b: &Side, size: u32, iters: u64) -> Result<LatResult> {
+    let (qa, qb) = (&a.qps[0], &b.qps[0]);
+    let recv = |side: &Side| RecvWr {
+        wr_id: 0,
+        sg_list: vec![side.mr.sge(0, size)].into(),
+    };
+    // Every 8th SEND is signalled, so the send queue's slots come back; the rest complete
+    // silently.
+    let send = |side: &Side, i: u64| {
+        let mut w = SendWr::new(i, WrOpcode::Send);
+        if i % 8 == 7 {
+            w.send_flags = SendFlags::SIGNALED;
+        }
+        w.sg_list = vec![side.mr.sge(0, size)].into();
+        w
+    };
+    qa.post_recv(&recv(a))?;
+    qb.post_recv(&recv(b))?;
+    let calls = Syscalls::now(a, b);
+    let mut samples = Vec::with_capacity(iters as usize);
+    std::thread::scope(|sc| -> Result<()> {
+        let answerer = sc.spawn(|| -> Result<()> {
+            for i in 0..iters {
+                wait_recv(b, Instant::now() + Duration::from_secs(10))?;
+                qb.post_recv(&recv(b))?;
+                qb.post_send(&send(b, i))?;
+            }
+            Ok(())
+        });
+        let mut run = || -> Result<()> {
+            for i in 0..iters {
+                let t0 = Instant::now();
+                qa.post_send(&send(a, i))?;
+                wait_recv(a, t0 + Duration::from_secs(10))?;
+                samples.push(t0.elapsed() / 2);
+                qa.post_recv(&recv(a))?;
+            }
+            Ok(())
+        };
+        let r = run();
+        let joined = answerer.join().unwrap_or_else(|_| {
+            Err(ferroce::Error::Io(std::io::Error::other(
+                "answerer panicked",
+            )))
+        });
+        r.and(joined)
+    })?;
+    samples.sort_unstable();
+    Ok(LatResult {
+        size,
+        samples,
+        calls: Syscalls::now(a, b).since(calls),
+    })
+}
+
 /// Measures `iters` operations one at a time on the first QP. SEND is a ping-pong and each
 /// sample is half the round trip (as perftest's send_lat); WRITE, READ and atomics are timed
 /// from post to completion (a full round trip).
