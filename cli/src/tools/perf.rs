@@ -469,3 +469,33 @@ pub fn latency(a: &Side, b: &Side, op: Op, size: u32, iters: u64) -> Result<LatR
 pub fn all_sizes() -> Vec<u32> {
     (1..=23).map(|p| 1u32 << p).collect()
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
+
+    use super::*;
+    use crate::tools::loopback::connected_pair_with;
+    use ferroce::OpenOptions;
+    use ferroce::transport::{Mtu, QpType};
+
+    /// Two threads sleeping on completion channels answer every message: each iteration is a
+    /// sample, both ends moved datagrams, and nothing failed or timed out.
+    #[test]
+    fn a_blocking_ping_pong_gets_every_answer() {
+        let (a, b) = connected_pair_with(
+            &OpenOptions::default(),
+            QpType::Rc,
+            1,
+            1 << 16,
+            Mtu::Mtu1024,
+            16,
+            true,
+        )
+        .unwrap();
+        let r = latency_blocking(&a, &b, 8, 300).unwrap();
+        assert_eq!(r.samples.len(), 300);
+        assert!(r.samples.windows(2).all(|w| w[0] <= w[1]), "sorted");
+        assert!(r.calls.send > 0 && r.calls.recv > 0, "{:?}", r.calls);
+    }
+}
