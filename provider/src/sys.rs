@@ -136,8 +136,7 @@ pub fn poll_fds(fds: &[RawFd], events: i16, timeout: Option<Duration>) -> io::Re
     let tsp = ts
         .as_ref()
         .map_or(std::ptr::null(), |t| t as *const libc::timespec);
-    // SAFETY: `p` is a valid array of `p.len()` pollfd structures; `tsp` is null or points to
-    // `ts`, which lives across the call; a null signal mask leaves the thread's as it is.
+    // SAFETY: `p` is a valid array of `p.len()` pollfds; `tsp` is null or points to `ts`, alive across the call; a null sigmask keeps the thread's.
     let r = unsafe {
         libc::ppoll(
             p.as_mut_ptr(),
@@ -427,8 +426,7 @@ struct SchedAttr {
 /// # Errors
 /// The system call's, e.g. `EINVAL` on a kernel without custom slices (harmless).
 pub(crate) fn short_slice(slice: Duration) -> io::Result<()> {
-    // SAFETY: getpriority only reads this thread's nice value; errno is cleared first so a
-    // legitimate -1 can be told from an error (which leaves nice at 0, the usual value).
+    // SAFETY: __errno_location returns this thread's errno slot; getpriority only reads the thread's nice value.
     let nice = unsafe {
         *libc::__errno_location() = 0;
         libc::getpriority(libc::PRIO_PROCESS, 0)
@@ -443,8 +441,7 @@ pub(crate) fn short_slice(slice: Duration) -> io::Result<()> {
         sched_deadline: 0,
         sched_period: 0,
     };
-    // SAFETY: `attr` is a valid sched_attr of the size it states, alive across the call; pid 0
-    // is the calling thread; flags 0.
+    // SAFETY: `attr` is a valid sched_attr of the size it states, alive across the call; pid 0 is this thread.
     let r = unsafe { libc::syscall(libc::SYS_sched_setattr, 0, &raw const attr, 0) };
     if r < 0 {
         return Err(io::Error::last_os_error());
