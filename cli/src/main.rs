@@ -546,6 +546,13 @@ fn bw(a: &PerfArgs, out: &mut dyn Write) -> ferroce::Result<()> {
                 c.tcp_bytes_per_s / 1e6,
                 r.mb_per_s() * 1e6 / c.tcp_bytes_per_s
             );
+            let _ = writeln!(
+                out,
+                "CPU per GB (both ends, user + system): ferroce {:.3} s, TCP {:.3} s; ferroce = {:.2}x",
+                r.cpu_s_per_gb(),
+                c.tcp_cpu_s_per_gb,
+                r.cpu_s_per_gb() / c.tcp_cpu_s_per_gb
+            );
         }
     }
     Ok(())

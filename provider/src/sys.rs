@@ -404,6 +404,13 @@ pub(crate) fn clock_ns(clock: libc::clockid_t) -> u64 {
         .saturating_add(t.tv_nsec as u64)
 }
 
+/// CPU time this process has used so far, all its threads, user and system
+/// (`CLOCK_PROCESS_CPUTIME_ID`): what a benchmark divides by the bytes it moved for a CPU
+/// cost per byte.
+pub fn process_cpu_time() -> Duration {
+    Duration::from_nanos(clock_ns(libc::CLOCK_PROCESS_CPUTIME_ID))
+}
+
 /// `struct sched_attr` as `sched_setattr(2)` takes it (its first version, 48 bytes).
 #[repr(C)]
 struct SchedAttr {

@@ -6,4 +6,4 @@ pub use crate::mmsg::{
     FALLBACK_SEGMENTS, FULL_BYTES, GRO_SLOT, MAX_SEGMENTS, MAX_TRAIN_BYTES, RecvBatch,
     Segmentation, Segments, SendBatch, enable_ecn, enable_gro, enable_recv_tos,
 };
-pub use crate::sys::{poll_fds, set_dont_fragment};
+pub use crate::sys::{poll_fds, process_cpu_time, set_dont_fragment};

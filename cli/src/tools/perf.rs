@@ -63,6 +63,9 @@ pub struct BwResult {
     pub elapsed: Duration,
     /// System calls of both ends during the run (runtime counters).
     pub calls: Syscalls,
+    /// CPU time of the whole process (both ends, their runtimes' threads, user and system)
+    /// during the run.
+    pub cpu: Duration,
 }
 
 /// `sendmmsg` and `recvmmsg` calls of both devices over a run, from their runtime counters.
@@ -123,6 +126,16 @@ impl BwResult {
     pub fn msgs_per_s(&self) -> f64 {
         self.msgs as f64 / self.elapsed.as_secs_f64()
     }
+
+    /// CPU seconds (both ends, user and system) per GB moved.
+    pub fn cpu_s_per_gb(&self) -> f64 {
+        cpu_per_gb(self.cpu, self.msgs as f64 * f64::from(self.size))
+    }
+}
+
+/// CPU seconds per GB for `cpu` spent moving `bytes` (infinite for no bytes).
+pub fn cpu_per_gb(cpu: Duration, bytes: f64) -> f64 {
+    cpu.as_secs_f64() / (bytes / 1e9)
 }
 
 fn fail(wc: &WorkCompletion) -> ferroce::Error {
@@ -171,6 +184,7 @@ pub fn bandwidth(
         }
     }
     let calls = Syscalls::now(a, b);
+    let cpu = ferroce::udp::process_cpu_time();
     let start = Instant::now();
     let mut posted = vec![0u64; nqp];
     let mut inflight = vec![0u32; nqp];
@@ -237,6 +251,7 @@ pub fn bandwidth(
         }
     }
     let elapsed = start.elapsed();
+    let cpu = ferroce::udp::process_cpu_time().saturating_sub(cpu);
     // Drain the receiver's completions so the next run starts clean.
     while b.cq.poll(&mut wcs) > 0 {}
     Ok(BwResult {
@@ -244,6 +259,7 @@ pub fn bandwidth(
         msgs: done,
         elapsed,
         calls: Syscalls::now(a, b).since(calls),
+        cpu,
     })
 }
 
@@ -497,5 +513,34 @@ mod tests {
         assert_eq!(r.samples.len(), 300);
         assert!(r.samples.windows(2).all(|w| w[0] <= w[1]), "sorted");
         assert!(r.calls.send > 0 && r.calls.recv > 0, "{:?}", r.calls);
+    }
+
+    /// A bandwidth run measures the process's CPU time over the run: at least the wall time
+    /// of the posting thread's busy loop is in it, so the CPU cost per GB is positive and
+    /// finite, and it is what `cpu_per_gb` makes of those figures.
+    #[test]
+    fn a_bandwidth_run_counts_its_cpu_time() {
+        let (a, b) = connected_pair_with(
+            &OpenOptions::default(),
+            QpType::Rc,
+            1,
+            1 << 20,
+            Mtu::Mtu4096,
+            16,
+            false,
+        )
+        .unwrap();
+        let r = bandwidth(&a, &b, Op::Write, 65536, Limit::Iters(200), 16).unwrap();
+        assert_eq!(r.msgs, 200);
+        // The posting thread spins for the whole run: its CPU time alone is nearly the wall
+        // time (a half leaves room for a descheduled thread on a loaded host).
+        assert!(r.cpu >= r.elapsed / 2, "cpu {:?} over {:?}", r.cpu, r.elapsed);
+        let per_gb = r.cpu_s_per_gb();
+        assert!(per_gb.is_finite() && per_gb > 0.0, "{per_gb}");
+        assert_eq!(
+            per_gb,
+            cpu_per_gb(r.cpu, 200.0 * 65536.0),
+            "the bytes of 200 messages of 64 KiB"
+        );
     }
 }

@@ -32,6 +32,8 @@ pub struct Ceiling {
     pub udp_rtt_spin: Duration,
     /// TCP stream bytes per second.
     pub tcp_bytes_per_s: f64,
+    /// CPU seconds (both ends, user and system) per GB the TCP stream moved.
+    pub tcp_cpu_s_per_gb: f64,
 }
 
 /// Blasts `size`-byte datagrams for `dur`: 32 per `sendmmsg`, or with `trains` as trains of
@@ -161,7 +163,9 @@ fn udp_rtt_spin(iters: usize) -> Result<Duration> {
     Ok(samples.get(samples.len() / 2).copied().unwrap_or_default())
 }
 
-fn tcp_stream(dur: Duration) -> Result<f64> {
+/// A TCP stream over loopback for `dur`: bytes per second, and CPU seconds (the process's,
+/// both ends being its threads) per GB.
+fn tcp_stream(dur: Duration) -> Result<(f64, f64)> {
     let l = TcpListener::bind("127.0.0.1:0")?;
     let addr = l.local_addr()?;
     let sink = std::thread::spawn(move || -> u64 {
@@ -178,13 +182,18 @@ fn tcp_stream(dur: Duration) -> Result<f64> {
     });
     let mut s = TcpStream::connect(addr)?;
     let buf = vec![0u8; 1 << 20];
+    let cpu = ferroce::udp::process_cpu_time();
     let start = Instant::now();
     while start.elapsed() < dur {
         s.write_all(&buf)?;
     }
     drop(s);
     let total = sink.join().unwrap_or(0);
-    Ok(total as f64 / start.elapsed().as_secs_f64())
+    let cpu = ferroce::udp::process_cpu_time().saturating_sub(cpu);
+    Ok((
+        total as f64 / start.elapsed().as_secs_f64(),
+        crate::tools::perf::cpu_per_gb(cpu, total as f64),
+    ))
 }
 
 /// Measures all three for `dur` each (the ping-pong runs 2,000 round trips).
@@ -194,6 +203,7 @@ fn tcp_stream(dur: Duration) -> Result<f64> {
 pub fn measure(size: usize, dur: Duration) -> Result<Ceiling> {
     let (dps, bps) = udp_blast(size, dur, false)?;
     let (gdps, gbps) = udp_blast(size, dur, true)?;
+    let (tcp_bytes_per_s, tcp_cpu_s_per_gb) = tcp_stream(dur)?;
     Ok(Ceiling {
         size,
         udp_dgrams_per_s: dps,
@@ -202,6 +212,7 @@ pub fn measure(size: usize, dur: Duration) -> Result<Ceiling> {
         gso_bytes_per_s: gbps,
         udp_rtt: udp_rtt(2000)?,
         udp_rtt_spin: udp_rtt_spin(2000)?,
-        tcp_bytes_per_s: tcp_stream(dur)?,
+        tcp_bytes_per_s,
+        tcp_cpu_s_per_gb,
     })
 }
