@@ -534,7 +534,12 @@ mod tests {
         assert_eq!(r.msgs, 200);
         // The posting thread spins for the whole run: its CPU time alone is nearly the wall
         // time (a half leaves room for a descheduled thread on a loaded host).
-        assert!(r.cpu >= r.elapsed / 2, "cpu {:?} over {:?}", r.cpu, r.elapsed);
+        assert!(
+            r.cpu >= r.elapsed / 2,
+            "cpu {:?} over {:?}",
+            r.cpu,
+            r.elapsed
+        );
         let per_gb = r.cpu_s_per_gb();
         assert!(per_gb.is_finite() && per_gb > 0.0, "{per_gb}");
         assert_eq!(
