@@ -5,7 +5,11 @@
 #   nsexec cmd...    a host command inside the namespace (ferroce runs here, on 10.77.0.1)
 #   cap_start FILE / cap_stop                                          tshark on br0
 # Everything lives in the namespace; nothing touches the root namespace's network.
-LAB_CACHE=${FERROCE_LAB_CACHE:-/var/tmp/ferroce-rxe-lab}
+# The image build.sh made for $FERROCE_LAB_SUITE (bookworm: kernel 6.1; trixie: 6.12).
+case "${FERROCE_LAB_SUITE:-bookworm}" in
+  trixie) LAB_CACHE=${FERROCE_LAB_CACHE:-/var/tmp/ferroce-rxe-lab-trixie} ;;
+  *) LAB_CACHE=${FERROCE_LAB_CACHE:-/var/tmp/ferroce-rxe-lab} ;;
+esac
 NS=${FERROCE_LAB_NS:-ferrocelab$$}
 QPIDS=()
 CAPPID=

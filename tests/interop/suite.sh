@@ -389,6 +389,7 @@ for mtu_link in 1500 4200; do
   { want pingpong || want matrix || want loss || want programs || want shared || want cm || want fuzz; } || break
   mtu=1024; [ $mtu_link = 4200 ] && mtu=4096
   if ! lab_up 1 $mtu_link; then result "lab boot (bridge MTU $mtu_link)" 0 ""; lab_down; continue; fi
+  log "guest: kernel $(gexec 1 'uname -r' 30), $(gexec 1 "dpkg-query -W -f '\${Package} \${Version}' ibverbs-providers" 30)"
   gexec 1 "ibv_devinfo -d rxe0 | grep -q 'active_mtu:.*$mtu'" 30 >/dev/null; result "rxe0 active MTU $mtu on bridge MTU $mtu_link" $([ $? = 0 ] && echo 1 || echo 0) ""
   port=18515
   for role in ferroce-server rxe-server; do

@@ -12,8 +12,8 @@ use std::net::{IpAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use ferroce::transport::{
-    AccessFlags, BringUp, Mtu, QpCap, QpType, RecvWr, SendFlags, SendWr, Service, WcOpcode,
-    WcStatus, WorkCompletion, WrOpcode,
+    AccessFlags, BringUp, Mtu, QpCap, QpType, RecvWr, RemoteAddr, SendFlags, SendWr, Service,
+    WcOpcode, WcStatus, WorkCompletion, WrOpcode,
 };
 use ferroce::{CompletionQueue, Device, QpInitAttr, QueuePair};
 use ferroce_cli::tools::loopback::{ALL_ACCESS, connect};
@@ -57,6 +57,24 @@ fn wait(cq: &CompletionQueue) -> Option<WorkCompletion> {
         std::thread::sleep(Duration::from_micros(200));
     }
     None
+}
+
+/// Whether a kernel release string (`uname -r`, e.g. "6.12.117+deb13-amd64") is at least
+/// `major.minor`.
+fn kernel_at_least(release: &str, major: u32, minor: u32) -> bool {
+    let mut parts = release
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|p| p.parse::<u32>().unwrap_or(0));
+    let (a, b) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    (a, b) >= (major, minor)
+}
+
+#[test]
+fn kernel_releases_compare_by_major_and_minor() {
+    assert!(kernel_at_least("6.12.117+deb13-amd64", 6, 2));
+    assert!(!kernel_at_least("6.1.0-50-amd64", 6, 2));
+    assert!(kernel_at_least("7.0.1", 6, 2));
+    assert!(!kernel_at_least("unknown", 6, 2));
 }
 
 #[test]
@@ -355,6 +373,73 @@ fn rxe_peer_matrix() {
         report(format!("rxe->ferroce {name} mtu {m}"), res);
     }
 
+    // ATOMIC WRITE (IBTA 1.5 persistent-memory extensions; kernel rxe has it since 6.2, and
+    // rdma-core's rxe provider posts it through ibv_wr_atomic_write): both ways where the
+    // peer's kernel offers it; on an older one, what its rxe answers is checked with the
+    // error paths below.
+    let caps = agent.ask("CAPS");
+    let kernel = caps.get(4).cloned().unwrap_or_default();
+    let awrite = kernel_at_least(&kernel, 6, 2);
+    if awrite {
+        let res = (|| -> Result<(), String> {
+            agent.ask("FILL 4096 8 0");
+            let value = 0x0102_0304_0506_0708u64;
+            let w = SendWr::atomic_write(
+                21,
+                RemoteAddr {
+                    remote_addr: aaddr + 4096,
+                    rkey: arkey,
+                },
+                value.to_ne_bytes(),
+            );
+            qp.post_send(&w).map_err(|e| e.to_string())?;
+            let wc = wait(&cq).ok_or("no completion")?;
+            if wc.status != WcStatus::Success || wc.opcode != WcOpcode::AtomicWrite {
+                return Err(format!("completion {wc:?}"));
+            }
+            let now: u64 = agent.ask("LOAD 4096")[1].parse().unwrap();
+            if now != value {
+                return Err(format!("rxe holds {now:#x}, want {value:#x}"));
+            }
+            Ok(())
+        })();
+        report(
+            format!("ferroce->rxe ATOMIC_WRITE mtu {m} (kernel {kernel})"),
+            res,
+        );
+        let res = (|| -> Result<(), String> {
+            if caps.get(2).map(String::as_str) != Some("1") {
+                return Err(format!("the peer made no ATOMIC WRITE QP: {caps:?}"));
+            }
+            let off = 3 << 20;
+            mr.write(off, &[0u8; 8]).unwrap();
+            agent.ask("FILL 8 8 9");
+            let value: u64 = agent.ask("LOAD 8")[1].parse().unwrap();
+            let r = agent.ask(&format!(
+                "POST awrite 8 8 {} {} 0 0 0",
+                mr.addr() + off as u64,
+                mr.rkey()
+            ));
+            if r[0] != "OK" {
+                return Err(format!("rxe post {r:?}"));
+            }
+            let wc = agent.ask("WC");
+            // IBV_WC_ATOMIC_WRITE is 9.
+            if wc[0] != "WC" || wc[2] != "0" || wc[3] != "9" {
+                return Err(format!("rxe completion {wc:?}"));
+            }
+            let now = mr.atomic_load(off).unwrap();
+            if now != value {
+                return Err(format!("ferroce holds {now:#x}, want {value:#x}"));
+            }
+            Ok(())
+        })();
+        report(
+            format!("rxe->ferroce ATOMIC_WRITE mtu {m} (kernel {kernel})"),
+            res,
+        );
+    }
+
     // Error paths, each on a fresh pair of QPs (an error leaves both in ERR).
     // `rxe_retry`: the peer's (retry_cnt, timeout).
     let fresh =
@@ -416,6 +501,40 @@ fn rxe_peer_matrix() {
     // and rxe as the requester gets retry_cnt 2 (its 7 would retry for ever).
     let lossy = std::env::var_os("FERROCE_RXE_LOSSY").is_some();
     let rxe_retry = if lossy { (2, 14) } else { (7, 18) };
+    if !awrite {
+        // An rxe without ATOMIC WRITE (Linux < 6.2) does not know its opcode: the request
+        // must fail at ferroce's requester (rxe's NAK, or its silence until the retries run
+        // out), never hang, and rxe's memory must not change.
+        let q = fresh(&mut agent, 7, 7, rxe_retry);
+        let mut how = String::new();
+        let res = (|| -> Result<(), String> {
+            agent.ask("FILL 4096 8 0");
+            let before: u64 = agent.ask("LOAD 4096")[1].parse().unwrap();
+            let w = SendWr::atomic_write(
+                22,
+                RemoteAddr {
+                    remote_addr: aaddr + 4096,
+                    rkey: arkey,
+                },
+                [0xee; 8],
+            );
+            q.post_send(&w).map_err(|e| e.to_string())?;
+            let wc = wait(&cq).ok_or("no completion")?;
+            if wc.status == WcStatus::Success {
+                return Err("rxe without ATOMIC WRITE completed one".into());
+            }
+            let after: u64 = agent.ask("LOAD 4096")[1].parse().unwrap();
+            if after != before {
+                return Err(format!("rxe's memory changed: {before:#x} -> {after:#x}"));
+            }
+            how = wc.status.to_string();
+            Ok(())
+        })();
+        report(
+            format!("ferroce->rxe ATOMIC_WRITE refused ({how}) mtu {m} (kernel {kernel})"),
+            res,
+        );
+    }
     let access = |wc: Option<WorkCompletion>| match wc {
         Some(wc) if wc.status == WcStatus::RemAccessErr => Ok(""),
         Some(wc) if lossy && wc.status == WcStatus::RetryExcErr => Ok(" (NAK lost: RetryExcErr)"),

@@ -12,7 +12,10 @@
  *   RECV OFF LEN                       post a receive                 -> "OK"
  *   POST OP OFF LEN RADDR RKEY IMM COMPARE_ADD SWAP   post a signaled send WR (OP: send,
  *                                      send_imm, send_inv (IMM: the rkey to invalidate), write,
- *                                      write_imm, read, cas, faa) -> "OK"
+ *                                      write_imm, read, cas, faa, awrite: ATOMIC WRITE of the 8
+ *                                      bytes at OFF through ibv_wr_atomic_write) -> "OK"
+ *   CAPS                               -> "CAPS awrite A kernel RELEASE": A 1 if the QP was made
+ *                                      with ATOMIC WRITE among its send ops (rdma-core >= 43)
  *   BINDMW OFF LEN [ZB]                bind a type 2 window (allocated once) over the region's
  *                                      OFF..OFF+LEN for remote WRITE with a BIND_MW WR on the
  *                                      QP (its completion comes through WC); ZB 1: zero based
@@ -37,6 +40,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/utsname.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -49,6 +53,8 @@ static uint8_t *buf;
 static size_t len;
 static uint64_t next_id = 1;
 static struct ibv_mw *mw;
+/* The QP as an extended QP when it was made with ATOMIC WRITE among its send ops, else NULL. */
+static struct ibv_qp_ex *qpx;
 
 static void die(const char *what) {
 	perror(what);
@@ -58,7 +64,17 @@ static void die(const char *what) {
 static int make_qp(void) {
 	struct ibv_qp_init_attr ia = {.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC,
 				      .cap = {.max_send_wr = 64, .max_recv_wr = 64, .max_send_sge = 1, .max_recv_sge = 1}};
-	qp = ibv_create_qp(pd, &ia);
+	/* ATOMIC WRITE is posted through the extended QP (ibv_wr_atomic_write); a userland or
+	 * provider without it refuses such a QP, and the plain one is made instead. */
+	struct ibv_qp_init_attr_ex ix = {.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC, .cap = ia.cap, .pd = pd,
+					 .comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
+					 .send_ops_flags = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_ATOMIC_WRITE};
+	qpx = NULL;
+	qp = ibv_create_qp_ex(ctx, &ix);
+	if (qp)
+		qpx = ibv_qp_to_qp_ex(qp);
+	else
+		qp = ibv_create_qp(pd, &ia);
 	if (!qp)
 		return -1;
 	struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .pkey_index = 0, .port_num = 1,
@@ -145,6 +161,15 @@ static int post(const char *op, size_t off, uint32_t n, uint64_t raddr, uint32_t
 	wr.imm_data = htonl(imm);
 	wr.wr.rdma.remote_addr = raddr;
 	wr.wr.rdma.rkey = rkey;
+	if (!strcmp(op, "awrite")) {
+		if (!qpx)
+			return -1;
+		ibv_wr_start(qpx);
+		qpx->wr_id = wr.wr_id;
+		qpx->wr_flags = IBV_SEND_SIGNALED;
+		ibv_wr_atomic_write(qpx, rkey, raddr, buf + off);
+		return ibv_wr_complete(qpx);
+	}
 	if (!strcmp(op, "send"))
 		wr.opcode = IBV_WR_SEND;
 	else if (!strcmp(op, "send_inv")) {
@@ -238,6 +263,11 @@ int main(int argc, char **argv) {
 				mw->rkey = nk;
 				fprintf(out, "OK %u\n", nk);
 			}
+		} else if (!strncmp(line, "CAPS", 4)) {
+			struct utsname u;
+			if (uname(&u))
+				strcpy(u.release, "unknown");
+			fprintf(out, "CAPS awrite %d kernel %s\n", qpx != NULL, u.release);
 		} else if (!strncmp(line, "WC", 2)) {
 			struct ibv_wc wc;
 			int got = 0;
