@@ -111,8 +111,12 @@ pub fn decode_pcap<R: Read, W: Write>(input: R, out: &mut W) -> Result<Summary, 
                 let head = format!("{index} {t:.6} {} → {}", d.src.ip(), d.dst.ip());
                 match examine(&d) {
                     Verdict::Parsed { repr, icrc_ok } => {
-                        let mut line =
-                            format!("{head} {repr} icrc={}", if icrc_ok { "ok" } else { "BAD" });
+                        let icrc = match (icrc_ok, d.rxe_flush_icrc()) {
+                            (true, true) => "ok(rxe FLUSH form)",
+                            (true, false) => "ok",
+                            (false, _) => "BAD",
+                        };
+                        let mut line = format!("{head} {repr} icrc={icrc}");
                         match crate::cm_decode::examine(&repr) {
                             CmVerdict::NotCm => {}
                             CmVerdict::Decoded(lines) => {

@@ -50,15 +50,30 @@ impl RoceDatagram<'_> {
         ferroce_wire::icrc::compute_from_headers(self.ip_header, self.udp_header, covered)
     }
 
-    /// Whether the ICRC at the end of the payload is right (all 32 bits checked).
+    /// Whether the ICRC at the end of the payload is right (all 32 bits checked): the IBTA's,
+    /// or for an RC FLUSH also kernel rxe's form ([`RoceDatagram::rxe_flush_icrc`]).
     pub fn icrc_ok(&self) -> bool {
         match (
             self.expected_icrc(),
             ferroce_wire::icrc::split_icrc(self.udp_payload),
         ) {
-            (Ok(want), Some((_, got))) => want == got,
+            (Ok(want), Some((_, got))) => want == got || self.rxe_flush_icrc(),
             _ => false,
         }
+    }
+
+    /// Whether this is an RC FLUSH carrying kernel rxe's ICRC form (the headers covered twice:
+    /// rxe's opcode table gives RC_FLUSH no payload offset).
+    pub fn rxe_flush_icrc(&self) -> bool {
+        let Some((covered, got)) = ferroce_wire::icrc::split_icrc(self.udp_payload) else {
+            return false;
+        };
+        self.udp_payload.first() == Some(&ferroce_wire::Opcode::RC_FLUSH.0)
+            && ferroce_wire::icrc::compute_from_headers_rxe_flush(
+                self.ip_header,
+                self.udp_header,
+                covered,
+            ) == Ok(got)
     }
 }
 
@@ -208,6 +223,38 @@ mod tests {
 
     fn sa(s: &str) -> SocketAddr {
         s.parse().unwrap()
+    }
+
+    /// A FLUSH kernel rxe 6.12 sent in the interop lab (2026-12-03), Ethernet and all: its
+    /// ICRC is rxe's FLUSH form, which the decoder takes and names.
+    #[test]
+    fn an_rxe_flush_carries_rxes_icrc_form() {
+        let hex = "ba7d4b2b502e52540077000b08004500\
+                   0040cb4940004011 5abe0a4d000b0a4d\
+                   0001c16412b7002c00001c00ffff0001\
+                   001380b85bf10000000100007ff9b90f\
+                   a000e97b65d2000010007ae3040a";
+        let hex: String = hex.chars().filter(char::is_ascii_hexdigit).collect();
+        let bytes: Vec<u8> = (0..hex.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+            .collect();
+        let Decoded::Roce(d) = decode_ethernet(&bytes) else {
+            panic!("a RoCEv2 datagram");
+        };
+        assert!(d.rxe_flush_icrc());
+        assert!(d.icrc_ok());
+        assert_ne!(
+            d.expected_icrc().ok(),
+            ferroce_wire::icrc::split_icrc(d.udp_payload).map(|(_, i)| i)
+        );
+        let mut bad = bytes.clone();
+        let last = bad.len() - 1;
+        bad[last] ^= 1;
+        let Decoded::Roce(d) = decode_ethernet(&bad) else {
+            panic!("a RoCEv2 datagram");
+        };
+        assert!(!d.icrc_ok() && !d.rxe_flush_icrc());
     }
 
     #[test]

@@ -13,8 +13,14 @@ use crate::objects::*;
 /// it must stay mapped while registered), and with a NULL address and SIZE_MAX length makes
 /// the implicit region over the whole address space; HUGETLB is a hint, and the optional
 /// range (relaxed ordering, ...) may be ignored by definition. ZERO_BASED is for memory
-/// windows (and device memory), not regions: refused, as rxe does.
-const ACCESS_KNOWN: c_uint = 0x1f | IBV_ACCESS_ON_DEMAND | IBV_ACCESS_HUGETLB;
+/// windows (and device memory), not regions: refused, as rxe does. FLUSH_GLOBAL lets peers
+/// FLUSH the region; FLUSH_PERSISTENT is known but refused by the library (EINVAL: ferroce's
+/// regions are not persistent memory, and rxe refuses it for pages that are not pmem).
+const ACCESS_KNOWN: c_uint = 0x1f | IBV_ACCESS_ON_DEMAND | IBV_ACCESS_HUGETLB | ACCESS_FLUSH;
+/// The bits of a region's access the library keeps: the remote rights, MW_BIND and the flushes.
+const ACCESS_KEPT: c_uint = 0x1f | ACCESS_FLUSH;
+/// `IBV_ACCESS_FLUSH_GLOBAL | IBV_ACCESS_FLUSH_PERSISTENT`.
+const ACCESS_FLUSH: c_uint = (1 << 8) | (1 << 9);
 const IBV_ACCESS_ON_DEMAND: c_uint = 1 << 6;
 const IBV_ACCESS_HUGETLB: c_uint = 1 << 7;
 const ACCESS_OPTIONAL_RANGE: c_uint = 0x3ff << 20;
@@ -51,7 +57,7 @@ unsafe fn reg(
     }
     // SAFETY: `pd` is a PD of this library the program has not deallocated (verbs' rule).
     let p = unsafe { pd_of(pd) };
-    let flags = AccessFlags(access & 0x1f);
+    let flags = AccessFlags(access & ACCESS_KEPT);
     let r = if implicit {
         // SAFETY: a program registering the whole address space hands the network every address it names through the region, as a NIC's implicit ODP does; C memory is outside Rust's references, and an access to a range unmapped meanwhile is refused before it is touched.
         unsafe { p.pd.reg_mr_implicit(flags) }
@@ -203,7 +209,7 @@ pub unsafe extern "C" fn ibv_rereg_mr(
     let p = unsafe { pd_of(new_pd) };
     let mut cur = m.mr.lock();
     let acc = if flags & REREG_ACCESS != 0 {
-        AccessFlags(access & 0x1f)
+        AccessFlags(access & ACCESS_KEPT)
     } else {
         cur.access()
     };

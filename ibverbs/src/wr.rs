@@ -10,7 +10,7 @@
 use core::ffi::{c_int, c_void};
 
 use ferroce::transport::{
-    InlineData, RemoteAddr, SendFlags, SendWr, SgList, Sge, UdDest, WrOpcode,
+    FlushSpec, InlineData, RemoteAddr, SendFlags, SendWr, SgList, Sge, UdDest, WrOpcode,
 };
 
 use crate::abi::*;
@@ -19,9 +19,12 @@ use crate::objects::{QpInner, ah_of, qp_of};
 
 /// `send_ops_flags` this library implements: RDMA_WRITE, RDMA_WRITE_WITH_IMM, SEND,
 /// SEND_WITH_IMM, RDMA_READ, ATOMIC_CMP_AND_SWP, ATOMIC_FETCH_AND_ADD, LOCAL_INV, BIND_MW,
-/// SEND_WITH_INV, and ATOMIC_WRITE (bit 12); not TSO (10) or XRC's SEND (11).
-pub const SEND_OPS_SUPPORTED: u64 = ((1 << 10) - 1) | IBV_QP_EX_WITH_ATOMIC_WRITE;
+/// SEND_WITH_INV, FLUSH (bit 11) and ATOMIC_WRITE (bit 12); not TSO (10).
+pub const SEND_OPS_SUPPORTED: u64 =
+    ((1 << 10) - 1) | IBV_QP_EX_WITH_FLUSH | IBV_QP_EX_WITH_ATOMIC_WRITE;
 
+/// `IBV_QP_EX_WITH_FLUSH` (rdma-core 45 and later).
+const IBV_QP_EX_WITH_FLUSH: u64 = 1 << 11;
 /// `IBV_QP_EX_WITH_ATOMIC_WRITE`.
 const IBV_QP_EX_WITH_ATOMIC_WRITE: u64 = 1 << 12;
 
@@ -61,6 +64,7 @@ pub fn qp_ex(base: ibv_qp) -> ibv_qp_ex {
         wr_complete: Some(wr_complete),
         wr_abort: Some(wr_abort),
         wr_atomic_write: Some(wr_atomic_write),
+        wr_flush: Some(wr_flush),
     }
 }
 
@@ -299,6 +303,45 @@ unsafe extern "C" fn wr_atomic_write(
         begin(qp, WrOpcode::AtomicWrite, |w| {
             w.remote = RemoteAddr { remote_addr, rkey };
             w.inline_data = Some(InlineData::from_slice(&value));
+        })
+    }
+}
+
+/// `ibv_wr_flush` (rdma-core 45 and later): a FLUSH of `len` bytes at `remote_addr` (level
+/// `IBV_FLUSH_RANGE`) or of the whole region (`IBV_FLUSH_MR`), to global visibility or
+/// persistence as `type` says; it needs no SGE. A range longer than a RETH can carry (4 GiB)
+/// fails the batch with EINVAL.
+unsafe extern "C" fn wr_flush(
+    qp: *mut ibv_qp_ex,
+    rkey: u32,
+    remote_addr: u64,
+    len: usize,
+    placement_type: u8,
+    selectivity_level: u8,
+) {
+    let len32 = match u32::try_from(len) {
+        Ok(l) => l,
+        Err(_) if selectivity_level == FlushSpec::MR => u32::MAX,
+        Err(_) => {
+            log::debug!("ibv_wr_flush: a range of {len} bytes, more than a RETH carries (EINVAL)");
+            // SAFETY: the ibv_wr_* slots are this library's and are called with the live ibv_qp_ex they belong to (verbs forbids calls after ibv_destroy_qp).
+            unsafe {
+                with_batch(qp, |_, b| {
+                    b.err = if b.err == 0 { libc::EINVAL } else { b.err }
+                })
+            };
+            return;
+        }
+    };
+    // SAFETY: the ibv_wr_* slots are this library's and are called with the live ibv_qp_ex they belong to (verbs forbids calls after ibv_destroy_qp).
+    unsafe {
+        begin(qp, WrOpcode::Flush, |w| {
+            w.remote = RemoteAddr { remote_addr, rkey };
+            w.flush = Some(FlushSpec {
+                len: len32,
+                placement_type,
+                selectivity_level,
+            });
         })
     }
 }

@@ -194,7 +194,17 @@ fn structures_match_verbs_h() {
     o!(ibv_qp, qp_type);
     o!(ibv_qp, mutex);
     o!(ibv_qp, events_completed);
-    s!(ibv_qp_ex);
+    // rdma-core 45 appended `wr_flush` after `wr_atomic_write`: the library's struct is the
+    // newer one, one pointer longer than an rdma-core 44 header's, which ends before it.
+    check("ibv_qp_ex", offset_of!(ibv_qp_ex, wr_flush));
+    assert_eq!(
+        offset_of!(ibv_qp_ex, wr_flush),
+        offset_of!(ibv_qp_ex, wr_atomic_write) + size_of::<usize>()
+    );
+    assert_eq!(
+        size_of::<ibv_qp_ex>(),
+        offset_of!(ibv_qp_ex, wr_flush) + size_of::<usize>()
+    );
     o!(ibv_qp_ex, comp_mask);
     o!(ibv_qp_ex, wr_flags);
     o!(ibv_qp_ex, wr_atomic_cmp_swp);

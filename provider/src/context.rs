@@ -165,6 +165,10 @@ pub struct OpenOptions {
     /// opened this way reach only each other, with no socket, no other process on the address
     /// and no host-wide GSI routing (so no rdma_cm). For testing and fuzzing the runtime.
     pub memory: Option<bool>,
+    /// The ICRC form of the RC FLUSHes this device sends (default: kernel rxe's, unless
+    /// `FERROCE_FLUSH_ICRC=ibta`); received ones are taken in either form. See
+    /// [`ferroce_transport::FlushIcrc`].
+    pub flush_icrc: Option<ferroce_transport::FlushIcrc>,
 }
 
 pub(crate) struct ContextInner {
@@ -221,6 +225,13 @@ impl Context {
         if !ecn {
             engine.congestion = CongestionConfig::off();
         }
+        engine.flush_icrc = opts.flush_icrc.unwrap_or_else(|| {
+            if std::env::var("FERROCE_FLUSH_ICRC").is_ok_and(|v| v == "ibta") {
+                ferroce_transport::FlushIcrc::Ibta
+            } else {
+                ferroce_transport::FlushIcrc::Rxe
+            }
+        });
         engine.src_port = port;
         engine.dst_port = port;
         engine.limits = ModifyLimits {
@@ -708,6 +719,12 @@ fn check_access(access: AccessFlags, len: u64) -> Result<()> {
     if len > limits::MAX_MR_SIZE {
         return Err(Error::InvalidArgument(
             "memory region larger than max_mr_size",
+        ));
+    }
+    if access.contains(AccessFlags::FLUSH_PERSISTENT) {
+        return Err(Error::InvalidArgument(
+            "FLUSH_PERSISTENT needs persistent memory: ferroce's regions are ordinary memory \
+             (rxe refuses it for pages that are not pmem)",
         ));
     }
     Ok(())

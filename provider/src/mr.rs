@@ -506,6 +506,10 @@ impl Memory for MrTable {
             .copy_in(addr, data)
     }
 
+    fn check_region_key(&self, pd: u32, rkey: u32, access: AccessFlags) -> Result<(), MemError> {
+        self.lookup(pd, rkey, access).map(|_| ())
+    }
+
     fn check_remote(
         &self,
         pd: u32,

@@ -264,6 +264,21 @@ pub struct EndpointConfig {
     pub inflight_budget: u32,
     /// ECN and CNPs (DCQCN's notification and reaction points); both on by default.
     pub congestion: CongestionConfig,
+    /// The ICRC sent FLUSHes carry: kernel rxe's form by default, the only FLUSH peer there
+    /// is (see [`FlushIcrc`]). Received FLUSHes are taken in either form.
+    pub flush_icrc: FlushIcrc,
+}
+
+/// The ICRC form of an RC FLUSH.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FlushIcrc {
+    /// Kernel rxe's (Linux 6.2 to 6.12 at least): the IBTA ICRC continued over the BTH, FETH
+    /// and RETH once more ([`ferroce_wire::IcrcContext::compute_rxe_flush`]); rxe drops a FLUSH
+    /// whose ICRC is the IBTA one.
+    #[default]
+    Rxe,
+    /// The IBTA's, as for every other packet.
+    Ibta,
 }
 
 impl EndpointConfig {
@@ -279,6 +294,7 @@ impl EndpointConfig {
             solve_unknown_ident: true,
             inflight_budget: u32::MAX,
             congestion: CongestionConfig::default(),
+            flush_icrc: FlushIcrc::Rxe,
         }
     }
 }
@@ -820,26 +836,54 @@ impl Endpoint {
     /// last one + 1, as kernel rxe numbers its packets); otherwise, for peers with unknown IDs,
     /// modulo the ID (16 bits, counted as `icrc_partial`), which also resets the prediction.
     fn icrc_ok(&mut self, src: SocketAddr, dst: IpAddr, datagram: &[u8], ident: u16) -> bool {
+        self.icrc_form_ok(src, dst, datagram, ident, false)
+            || (datagram.first() == Some(&Opcode::RC_FLUSH.0)
+                && self.icrc_form_ok(src, dst, datagram, ident, true))
+    }
+
+    /// [`Endpoint::icrc_ok`] for one form: the IBTA's, or (`rxe_flush`) kernel rxe's FLUSH
+    /// form, whose CRC runs over the covered bytes twice.
+    fn icrc_form_ok(
+        &mut self,
+        src: SocketAddr,
+        dst: IpAddr,
+        datagram: &[u8],
+        ident: u16,
+        rxe_flush: bool,
+    ) -> bool {
         let (s, d) = match (src.ip(), dst) {
             (IpAddr::V4(s), IpAddr::V4(d)) => (s, d),
             (IpAddr::V6(s), IpAddr::V6(d)) => {
-                return IcrcContext::v6(s, d, src.port(), self.cfg.dst_port).verify(datagram);
+                let ctx = IcrcContext::v6(s, d, src.port(), self.cfg.dst_port);
+                return if rxe_flush {
+                    ctx.verify_rxe_flush(datagram)
+                } else {
+                    ctx.verify(datagram)
+                };
             }
             _ => return false,
         };
         let Some((covered, got)) = split_icrc(datagram) else {
             return false;
         };
-        let Ok(zero) = IcrcContext::v4(s, d, 0, src.port(), self.cfg.dst_port).compute(covered)
-        else {
+        let ctx = IcrcContext::v4(s, d, 0, src.port(), self.cfg.dst_port);
+        let zero = if rxe_flush {
+            ctx.compute_rxe_flush(covered)
+        } else {
+            ctx.compute(covered)
+        };
+        let Ok(zero) = zero else {
             return false;
         };
         if zero == got {
             return true;
         }
-        // What the packet's ID changed in its ICRC, relative to ID 0.
+        // What the packet's ID changed in its ICRC, relative to ID 0: it depends only on how
+        // many bytes the CRC runs over after the ID, which rxe's FLUSH form lengthens by the
+        // covered bytes.
         let diff = zero ^ got;
-        let Some(deltas) = self.ident_delta(datagram.len()) else {
+        let crc_len = datagram.len() + if rxe_flush { covered.len() } else { 0 };
+        let Some(deltas) = self.ident_delta(crc_len) else {
             return false;
         };
         if ident != 0 && deltas.delta(ident) == diff {
@@ -954,7 +998,11 @@ impl Endpoint {
                         continue;
                     }
                 };
-                icrc.fill(&mut buf[..tx.len]);
+                if buf[0] == Opcode::RC_FLUSH.0 && self.cfg.flush_icrc == FlushIcrc::Rxe {
+                    icrc.fill_rxe_flush(&mut buf[..tx.len]);
+                } else {
+                    icrc.fill(&mut buf[..tx.len]);
+                }
                 return Some(Transmit {
                     dst,
                     len: tx.len,

@@ -26,8 +26,8 @@ pub mod verbs;
 
 pub use congestion::{CongestionConfig, Ecn};
 pub use endpoint::{
-    AsyncEvent, BufferTooShort, Completion, Counters, Endpoint, EndpointConfig, MIN_TRANSMIT_BUF,
-    Transmit, VerbError, WcQueue,
+    AsyncEvent, BufferTooShort, Completion, Counters, Endpoint, EndpointConfig, FlushIcrc,
+    MIN_TRANSMIT_BUF, Transmit, VerbError, WcQueue,
 };
 pub use memory::{AtomicOp, MemError, Memory, VecMemory};
 pub use modify::QpModify;

@@ -121,6 +121,10 @@ c_enum! {
         /// `IBV_WR_SEND_WITH_INV`: a SEND whose last packet asks the responder to invalidate
         /// `invalidate_rkey` (IETH).
         SendWithInv = 9,
+        /// `IBV_WR_FLUSH` (IBTA 1.5): makes the earlier writes to a range (or the whole region)
+        /// of the target globally visible or persistent ([`SendWr::flush`]); needs the target's
+        /// `FLUSH_GLOBAL`/`FLUSH_PERSISTENT`; answered by a zero-length READ response.
+        Flush = 14,
         /// `IBV_WR_ATOMIC_WRITE` (IBTA 1.5): the 8 bytes of the message stored at once at the
         /// aligned remote address, after every earlier request's effects (needs the target's
         /// `REMOTE_WRITE`); answered by a zero-length READ response.
@@ -129,8 +133,8 @@ c_enum! {
 }
 
 impl WrOpcode {
-    /// READ, an atomic or an ATOMIC WRITE: answered by a response (not an ACK), it uses a
-    /// responder resource and counts against `max_rd_atomic`.
+    /// READ, an atomic, an ATOMIC WRITE or a FLUSH: answered by a response (not an ACK), it
+    /// uses a responder resource and counts against `max_rd_atomic`.
     pub const fn is_read_or_atomic(self) -> bool {
         matches!(
             self,
@@ -138,6 +142,7 @@ impl WrOpcode {
                 | WrOpcode::AtomicCmpAndSwp
                 | WrOpcode::AtomicFetchAndAdd
                 | WrOpcode::AtomicWrite
+                | WrOpcode::Flush
         )
     }
 
@@ -269,6 +274,8 @@ c_enum! {
         Bind = 5,
         /// `IBV_WC_LOCAL_INV`.
         LocalInv = 6,
+        /// `IBV_WC_FLUSH`.
+        Flush = 8,
         /// `IBV_WC_ATOMIC_WRITE`.
         AtomicWrite = 9,
         /// `IBV_WC_RECV`.
@@ -289,6 +296,7 @@ impl From<WrOpcode> for WcOpcode {
             WrOpcode::BindMw => WcOpcode::Bind,
             WrOpcode::LocalInv => WcOpcode::LocalInv,
             WrOpcode::AtomicWrite => WcOpcode::AtomicWrite,
+            WrOpcode::Flush => WcOpcode::Flush,
         }
     }
 }
@@ -393,6 +401,10 @@ c_flags! {
         /// `IBV_ACCESS_ZERO_BASED` (a type 2 memory window's bind): peers address the window
         /// by the offset from its first byte, not by the region's addresses.
         ZERO_BASED = 32,
+        /// `IBV_ACCESS_FLUSH_GLOBAL`: peers may FLUSH the region to global visibility.
+        FLUSH_GLOBAL = 256,
+        /// `IBV_ACCESS_FLUSH_PERSISTENT`: peers may FLUSH the region to persistence.
+        FLUSH_PERSISTENT = 512,
     }
 }
 
@@ -684,6 +696,65 @@ pub struct SendWr {
     /// An ATOMIC WRITE's 8 bytes may come here too, with or without INLINE
     /// (`ibv_wr_atomic_write`).
     pub inline_data: Option<InlineData>,
+    /// What a `FLUSH` flushes (`ibv_wr_flush`'s `len`, `type` and `level`).
+    pub flush: Option<FlushSpec>,
+}
+
+/// The operands of a `FLUSH` (`ibv_wr_flush`; IBTA 1.5 FETH and RETH).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct FlushSpec {
+    /// `len`: bytes from the remote address (a range flush; ignored for the whole region).
+    pub len: u32,
+    /// `type`: `IBV_FLUSH_GLOBAL` (1) or `IBV_FLUSH_PERSISTENT` (2) — the FETH placement type.
+    pub placement_type: u8,
+    /// `level`: `IBV_FLUSH_RANGE` (0) or `IBV_FLUSH_MR` (1) — the FETH selectivity level.
+    pub selectivity_level: u8,
+}
+
+impl FlushSpec {
+    /// `IBV_FLUSH_GLOBAL`.
+    pub const GLOBAL: u8 = 1;
+    /// `IBV_FLUSH_PERSISTENT`.
+    pub const PERSISTENT: u8 = 2;
+    /// `IBV_FLUSH_RANGE`.
+    pub const RANGE: u8 = 0;
+    /// `IBV_FLUSH_MR`.
+    pub const MR: u8 = 1;
+
+    /// The FETH word: selectivity level in bits 5..4, placement type in bits 3..0.
+    pub const fn feth_bits(self) -> u32 {
+        ((self.selectivity_level as u32 & 0x3) << 4) | (self.placement_type as u32 & 0xf)
+    }
+
+    /// The operands a FETH word and a RETH length carry.
+    pub const fn from_feth(bits: u32, len: u32) -> FlushSpec {
+        FlushSpec {
+            len,
+            placement_type: (bits & 0xf) as u8,
+            selectivity_level: ((bits >> 4) & 0x3) as u8,
+        }
+    }
+
+    /// The access a region must grant: `FLUSH_GLOBAL` and/or `FLUSH_PERSISTENT` as the
+    /// placement type asks (none for a type that names neither).
+    pub const fn access(self) -> AccessFlags {
+        let mut a = 0;
+        if self.placement_type & FlushSpec::GLOBAL != 0 {
+            a |= AccessFlags::FLUSH_GLOBAL.0;
+        }
+        if self.placement_type & FlushSpec::PERSISTENT != 0 {
+            a |= AccessFlags::FLUSH_PERSISTENT.0;
+        }
+        AccessFlags(a)
+    }
+
+    /// Whether the operands are ones verbs accepts: a placement type of global visibility
+    /// and/or persistence, a level of range or whole region.
+    pub const fn is_valid(self) -> bool {
+        self.placement_type != 0
+            && self.placement_type & !(FlushSpec::GLOBAL | FlushSpec::PERSISTENT) == 0
+            && self.selectivity_level <= FlushSpec::MR
+    }
 }
 
 impl SendWr {
@@ -702,6 +773,7 @@ impl SendWr {
             invalidate_rkey: 0,
             bind_mw: None,
             inline_data: None,
+            flush: None,
         }
     }
 
@@ -804,6 +876,28 @@ impl SendWr {
             send_flags: SendFlags::SIGNALED,
             inline_data: Some(InlineData::from_slice(&value)),
             ..SendWr::new(wr_id, WrOpcode::AtomicWrite)
+        }
+    }
+
+    /// `IBV_WR_FLUSH` (`ibv_wr_flush`): the earlier writes to `len` bytes at `remote` (or, at
+    /// level [`FlushSpec::MR`], to the whole region) made globally visible or persistent as
+    /// `placement_type` says. Signaled.
+    pub fn flush(
+        wr_id: u64,
+        remote: RemoteAddr,
+        len: u32,
+        placement_type: u8,
+        selectivity_level: u8,
+    ) -> SendWr {
+        SendWr {
+            remote,
+            send_flags: SendFlags::SIGNALED,
+            flush: Some(FlushSpec {
+                len,
+                placement_type,
+                selectivity_level,
+            }),
+            ..SendWr::new(wr_id, WrOpcode::Flush)
         }
     }
 

@@ -1,7 +1,7 @@
 //! Flush Extended Transport Header (IBTA 1.5 §9.3.9, rxe `struct rxe_feth`): the placement
 //! type and selectivity level of an RC FLUSH (4 bytes).
 //!
-//! ferroce decodes FLUSH packets but does not execute them; the field is kept as one word.
+//! The field is kept as one word; the transport's `FlushSpec` builds and reads it.
 
 fixed_header! {
     name: "FETH";

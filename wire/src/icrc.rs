@@ -141,6 +141,57 @@ impl IcrcContext {
         }
     }
 
+    /// The ICRC kernel rxe (Linux 6.2 and later, 6.12 checked) gives an RC FLUSH: its opcode
+    /// table names no payload offset for RC_FLUSH, so after the IBTA ICRC's pass over the
+    /// headers the CRC goes on over `covered` (BTH, FETH, RETH) a second time, as it is. rxe
+    /// sends FLUSHes so and drops those whose ICRC is not so.
+    ///
+    /// # Errors
+    /// As [`IcrcContext::compute`].
+    pub fn compute_rxe_flush(&self, covered: &[u8]) -> Result<u32> {
+        let udp_len = UDP_HEADER_LEN + covered.len() + ICRC_LEN;
+        let len16 = |n: usize| u16::try_from(n).map_err(|_| Error::BadLength);
+        let udp = masked_udp(self.src_port, self.dst_port, len16(udp_len)?);
+        match self.ip {
+            IpHeaders::V4 {
+                src,
+                dst,
+                ident,
+                dont_frag,
+            } => {
+                let ip = masked_ipv4(
+                    src,
+                    dst,
+                    ident,
+                    dont_frag,
+                    len16(IPV4_HEADER_LEN + udp_len)?,
+                );
+                Ok(crc_then(&ip, &udp, covered, covered))
+            }
+            IpHeaders::V6 { src, dst } => {
+                let ip = masked_ipv6(src, dst, len16(udp_len)?);
+                Ok(crc_then(&ip, &udp, covered, covered))
+            }
+        }
+    }
+
+    /// As [`IcrcContext::fill`] with rxe's FLUSH form ([`IcrcContext::compute_rxe_flush`]).
+    pub fn fill_rxe_flush(&self, udp_payload: &mut [u8]) {
+        if let Some(split) = udp_payload.len().checked_sub(ICRC_LEN) {
+            if let Ok(icrc) = self.compute_rxe_flush(&udp_payload[..split]) {
+                udp_payload[split..].copy_from_slice(&icrc.to_le_bytes());
+            }
+        }
+    }
+
+    /// As [`IcrcContext::verify`] with rxe's FLUSH form.
+    pub fn verify_rxe_flush(&self, udp_payload: &[u8]) -> bool {
+        match split_icrc(udp_payload) {
+            Some((covered, got)) => self.compute_rxe_flush(covered) == Ok(got),
+            None => false,
+        }
+    }
+
     /// Computes the ICRC over `udp_payload` minus its last 4 bytes and writes it there.
     /// A payload shorter than 4 bytes, or too long for one IP datagram, is left alone.
     pub fn fill(&self, udp_payload: &mut [u8]) {
@@ -287,6 +338,28 @@ impl Ipv4IdentDelta {
 /// [`Error::BadIpHeader`] for an IP version other than 4 or 6, IPv4 options, or a header of the
 /// wrong length; [`Error::Truncated`] for a UDP header shorter than 8 bytes.
 pub fn compute_from_headers(ip_header: &[u8], udp_header: &[u8], covered: &[u8]) -> Result<u32> {
+    compute_from_headers_then(ip_header, udp_header, covered, &[])
+}
+
+/// As [`compute_from_headers`] in kernel rxe's FLUSH form
+/// ([`IcrcContext::compute_rxe_flush`]): the CRC goes on over `covered` once more.
+///
+/// # Errors
+/// As [`compute_from_headers`].
+pub fn compute_from_headers_rxe_flush(
+    ip_header: &[u8],
+    udp_header: &[u8],
+    covered: &[u8],
+) -> Result<u32> {
+    compute_from_headers_then(ip_header, udp_header, covered, covered)
+}
+
+fn compute_from_headers_then(
+    ip_header: &[u8],
+    udp_header: &[u8],
+    covered: &[u8],
+    tail: &[u8],
+) -> Result<u32> {
     if udp_header.len() < UDP_HEADER_LEN {
         return Err(Error::Truncated);
     }
@@ -302,13 +375,13 @@ pub fn compute_from_headers(ip_header: &[u8], udp_header: &[u8], covered: &[u8])
             ip[8] = 0xFF; // TTL
             ip[10] = 0xFF; // header checksum
             ip[11] = 0xFF;
-            Ok(crc(&ip, &udp, covered))
+            Ok(crc_then(&ip, &udp, covered, tail))
         }
         Some(6) if ip_header.len() == IPV6_HEADER_LEN => {
             let mut ip = [0u8; IPV6_HEADER_LEN];
             ip.copy_from_slice(ip_header);
             mask_ipv6(&mut ip);
-            Ok(crc(&ip, &udp, covered))
+            Ok(crc_then(&ip, &udp, covered, tail))
         }
         _ => Err(Error::BadIpHeader),
     }
@@ -324,6 +397,16 @@ pub fn split_icrc(udp_payload: &[u8]) -> Option<(&[u8], u32)> {
 }
 
 fn crc(ip_masked: &[u8], udp_masked: &[u8; UDP_HEADER_LEN], covered: &[u8]) -> u32 {
+    crc_then(ip_masked, udp_masked, covered, &[])
+}
+
+/// [`crc`] continued over `tail`, taken as it is (rxe's FLUSH form).
+fn crc_then(
+    ip_masked: &[u8],
+    udp_masked: &[u8; UDP_HEADER_LEN],
+    covered: &[u8],
+    tail: &[u8],
+) -> u32 {
     let mut h = crc32fast::Hasher::new();
     h.update(&LRH_ONES);
     h.update(ip_masked);
@@ -337,6 +420,7 @@ fn crc(ip_masked: &[u8], udp_masked: &[u8; UDP_HEADER_LEN], covered: &[u8]) -> u
         }
         None => h.update(covered),
     }
+    h.update(tail);
     h.finalize()
 }
 
@@ -459,6 +543,34 @@ mod tests {
             0x04, 0x00, 0xff, 0xff, 0x00, 0x00, 0x00, 0x13, 0x80, 0x4e, 0x8e, 0xf5,
         ]);
         (ip, udp, roce)
+    }
+
+    /// An RC FLUSH rxe sent (Linux 6.12.117, the interop lab of 2026-12-03; range, global
+    /// visibility, 4096 bytes): its ICRC is rxe's FLUSH form, not the IBTA one.
+    #[test]
+    fn rxe_flush_icrc_covers_the_headers_twice() {
+        let flush: [u8; 36] = [
+            0x1c, 0x00, 0xff, 0xff, 0x00, 0x01, 0x00, 0x13, 0x80, 0xb8, 0x5b, 0xf1, // BTH
+            0x00, 0x00, 0x00, 0x01, // FETH
+            0x00, 0x00, 0x7f, 0xf9, 0xb9, 0x0f, 0xa0, 0x00, 0xe9, 0x7b, 0x65, 0xd2, 0x00, 0x00,
+            0x10, 0x00, // RETH
+            0x7a, 0xe3, 0x04, 0x0a, // ICRC
+        ];
+        let ctx = IcrcContext::v4(
+            Ipv4Addr::new(10, 77, 0, 11),
+            Ipv4Addr::new(10, 77, 0, 1),
+            0xcb49,
+            0xc164,
+            4791,
+        );
+        assert!(ctx.verify_rxe_flush(&flush));
+        assert!(!ctx.verify(&flush));
+        let mut again = flush;
+        again[32..].fill(0);
+        ctx.fill_rxe_flush(&mut again);
+        assert_eq!(again, flush);
+        ctx.fill(&mut again);
+        assert!(ctx.verify(&again) && !ctx.verify_rxe_flush(&again));
     }
 
     fn hex20(s: &str) -> [u8; 20] {

@@ -14,8 +14,13 @@
  *                                      send_imm, send_inv (IMM: the rkey to invalidate), write,
  *                                      write_imm, read, cas, faa, awrite: ATOMIC WRITE of the 8
  *                                      bytes at OFF through ibv_wr_atomic_write) -> "OK"
- *   CAPS                               -> "CAPS awrite A kernel RELEASE": A 1 if the QP was made
- *                                      with ATOMIC WRITE among its send ops (rdma-core >= 43)
+ *                                      flush: FLUSH of LEN bytes at RADDR (level IMM: 0 range,
+ *                                      1 region; placement type COMPARE_ADD: 1 global, 2
+ *                                      persistent) through the extended QP's wr_flush
+ *   CAPS                               -> "CAPS awrite A kernel RELEASE flush F": A 1 if the QP
+ *                                      was made with ATOMIC WRITE among its send ops (rdma-core
+ *                                      >= 43), F 1 if the region grants FLUSH_GLOBAL and the QP
+ *                                      was made with FLUSH (kernel >= 6.2, rdma-core >= 45)
  *   BINDMW OFF LEN [ZB]                bind a type 2 window (allocated once) over the region's
  *                                      OFF..OFF+LEN for remote WRITE with a BIND_MW WR on the
  *                                      QP (its completion comes through WC); ZB 1: zero based
@@ -55,6 +60,22 @@ static uint64_t next_id = 1;
 static struct ibv_mw *mw;
 /* The QP as an extended QP when it was made with ATOMIC WRITE among its send ops, else NULL. */
 static struct ibv_qp_ex *qpx;
+/* IBV_ACCESS_FLUSH_GLOBAL and IBV_QP_EX_WITH_FLUSH (rdma-core 45; the peer is built against
+ * 44's header, which has neither). */
+#define PEER_ACCESS_FLUSH_GLOBAL (1 << 8)
+#define PEER_ACCESS_FLUSH_PERSISTENT (1 << 9)
+#define PEER_QP_EX_WITH_FLUSH (1 << 11)
+/* Whether the region grants FLUSH_GLOBAL (the kernel took the bit), and whether the QP was made
+ * with FLUSH among its send ops. */
+static int flush_mr, flush_qp;
+/* ibv_wr_flush: the slot rdma-core 45 appended to struct ibv_qp_ex, right after the last one
+ * 44's header knows (wr_atomic_write), so at the end of 44's struct. */
+typedef void (*wr_flush_fn)(struct ibv_qp_ex *, uint32_t, uint64_t, size_t, uint8_t, uint8_t);
+static wr_flush_fn wr_flush_of(struct ibv_qp_ex *q) {
+	wr_flush_fn f;
+	memcpy(&f, (char *)q + sizeof(struct ibv_qp_ex), sizeof f);
+	return f;
+}
 
 static void die(const char *what) {
 	perror(what);
@@ -70,7 +91,16 @@ static int make_qp(void) {
 					 .comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
 					 .send_ops_flags = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_ATOMIC_WRITE};
 	qpx = NULL;
-	qp = ibv_create_qp_ex(ctx, &ix);
+	qp = NULL;
+	flush_qp = 0;
+	if (flush_mr) {
+		ix.send_ops_flags |= PEER_QP_EX_WITH_FLUSH;
+		qp = ibv_create_qp_ex(ctx, &ix);
+		flush_qp = qp != NULL;
+		ix.send_ops_flags &= ~(uint64_t)PEER_QP_EX_WITH_FLUSH;
+	}
+	if (!qp)
+		qp = ibv_create_qp_ex(ctx, &ix);
 	if (qp)
 		qpx = ibv_qp_to_qp_ex(qp);
 	else
@@ -78,7 +108,8 @@ static int make_qp(void) {
 	if (!qp)
 		return -1;
 	struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .pkey_index = 0, .port_num = 1,
-				.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC};
+				.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC |
+						   (flush_mr ? PEER_ACCESS_FLUSH_GLOBAL | PEER_ACCESS_FLUSH_PERSISTENT : 0)};
 	return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
 }
 
@@ -170,6 +201,15 @@ static int post(const char *op, size_t off, uint32_t n, uint64_t raddr, uint32_t
 		ibv_wr_atomic_write(qpx, rkey, raddr, buf + off);
 		return ibv_wr_complete(qpx);
 	}
+	if (!strcmp(op, "flush")) {
+		if (!qpx || !flush_qp || !wr_flush_of(qpx))
+			return -1;
+		ibv_wr_start(qpx);
+		qpx->wr_id = wr.wr_id;
+		qpx->wr_flags = IBV_SEND_SIGNALED;
+		wr_flush_of(qpx)(qpx, rkey, raddr, n, (uint8_t)ca, (uint8_t)imm);
+		return ibv_wr_complete(qpx);
+	}
 	if (!strcmp(op, "send"))
 		wr.opcode = IBV_WR_SEND;
 	else if (!strcmp(op, "send_inv")) {
@@ -207,7 +247,12 @@ int main(int argc, char **argv) {
 	if (!pd || !buf)
 		die("pd/buf");
 	memset(buf, 0, len);
-	mr = ibv_reg_mr(pd, buf, len, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND);
+	int rights = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND;
+	/* FLUSH_GLOBAL where the kernel has it (6.2 and later); older ones refuse the bit. */
+	mr = ibv_reg_mr(pd, buf, len, rights | PEER_ACCESS_FLUSH_GLOBAL);
+	flush_mr = mr != NULL;
+	if (!mr)
+		mr = ibv_reg_mr(pd, buf, len, rights);
 	cq = ibv_create_cq(ctx, 256, NULL, NULL, 0);
 	if (!mr || !cq)
 		die("mr/cq");
@@ -267,7 +312,7 @@ int main(int argc, char **argv) {
 			struct utsname u;
 			if (uname(&u))
 				strcpy(u.release, "unknown");
-			fprintf(out, "CAPS awrite %d kernel %s\n", qpx != NULL, u.release);
+			fprintf(out, "CAPS awrite %d kernel %s flush %d\n", qpx != NULL, u.release, flush_qp);
 		} else if (!strncmp(line, "WC", 2)) {
 			struct ibv_wc wc;
 			int got = 0;

@@ -306,13 +306,17 @@ impl Qp {
         };
         let mtu = self.mtu();
         let w = &self.sq[idx];
-        if w.started && w.wr.opcode == WrOpcode::AtomicWrite && w.first_psn == psn {
-            // An ATOMIC WRITE is answered by one zero-length READ response (IBTA 1.5 §9.4.6).
+        if w.started
+            && matches!(w.wr.opcode, WrOpcode::AtomicWrite | WrOpcode::Flush)
+            && w.first_psn == psn
+        {
+            // An ATOMIC WRITE or a FLUSH is answered by one zero-length READ response (IBTA
+            // 1.5 §9.4.6).
             if pkt.bth.opcode != Opcode::RC_RDMA_READ_RESPONSE_ONLY || !pkt.payload.is_empty() {
                 log::debug!(
-                    "QP {:#x}: ATOMIC WRITE at PSN {psn} answered by {:?} with {} bytes: \
-                     bad response",
+                    "QP {:#x}: {:?} at PSN {psn} answered by {:?} with {} bytes: bad response",
                     self.qpn,
+                    w.wr.opcode,
                     pkt.bth.opcode,
                     pkt.payload.len()
                 );

@@ -464,6 +464,10 @@ impl Qp {
         if (wr.opcode.is_atomic() || atomic_write) && len != 8 {
             return Err(PostError::InvalidAtomicLength);
         }
+        if wr.opcode == crate::verbs::WrOpcode::Flush && !wr.flush.is_some_and(|f| f.is_valid()) {
+            // A FLUSH names its placement type and level (`ibv_wr_flush`).
+            return Err(PostError::InvalidOpcode);
+        }
         if wr.opcode == crate::verbs::WrOpcode::BindMw && wr.bind_mw.is_none() {
             // A BIND_MW names its window and range in `bind_mw`.
             return Err(PostError::InvalidOpcode);

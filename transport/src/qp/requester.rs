@@ -5,8 +5,8 @@
 use std::net::IpAddr;
 
 use ferroce_wire::{
-    AtomicEthRepr, BthRepr, DethRepr, ExtHeaders, IethRepr, ImmDtRepr, Opcode, PacketRepr, Psn,
-    RethRepr,
+    AtomicEthRepr, BthRepr, DethRepr, ExtHeaders, FethRepr, IethRepr, ImmDtRepr, Opcode,
+    PacketRepr, Psn, RethRepr,
 };
 
 use super::timers::Timer;
@@ -199,6 +199,7 @@ impl Qp {
         let result = match self.sq[idx].wr.opcode {
             WrOpcode::RdmaRead => self.build_read(buf),
             WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd => self.build_atomic(buf),
+            WrOpcode::Flush => self.build_flush(buf),
             _ => self.build_send_or_write(ctx, buf),
         };
         match result {
@@ -497,6 +498,36 @@ impl Qp {
         Ok(tx)
     }
 
+    /// An RC FLUSH: FETH (placement type, selectivity level) and RETH (the range), no payload,
+    /// asking for its response (a zero-length READ response).
+    fn build_flush(&mut self, buf: &mut [u8]) -> Result<Tx, WcStatus> {
+        let idx = self.req.idx;
+        let w = &self.sq[idx];
+        // post_send refuses a FLUSH without its operands.
+        let spec = w.wr.flush.ok_or(WcStatus::LocQpOpErr)?;
+        let repr = PacketRepr {
+            bth: BthRepr::new(Opcode::RC_FLUSH, self.attr.dest_qp_num, w.first_psn)
+                .with_ack_req(true),
+            ext: ExtHeaders {
+                feth: Some(FethRepr {
+                    bits: spec.feth_bits(),
+                }),
+                reth: Some(RethRepr {
+                    va: w.wr.remote.remote_addr,
+                    rkey: w.wr.remote.rkey,
+                    dma_len: spec.len,
+                }),
+                ..Default::default()
+            },
+            payload: &[],
+        };
+        let tx = self.emit(idx, repr, buf);
+        self.req.next_psn = w.first_psn + 1;
+        self.req.idx += 1;
+        self.req.off = 0;
+        Ok(tx)
+    }
+
     /// READ request messages and atomics sent whose responses are not all in: each READ WQE
     /// counts the chunks (aligned READ_CHUNK_PKTS-packet requests) between the data received
     /// and what was requested; after a rewind only what was requested again counts.
@@ -517,7 +548,10 @@ impl Qp {
                         n += 1; // a zero-length READ is one request
                     }
                 }
-                WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd | WrOpcode::AtomicWrite
+                WrOpcode::AtomicCmpAndSwp
+                | WrOpcode::AtomicFetchAndAdd
+                | WrOpcode::AtomicWrite
+                | WrOpcode::Flush
                     if whole =>
                 {
                     n += 1

@@ -341,8 +341,8 @@ fn check(
                 a_model[a..a + 8].copy_from_slice(&orig.to_ne_bytes());
                 b_model[b..b + 8].copy_from_slice(&aop.apply(orig).to_ne_bytes());
             }
-            // Workloads draw no window operations: they change no bytes.
-            WrOpcode::LocalInv | WrOpcode::BindMw | WrOpcode::SendWithInv => {}
+            // Workloads draw no window operations or flushes: they change no bytes.
+            WrOpcode::LocalInv | WrOpcode::BindMw | WrOpcode::SendWithInv | WrOpcode::Flush => {}
         }
     }
     let (a_now, b_now) = (p.bytes(0), p.bytes(1));

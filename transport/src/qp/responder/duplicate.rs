@@ -91,6 +91,16 @@ impl Qp {
                     _ => ctx.counters.dropped += 1,
                 }
             }
+            Some(Operation::Flush) => {
+                // A flush has no effect to repeat or undo: answered again while there is room.
+                let room = self.rd_atomic_outstanding(true)
+                    < usize::from(self.attr.max_dest_rd_atomic.max(1));
+                if room {
+                    self.resp.push(Response::atomic_write_done(psn, msn, true));
+                } else {
+                    ctx.counters.dropped += 1;
+                }
+            }
             Some(Operation::AtomicWrite) => {
                 let done = self
                     .resp

@@ -337,6 +337,55 @@ impl Qp {
         Ok(psn + 1)
     }
 
+    /// A FLUSH (IBTA 1.5): the rkey must grant the flush the placement type asks for
+    /// (`FLUSH_GLOBAL` and/or `FLUSH_PERSISTENT`) over the range (level range) or the region
+    /// (level region). Every earlier request of the QP has been executed by now, in order, and
+    /// region bytes are written through the memory's one access model, so they are already
+    /// globally visible; ferroce's regions are ordinary memory, so persistence adds nothing.
+    /// Answered by a zero-length READ response, as rxe does, holding a responder resource.
+    pub(super) fn receive_flush<M: Memory + ?Sized>(
+        &mut self,
+        ctx: &mut Ctx<'_, M>,
+        pkt: &PacketRepr<'_>,
+    ) -> Result<Psn, Fault> {
+        let (Some(reth), Some(feth)) = (pkt.ext.reth, pkt.ext.feth) else {
+            return Err(Fault::Nak(NakCode::InvalidRequest));
+        };
+        let psn = pkt.bth.psn;
+        let spec = crate::verbs::FlushSpec::from_feth(feth.bits, reth.dma_len);
+        self.check_rd_atomic_room(ctx)?;
+        self.window_allows(ctx, reth.rkey)?;
+        // The whole region: the key and its rights; its address and length are not used (as
+        // rxe, which also resends a FLUSH with address 0 after a timeout).
+        let whole = spec.selectivity_level == crate::verbs::FlushSpec::MR;
+        let len = if whole { 0 } else { u64::from(spec.len) };
+        let checked = if whole {
+            ctx.mem.check_region_key(self.pd, reth.rkey, spec.access())
+        } else {
+            ctx.mem
+                .check_remote(self.pd, reth.rkey, reth.va, len, spec.access())
+        };
+        checked.map_err(|e| {
+            log::debug!(
+                "QP {:#x}: FLUSH at PSN {psn} (type {}, level {}) through rkey {:#x} at \
+                     {:#x}+{len}: {e:?}: NAK remote access error",
+                self.qpn,
+                spec.placement_type,
+                spec.selectivity_level,
+                reth.rkey,
+                reth.va
+            );
+            Fault::Nak(NakCode::RemoteAccessError)
+        })?;
+        core::sync::atomic::fence(core::sync::atomic::Ordering::SeqCst);
+        self.resp
+            .add_resource(Resource::Flush, self.attr.max_dest_rd_atomic);
+        self.resp.bump_msn();
+        let msn = self.resp.msn;
+        self.resp.push(Response::atomic_write_done(psn, msn, false));
+        Ok(psn + 1)
+    }
+
     pub(super) fn complete_recv_error<M: Memory + ?Sized>(
         &mut self,
         ctx: &mut Ctx<'_, M>,

@@ -57,6 +57,9 @@ enum Resource {
     AtomicWrite {
         psn: Psn,
     },
+    /// A FLUSH done; it holds a slot as a READ does (a duplicate is answered again: a flush
+    /// may run twice).
+    Flush,
 }
 
 /// A response waiting to be sent, in PSN order.
@@ -87,7 +90,8 @@ enum Response {
 }
 
 impl Response {
-    /// The answer to an ATOMIC WRITE: a READ response of no data (reading no memory).
+    /// The answer to an ATOMIC WRITE or a FLUSH: a READ response of no data (reading no
+    /// memory).
     fn atomic_write_done(psn: Psn, msn: u32, dup: bool) -> Response {
         Response::Read {
             psn,

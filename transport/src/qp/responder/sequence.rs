@@ -104,6 +104,11 @@ impl Qp {
             Operation::CompareSwap | Operation::FetchAdd => {
                 access.contains(AccessFlags::REMOTE_ATOMIC)
             }
+            // The QP must allow the flush its placement type asks for (rxe checks the same).
+            Operation::Flush => pkt.ext.feth.is_some_and(|f| {
+                let spec = crate::verbs::FlushSpec::from_feth(f.bits, 0);
+                spec.is_valid() && access.contains(spec.access())
+            }),
             _ => false,
         };
         if !allowed {
@@ -132,6 +137,7 @@ impl Qp {
             }
             Operation::ReadRequest => return self.receive_read(ctx, pkt).map(Some),
             Operation::AtomicWrite => return self.receive_atomic_write(ctx, pkt).map(Some),
+            Operation::Flush => return self.receive_flush(ctx, pkt).map(Some),
             _ => return self.receive_atomic(ctx, pkt).map(Some),
         }
         if pkt.bth.ack_req {
