@@ -115,22 +115,6 @@ impl IcrcContext {
     /// [`Error::BadLength`] if the packet would not fit one IP datagram (its UDP or IPv4 total
     /// length would not fit 16 bits).
     pub fn compute(&self, covered: &[u8]) -> Result<u32> {
-        self.compute_then(covered, &[])
-    }
-
-    /// The ICRC kernel rxe (Linux 6.2 and later, 6.12 checked) gives an RC FLUSH: its opcode
-    /// table names no payload offset for RC_FLUSH, so after the IBTA ICRC's pass over the
-    /// headers the CRC goes on over `covered` (BTH, FETH, RETH) a second time, as it is. rxe
-    /// sends FLUSHes so and drops those whose ICRC is not so.
-    ///
-    /// # Errors
-    /// As [`IcrcContext::compute`].
-    pub fn compute_rxe_flush(&self, covered: &[u8]) -> Result<u32> {
-        self.compute_then(covered, covered)
-    }
-
-    /// [`IcrcContext::compute`] with the CRC continued over `tail` (empty for the IBTA form).
-    fn compute_then(&self, covered: &[u8], tail: &[u8]) -> Result<u32> {
         let udp_len = UDP_HEADER_LEN + covered.len() + ICRC_LEN;
         let len16 = |n: usize| u16::try_from(n).map_err(|_| Error::BadLength);
         let udp = masked_udp(self.src_port, self.dst_port, len16(udp_len)?);
@@ -148,39 +132,62 @@ impl IcrcContext {
                     dont_frag,
                     len16(IPV4_HEADER_LEN + udp_len)?,
                 );
-                Ok(crc_then(&ip, &udp, covered, tail))
+                Ok(crc(&ip, &udp, covered))
             }
             IpHeaders::V6 { src, dst } => {
                 let ip = masked_ipv6(src, dst, len16(udp_len)?);
-                Ok(crc_then(&ip, &udp, covered, tail))
+                Ok(crc(&ip, &udp, covered))
+            }
+        }
+    }
+
+    /// The ICRC kernel rxe (Linux 6.2 and later, 6.12 checked) gives an RC FLUSH: its opcode
+    /// table names no payload offset for RC_FLUSH, so after the IBTA ICRC's pass over the
+    /// headers the CRC goes on over `covered` (BTH, FETH, RETH) a second time, as it is. rxe
+    /// sends FLUSHes so and drops those whose ICRC is not so.
+    ///
+    /// # Errors
+    /// As [`IcrcContext::compute`].
+    pub fn compute_rxe_flush(&self, covered: &[u8]) -> Result<u32> {
+        let udp_len = UDP_HEADER_LEN + covered.len() + ICRC_LEN;
+        let len16 = |n: usize| u16::try_from(n).map_err(|_| Error::BadLength);
+        let udp = masked_udp(self.src_port, self.dst_port, len16(udp_len)?);
+        match self.ip {
+            IpHeaders::V4 {
+                src,
+                dst,
+                ident,
+                dont_frag,
+            } => {
+                let ip = masked_ipv4(
+                    src,
+                    dst,
+                    ident,
+                    dont_frag,
+                    len16(IPV4_HEADER_LEN + udp_len)?,
+                );
+                Ok(crc_then(&ip, &udp, covered, covered))
+            }
+            IpHeaders::V6 { src, dst } => {
+                let ip = masked_ipv6(src, dst, len16(udp_len)?);
+                Ok(crc_then(&ip, &udp, covered, covered))
             }
         }
     }
 
     /// As [`IcrcContext::fill`] with rxe's FLUSH form ([`IcrcContext::compute_rxe_flush`]).
     pub fn fill_rxe_flush(&self, udp_payload: &mut [u8]) {
-        self.fill_with(udp_payload, Self::compute_rxe_flush);
-    }
-
-    /// As [`IcrcContext::verify`] with rxe's FLUSH form.
-    pub fn verify_rxe_flush(&self, udp_payload: &[u8]) -> bool {
-        self.verify_with(udp_payload, Self::compute_rxe_flush)
-    }
-
-    /// Writes what `compute` makes of `udp_payload` minus its last 4 bytes there.
-    #[inline]
-    fn fill_with(&self, udp_payload: &mut [u8], compute: fn(&Self, &[u8]) -> Result<u32>) {
         if let Some(split) = udp_payload.len().checked_sub(ICRC_LEN) {
-            if let Ok(icrc) = compute(self, &udp_payload[..split]) {
+            if let Ok(icrc) = self.compute_rxe_flush(&udp_payload[..split]) {
                 udp_payload[split..].copy_from_slice(&icrc.to_le_bytes());
             }
         }
     }
 
-    /// Whether the ICRC at the end of `udp_payload` is what `compute` makes of the rest.
-    fn verify_with(&self, udp_payload: &[u8], compute: fn(&Self, &[u8]) -> Result<u32>) -> bool {
+    /// As [`IcrcContext::verify`] with rxe's FLUSH form.
+    pub fn verify_rxe_flush(&self, udp_payload: &[u8]) -> bool {
         match split_icrc(udp_payload) {
-            Some((covered, got)) => compute(self, covered) == Ok(got),
+            Some((covered, got)) => self.compute_rxe_flush(covered) == Ok(got),
             None => false,
         }
     }
@@ -188,12 +195,19 @@ impl IcrcContext {
     /// Computes the ICRC over `udp_payload` minus its last 4 bytes and writes it there.
     /// A payload shorter than 4 bytes, or too long for one IP datagram, is left alone.
     pub fn fill(&self, udp_payload: &mut [u8]) {
-        self.fill_with(udp_payload, Self::compute);
+        if let Some(split) = udp_payload.len().checked_sub(ICRC_LEN) {
+            if let Ok(icrc) = self.compute(&udp_payload[..split]) {
+                udp_payload[split..].copy_from_slice(&icrc.to_le_bytes());
+            }
+        }
     }
 
     /// Checks the ICRC at the end of a whole UDP payload, all 32 bits.
     pub fn verify(&self, udp_payload: &[u8]) -> bool {
-        self.verify_with(udp_payload, Self::compute)
+        match split_icrc(udp_payload) {
+            Some((covered, got)) => self.compute(covered) == Ok(got),
+            None => false,
+        }
     }
 
     /// For an IPv4 packet whose Identification is unknown: the one ID (if any) for which the
@@ -382,8 +396,11 @@ pub fn split_icrc(udp_payload: &[u8]) -> Option<(&[u8], u32)> {
     Some((covered, u32::from_le_bytes(b)))
 }
 
-/// The CRC of the masked IP and UDP headers and `covered` (BTH byte 4 as all ones), continued
-/// over `tail` as it is (empty but for rxe's FLUSH form).
+fn crc(ip_masked: &[u8], udp_masked: &[u8; UDP_HEADER_LEN], covered: &[u8]) -> u32 {
+    crc_then(ip_masked, udp_masked, covered, &[])
+}
+
+/// [`crc`] continued over `tail`, taken as it is (rxe's FLUSH form).
 fn crc_then(
     ip_masked: &[u8],
     udp_masked: &[u8; UDP_HEADER_LEN],
