@@ -217,6 +217,8 @@ pub enum VerbError {
     Modify(ModifyQpError),
     /// A post refused.
     Post(PostError),
+    /// `ibv_attach_mcast`/`ibv_detach_mcast` refused.
+    Mcast(crate::mcast::McastError),
 }
 
 impl core::fmt::Display for VerbError {
@@ -229,6 +231,7 @@ impl core::fmt::Display for VerbError {
             VerbError::NoQpnLeft => f.write_str("no QP number left in this endpoint's range"),
             VerbError::Modify(e) => e.fmt(f),
             VerbError::Post(e) => e.fmt(f),
+            VerbError::Mcast(e) => e.fmt(f),
         }
     }
 }
@@ -329,6 +332,8 @@ pub struct Endpoint {
     peer_idents: HashMap<IpAddr, u16>,
     /// ICRC ID deltas for the last few UDP payload lengths seen (packets come in few sizes).
     ident_deltas: Vec<(usize, Ipv4IdentDelta)>,
+    /// The multicast groups UD QPs are attached to.
+    mcast: crate::mcast::McastTable,
 }
 
 /// Peers whose IPv4 IDs an endpoint remembers.
@@ -393,6 +398,7 @@ impl Endpoint {
             timer_heap: BinaryHeap::new(),
             deadlines: QpnMap::default(),
             due: Vec::new(),
+            mcast: crate::mcast::McastTable::default(),
         }
     }
 
@@ -430,7 +436,7 @@ impl Endpoint {
         };
         let mut qpn = base | (self.next_qpn & mask);
         let mut tries = 0u32;
-        while self.qps.contains_key(&qpn) || qpn < 2 {
+        while self.qps.contains_key(&qpn) || qpn < 2 || qpn == crate::mcast::MULTICAST_QPN {
             tries += 1;
             if tries > mask {
                 return Err(VerbError::NoQpnLeft);
@@ -464,6 +470,9 @@ impl Endpoint {
     pub fn destroy_qp(&mut self, qpn: u32) -> Result<(), VerbError> {
         self.deadlines.remove(&qpn);
         let qp = self.qps.remove(&qpn).ok_or(VerbError::NoSuchQp(qpn))?;
+        for g in self.mcast.detach_all(qpn) {
+            log::debug!("QP {qpn:#x} destroyed: multicast group {g} has no QP left");
+        }
         self.inflight -= qp.counted_inflight;
         self.release_blocked();
         Ok(())
@@ -765,6 +774,10 @@ impl Endpoint {
             self.handle_cnp(now, src, qpn);
             return;
         }
+        if qpn == crate::mcast::MULTICAST_QPN {
+            self.handle_multicast(now, src, dst, &pkt, mem);
+            return;
+        }
         let Some(qp) = self.qps.get_mut(&qpn) else {
             self.counters.no_qp += 1;
             return;
@@ -800,6 +813,72 @@ impl Endpoint {
             qp.handle_response(&mut ctx, &pkt);
         }
         self.schedule(qpn);
+    }
+
+    /// A packet for QPN 0xFFFFFF: a UD send to the multicast group `dst`, delivered to each
+    /// UD QP attached to it (each takes a receive WQE of its own). Not to a group, not UD, or
+    /// to a group with no QP here: counted as `no_qp`.
+    fn handle_multicast<M: Memory + ?Sized>(
+        &mut self,
+        now: Instant,
+        src: SocketAddr,
+        dst: IpAddr,
+        pkt: &PacketRepr<'_>,
+        mem: &M,
+    ) {
+        let members = self.mcast.members(dst);
+        if pkt.bth.opcode.transport() != Transport::Ud || members.is_empty() {
+            self.counters.no_qp += 1;
+            log::debug!(
+                "packet for the multicast QPN from {src} to {dst} dropped: {}",
+                if pkt.bth.opcode.transport() != Transport::Ud {
+                    "only UD sends go to groups"
+                } else {
+                    "no QP of this device is attached to that group"
+                }
+            );
+            return;
+        }
+        self.counters.rcvd_pkts += 1;
+        // Few QPs per group (at most MAX_MCAST_QP_ATTACH): copied so each can be borrowed.
+        let members = crate::SmallVec::<u32, 8>::from_slice(members);
+        for &qpn in members.iter() {
+            let Some(qp) = self.qps.get_mut(&qpn) else {
+                continue;
+            };
+            let srq = match qp.srq {
+                Some(s) => self.srqs.get_mut(&s),
+                None => None,
+            };
+            let mut ctx = ctx!(self, mem, now, srq);
+            qp.handle_request(&mut ctx, pkt, src.ip(), dst);
+        }
+    }
+
+    /// `ibv_attach_mcast`: UD QP `qpn` receives what is sent to the multicast `group`.
+    /// Returns whether the group is new on this endpoint (the runtime joins it on the network).
+    ///
+    /// # Errors
+    /// [`VerbError::NoSuchQp`]; [`VerbError::Mcast`] for a QP that is not UD, an address that
+    /// is not a group, or a limit reached.
+    pub fn attach_mcast(&mut self, qpn: u32, group: IpAddr) -> Result<bool, VerbError> {
+        let qp = self.qps.get(&qpn).ok_or(VerbError::NoSuchQp(qpn))?;
+        if qp.qp_type != QpType::Ud {
+            return Err(VerbError::Mcast(crate::mcast::McastError::NotUd));
+        }
+        self.mcast.attach(qpn, group).map_err(VerbError::Mcast)
+    }
+
+    /// `ibv_detach_mcast`. Returns whether the group has no QP left on this endpoint (the
+    /// runtime leaves it on the network).
+    ///
+    /// # Errors
+    /// [`VerbError::NoSuchQp`]; [`VerbError::Mcast`] if the QP is not attached to `group`.
+    pub fn detach_mcast(&mut self, qpn: u32, group: IpAddr) -> Result<bool, VerbError> {
+        if !self.qps.contains_key(&qpn) {
+            return Err(VerbError::NoSuchQp(qpn));
+        }
+        self.mcast.detach(qpn, group).map_err(VerbError::Mcast)
     }
 
     /// A CNP (BTH opcode 0x81) for `qpn` from `src`: the reaction point cuts the QP's rate.

@@ -12,6 +12,7 @@
 pub mod cm;
 pub mod congestion;
 pub mod endpoint;
+pub mod mcast;
 pub mod memory;
 pub mod modify;
 pub mod qp;
@@ -29,6 +30,7 @@ pub use endpoint::{
     AsyncEvent, BufferTooShort, Completion, Counters, Endpoint, EndpointConfig, FlushIcrc,
     MIN_TRANSMIT_BUF, Transmit, VerbError, WcQueue,
 };
+pub use mcast::{MULTICAST_QPN, McastError};
 pub use memory::{AtomicOp, MemError, Memory, VecMemory};
 pub use modify::QpModify;
 pub use qp::{PostError, QpInitAttr};

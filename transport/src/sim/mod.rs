@@ -99,6 +99,8 @@ struct InFlight {
     at: Instant,
     seq: u64,
     to: usize,
+    /// The IP destination: the node's address, or a multicast group.
+    dst: IpAddr,
     from: SocketAddr,
     ecn: Ecn,
     bytes: Vec<u8>,
@@ -146,6 +148,8 @@ pub struct Network {
     pub ce_marked: u64,
     /// Scripted fates, applied before the random faults.
     pub fate: Option<FateFilter>,
+    /// Multicast memberships: (group, node), as the nodes' sockets joined them.
+    groups: Vec<(IpAddr, usize)>,
     /// Print every packet sent, lost and delivered to stderr (for replaying a failing seed;
     /// `ROCE_SIM_TRACE=1` turns it on).
     pub trace: bool,
@@ -196,6 +200,7 @@ impl Network {
             queue_drops: 0,
             ce_marked: 0,
             fate: None,
+            groups: Vec::new(),
             trace: std::env::var_os("ROCE_SIM_TRACE").is_some(),
             buf: vec![0u8; 8192],
         }
@@ -212,6 +217,14 @@ impl Network {
             for l in row.iter_mut() {
                 *l = link;
             }
+        }
+    }
+
+    /// Node `node`'s host joins the IP multicast `group` (what the runtime's socket does when
+    /// its first QP attaches): datagrams sent to the group reach it from then on.
+    pub fn join(&mut self, node: usize, group: IpAddr) {
+        if !self.groups.contains(&(group, node)) {
+            self.groups.push((group, node));
         }
     }
 
@@ -239,96 +252,110 @@ impl Network {
                 }
                 self.packets += 1;
                 let from = SocketAddr::new(node.addr, node.endpoint.config().src_port);
-                let Some(to) = self.node_of(tx.dst.ip()) else {
-                    continue;
+                let dst = tx.dst.ip();
+                // A multicast datagram reaches every node that joined its group (the sender
+                // too, as IP_MULTICAST_LOOP does); any other its address's node.
+                let targets: Vec<usize> = if crate::mcast::is_group(dst) {
+                    self.groups
+                        .iter()
+                        .filter(|(g, _)| *g == dst)
+                        .map(|&(_, n)| n)
+                        .collect()
+                } else {
+                    self.node_of(dst).into_iter().collect()
                 };
-                let bytes = self.buf[..tx.len].to_vec();
-                let mut fate = Fate::Deliver;
-                if let Some(f) = self.fate.as_mut() {
-                    if let Ok(p) = PacketRepr::parse(&bytes) {
-                        fate = f(i, to, &p);
+                let sent = self.buf[..tx.len].to_vec();
+                for to in targets {
+                    let bytes = sent.clone();
+                    let mut fate = Fate::Deliver;
+                    if let Some(f) = self.fate.as_mut() {
+                        if let Ok(p) = PacketRepr::parse(&bytes) {
+                            fate = f(i, to, &p);
+                        }
                     }
-                }
-                if fate == Fate::Drop {
-                    if self.trace {
-                        trace(self.now, i, to, "DROPPED", &bytes);
-                    }
-                    continue;
-                }
-                let link = self.links[i][to];
-                if self.rng.chance(link.loss) {
-                    if self.trace {
-                        trace(self.now, i, to, "LOST", &bytes);
-                    }
-                    continue;
-                }
-                // The bottleneck: the packet waits for those ahead of it, may find the queue
-                // full, and is marked CE past the marking threshold.
-                let mut depart = self.now;
-                let mut ecn = Ecn::Ect0;
-                if let Some(ns_per_kb) = 1_000_000_000_000u64.checked_div(link.rate) {
-                    let start = self.busy[i][to].max(self.now);
-                    let wait = start - self.now;
-                    if link.queue_limit.is_some_and(|l| wait > l) {
-                        self.queue_drops += 1;
+                    if fate == Fate::Drop {
                         if self.trace {
-                            trace(self.now, i, to, "QUEUE FULL", &bytes);
+                            trace(self.now, i, to, "DROPPED", &bytes);
                         }
                         continue;
                     }
-                    if link.ce_threshold.is_some_and(|t| wait > t) {
+                    let link = self.links[i][to];
+                    if self.rng.chance(link.loss) {
+                        if self.trace {
+                            trace(self.now, i, to, "LOST", &bytes);
+                        }
+                        continue;
+                    }
+                    // The bottleneck: the packet waits for those ahead of it, may find the queue
+                    // full, and is marked CE past the marking threshold.
+                    let mut depart = self.now;
+                    let mut ecn = Ecn::Ect0;
+                    if let Some(ns_per_kb) = 1_000_000_000_000u64.checked_div(link.rate) {
+                        let start = self.busy[i][to].max(self.now);
+                        let wait = start - self.now;
+                        if link.queue_limit.is_some_and(|l| wait > l) {
+                            self.queue_drops += 1;
+                            if self.trace {
+                                trace(self.now, i, to, "QUEUE FULL", &bytes);
+                            }
+                            continue;
+                        }
+                        if link.ce_threshold.is_some_and(|t| wait > t) {
+                            ecn = Ecn::Ce;
+                        }
+                        depart =
+                            start + Duration::from_nanos(bytes.len() as u64 * ns_per_kb / 1000);
+                        self.busy[i][to] = depart;
+                    }
+                    if self.rng.chance(link.ce) {
                         ecn = Ecn::Ce;
                     }
-                    depart = start + Duration::from_nanos(bytes.len() as u64 * ns_per_kb / 1000);
-                    self.busy[i][to] = depart;
-                }
-                if self.rng.chance(link.ce) {
-                    ecn = Ecn::Ce;
-                }
-                if ecn == Ecn::Ce {
-                    self.ce_marked += 1;
-                }
-                let copies = if self.rng.chance(link.dup) || fate == Fate::Duplicate {
-                    2
-                } else {
-                    1
-                };
-                for _ in 0..copies {
-                    let mut b = bytes.clone();
-                    if let Fate::Corrupt(bit) = fate {
-                        let bit = bit as usize % (b.len() * 8);
-                        b[bit / 8] ^= 1 << (bit % 8);
+                    if ecn == Ecn::Ce {
+                        self.ce_marked += 1;
                     }
-                    if self.rng.chance(link.corrupt) && !b.is_empty() {
-                        let bit = self.rng.below(b.len() as u64 * 8);
-                        b[(bit / 8) as usize] ^= 1 << (bit % 8);
-                    }
-                    let mut delay = link.latency;
-                    if !link.jitter.is_zero() {
-                        delay +=
-                            Duration::from_nanos(self.rng.below(link.jitter.as_nanos() as u64));
-                    }
-                    let mut at = (depart + delay).max(self.fifo[i][to]);
-                    if let Fate::Delay(d) = fate {
-                        at = at + d;
-                    } else if self.rng.chance(link.reorder) {
-                        // Held back: later packets overtake this one.
-                        at = at
-                            + Duration::from_nanos(
-                                1 + self.rng.below(4 * link.latency.as_nanos() as u64 + 1),
-                            );
+                    let copies = if self.rng.chance(link.dup) || fate == Fate::Duplicate {
+                        2
                     } else {
-                        self.fifo[i][to] = at;
+                        1
+                    };
+                    for _ in 0..copies {
+                        let mut b = bytes.clone();
+                        if let Fate::Corrupt(bit) = fate {
+                            let bit = bit as usize % (b.len() * 8);
+                            b[bit / 8] ^= 1 << (bit % 8);
+                        }
+                        if self.rng.chance(link.corrupt) && !b.is_empty() {
+                            let bit = self.rng.below(b.len() as u64 * 8);
+                            b[(bit / 8) as usize] ^= 1 << (bit % 8);
+                        }
+                        let mut delay = link.latency;
+                        if !link.jitter.is_zero() {
+                            delay +=
+                                Duration::from_nanos(self.rng.below(link.jitter.as_nanos() as u64));
+                        }
+                        let mut at = (depart + delay).max(self.fifo[i][to]);
+                        if let Fate::Delay(d) = fate {
+                            at = at + d;
+                        } else if self.rng.chance(link.reorder) {
+                            // Held back: later packets overtake this one.
+                            at = at
+                                + Duration::from_nanos(
+                                    1 + self.rng.below(4 * link.latency.as_nanos() as u64 + 1),
+                                );
+                        } else {
+                            self.fifo[i][to] = at;
+                        }
+                        self.seq += 1;
+                        self.wire.push(Reverse(InFlight {
+                            at,
+                            seq: self.seq,
+                            to,
+                            dst,
+                            from,
+                            ecn,
+                            bytes: b,
+                        }));
                     }
-                    self.seq += 1;
-                    self.wire.push(Reverse(InFlight {
-                        at,
-                        seq: self.seq,
-                        to,
-                        from,
-                        ecn,
-                        bytes: b,
-                    }));
                 }
             }
             let node = &mut self.nodes[i];
@@ -373,9 +400,8 @@ impl Network {
                 trace(self.now, from, p.to, "recv", &p.bytes);
             }
             let node = &mut self.nodes[p.to];
-            let dst = node.addr;
             node.endpoint
-                .handle_marked(self.now, p.from, dst, &p.bytes, 0, p.ecn, &node.mem);
+                .handle_marked(self.now, p.from, p.dst, &p.bytes, 0, p.ecn, &node.mem);
         }
         for node in &mut self.nodes {
             if !node.down && node.endpoint.poll_timeout().is_some_and(|t| t <= self.now) {
