@@ -16,7 +16,7 @@
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -180,6 +180,11 @@ pub(crate) struct Shared {
     last_inline: AtomicU64,
     /// Whether the progress thread sleeps without the socket, leaving it to a poller.
     inline_sleep: AtomicBool,
+    /// The multicast groups this process joined on the device (locked before `engine`,
+    /// never after); `None` on the in-memory backend, which has no IP groups.
+    mcast: Option<Mutex<crate::mcast::McastSockets>>,
+    /// The groups' epoll descriptor for the progress thread to poll (−1 before any join).
+    mcast_fd: AtomicI32,
 }
 
 /// A device's running runtime: the [`Shared`] state and its progress thread, stopped and
@@ -399,6 +404,8 @@ impl Shared {
             cq_timers: Mutex::new(Vec::new()),
             last_inline: AtomicU64::new(0),
             inline_sleep: AtomicBool::new(false),
+            mcast: (!cfg.memory).then(|| Mutex::new(crate::mcast::McastSockets::new(cfg.local))),
+            mcast_fd: AtomicI32::new(-1),
         });
         let s2 = shared.clone();
         let progress =
@@ -552,9 +559,91 @@ impl Shared {
 
     /// `ibv_destroy_qp`: its unfinished work is dropped (a destroyed QP completes nothing).
     pub(crate) fn destroy_qp(&self, qpn: u32) {
+        let mut mc = self.mcast.as_ref().map(|m| m.lock());
         self.with_engine(|st, _, _| {
             let _ = st.ep.destroy_qp(qpn);
+            // Groups its destruction left without a QP here are left on the network.
+            if let Some(mc) = mc.as_mut() {
+                for g in mc.groups() {
+                    if !st.ep.mcast_attached(g) {
+                        mc.leave(g);
+                    }
+                }
+            }
         });
+    }
+
+    /// `ibv_attach_mcast`: the engine attaches the QP, and the group's socket joins the group
+    /// on the network if no QP of this process had.
+    pub(crate) fn attach_mcast(&self, qpn: u32, group: IpAddr) -> crate::Result<()> {
+        let Some(mc) = &self.mcast else {
+            log::debug!("ibv_attach_mcast: the in-memory backend has no IP multicast");
+            return Err(crate::Error::NotSupported(
+                "multicast on the in-memory backend",
+            ));
+        };
+        let mut mc = mc.lock();
+        let new = self
+            .with_engine(|st, _, _| st.ep.attach_mcast(qpn, group))
+            .map_err(|e| {
+                log::debug!("ibv_attach_mcast QP {qpn:#x} to {group}: {e}");
+                crate::Error::from(e)
+            })?;
+        if !mc.has(group) {
+            if let Err(e) = mc.join(group) {
+                log::debug!(
+                    "ibv_attach_mcast QP {qpn:#x}: joining {group} on {}'s interface: {e}",
+                    self.local
+                );
+                if new {
+                    let _ = self.with_engine(|st, _, _| st.ep.detach_mcast(qpn, group));
+                }
+                return Err(e.into());
+            }
+            self.mcast_fd
+                .store(mc.ready_fd().unwrap_or(-1), Ordering::SeqCst);
+            // The progress thread polls the groups' descriptor from its next pass.
+            self.wake.signal();
+        }
+        Ok(())
+    }
+
+    /// `ibv_detach_mcast`: the engine detaches the QP; the last QP of this process leaving
+    /// a group leaves it on the network.
+    pub(crate) fn detach_mcast(&self, qpn: u32, group: IpAddr) -> crate::Result<()> {
+        let Some(mc) = &self.mcast else {
+            return Err(crate::Error::NotSupported(
+                "multicast on the in-memory backend",
+            ));
+        };
+        let mut mc = mc.lock();
+        let empty = self
+            .with_engine(|st, _, _| st.ep.detach_mcast(qpn, group))
+            .map_err(|e| {
+                log::debug!("ibv_detach_mcast QP {qpn:#x} from {group}: {e}");
+                crate::Error::from(e)
+            })?;
+        if empty {
+            mc.leave(group);
+        }
+        Ok(())
+    }
+
+    /// Takes what waits on the groups' sockets through the engine (the progress thread, when
+    /// a group is joined). A join or leave under way makes it wait for the next pass.
+    fn receive_mcast(&self) {
+        let Some(mut mc) = self.mcast.as_ref().and_then(|m| m.try_lock()) else {
+            return;
+        };
+        let mut st = self.engine.lock();
+        let now = self.now();
+        let ep = &mut st.ep;
+        let n = mc.drain(&mut |from, group, bytes| ep.handle(now, from, group, bytes, &self.mrs));
+        drop(mc);
+        if n > 0 {
+            DatapathStats::add(&self.stats.rcvd, n as u64);
+            self.pump(&mut st, now, Flush::Now);
+        }
     }
 
     /// `ibv_modify_qp`.
@@ -1040,19 +1129,16 @@ impl Shared {
                     self.inline_sleep.store(true, Ordering::SeqCst);
                     // A program that went to sleep since the window was judged signals.
                     if self.last_inline.load(Ordering::SeqCst) != 0 {
-                        let _ = sys::poll_fds(&[self.wake.raw()], libc::POLLIN, timeout);
+                        // Groups' datagrams are this thread's (a poller reads the device's
+                        // socket only); −1 is skipped by poll.
+                        let mc = self.mcast_fd.load(Ordering::Relaxed);
+                        let _ = sys::poll_fds(&[self.wake.raw(), mc], libc::POLLIN, timeout);
                     }
                     self.inline_sleep.store(false, Ordering::SeqCst);
                 } else {
-                    match self.rx_side_fd {
-                        Some(side) => {
-                            let _ =
-                                sys::poll_fds(&[fd, side, self.wake.raw()], libc::POLLIN, timeout);
-                        }
-                        None => {
-                            let _ = sys::poll_fds(&[fd, self.wake.raw()], libc::POLLIN, timeout);
-                        }
-                    }
+                    let mc = self.mcast_fd.load(Ordering::Relaxed);
+                    let side = self.rx_side_fd.unwrap_or(-1);
+                    let _ = sys::poll_fds(&[fd, side, self.wake.raw(), mc], libc::POLLIN, timeout);
                 }
                 self.wake.drain();
             }
@@ -1064,6 +1150,9 @@ impl Shared {
                 let mut rx = self.rx.lock();
                 let batch = rx.batch();
                 while self.receive_once(&mut **rx) == batch {}
+            }
+            if self.mcast_fd.load(Ordering::Relaxed) >= 0 {
+                self.receive_mcast();
             }
         }
     }

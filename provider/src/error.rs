@@ -135,6 +135,11 @@ impl From<VerbError> for Error {
             VerbError::NoSuchQp(_) => Error::InvalidArgument("no such QP"),
             VerbError::NoSuchSrq(_) => Error::InvalidArgument("no such SRQ"),
             VerbError::QpExists(_) => Error::Busy("QP1 exists"),
+            // ENOMEM, as the kernel's limit on attachments.
+            VerbError::Mcast(ferroce_transport::McastError::Full) => {
+                Error::Io(io::Error::from_raw_os_error(libc::ENOMEM))
+            }
+            VerbError::Mcast(m) => Error::Invalid(m.to_string()),
             _ => Error::InvalidArgument("verb refused"),
         }
     }

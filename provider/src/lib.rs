@@ -61,6 +61,7 @@ pub mod faults;
 pub mod fork;
 pub mod gsi;
 mod host;
+mod mcast;
 mod mmsg;
 mod mr;
 pub mod mw;

@@ -288,6 +288,28 @@ impl QueuePair {
         self.inner.qp_type
     }
 
+    /// `ibv_attach_mcast`: this UD QP receives what is sent to the multicast `group` (the
+    /// MGID as an IP address: IPv4-mapped for an IPv4 group, as rdma_cm makes it), from
+    /// every sender, with a receive WQE per datagram. The first QP of the process to attach
+    /// joins the group on the device's interface. Attaching twice is not an error.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] (EINVAL) for a QP that is not UD or an address that is not a
+    /// group; ENOMEM past 56 QPs per group or 8192 groups; [`Error::Io`] if the host refuses
+    /// the group (its port bound by a non-ferroce socket such as kernel rxe's).
+    pub fn attach_mcast(&self, group: std::net::IpAddr) -> Result<()> {
+        self.inner.pd.ctx.shared.attach_mcast(self.inner.qpn, group)
+    }
+
+    /// `ibv_detach_mcast`: the QP no longer receives `group`'s datagrams; the last QP of the
+    /// process to detach leaves the group. Destroying a QP detaches it from every group.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] (EINVAL) if the QP is not attached to `group`.
+    pub fn detach_mcast(&self, group: std::net::IpAddr) -> Result<()> {
+        self.inner.pd.ctx.shared.detach_mcast(self.inner.qpn, group)
+    }
+
     /// The context the QP belongs to.
     pub fn context(&self) -> &crate::Context {
         &self.inner.pd.ctx

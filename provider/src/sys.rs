@@ -103,7 +103,7 @@ pub(crate) fn sockaddr_into(addr: SocketAddr, out: &mut libc::sockaddr_storage) 
 }
 
 /// Waits until one of `fds` is ready for `events` or the timeout passes; returns whether any
-/// is ready.
+/// is ready. Negative descriptors are skipped (poll's rule): a slot may stand empty.
 pub fn poll_fds(fds: &[RawFd], events: i16, timeout: Option<Duration>) -> io::Result<bool> {
     // The progress thread polls two descriptors on every wake-up: no allocation for few.
     const IN_PLACE: usize = 4;

@@ -869,6 +869,11 @@ impl Endpoint {
         self.mcast.attach(qpn, group).map_err(VerbError::Mcast)
     }
 
+    /// Whether any QP is attached to `group`.
+    pub fn mcast_attached(&self, group: IpAddr) -> bool {
+        !self.mcast.members(group).is_empty()
+    }
+
     /// `ibv_detach_mcast`. Returns whether the group has no QP left on this endpoint (the
     /// runtime leaves it on the network).
     ///

@@ -44,6 +44,11 @@ pub(crate) fn open(
     if local.is_ipv6() {
         socket.set_only_v6(true)?;
         let _ = sys::set_no_check6_rx(fd);
+        let _ = socket.set_multicast_hops_v6(64);
+    } else {
+        // UD sends to a multicast group leave with the hop limit rdma_cm's join gives (64,
+        // as rxe sends them), not the socket's default of 1.
+        let _ = socket.set_multicast_ttl_v4(64);
     }
     // Every ferroce process of this user on this address joins one group (see `crate::host`).
     socket.set_reuse_port(true)?;
