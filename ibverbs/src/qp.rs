@@ -341,3 +341,47 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
         0
     })())
 }
+
+/// `ibv_attach_mcast`: the UD QP receives what is sent to the multicast group `gid` (an
+/// IPv4-mapped MGID for an IPv4 group, as rdma_cm gives it; `lid` is unused on RoCE). Returns 0
+/// or an errno: EINVAL for a QP that is not UD or a GID that is not a group, ENOMEM past the
+/// device's `max_mcast_qp_attach`/`max_mcast_grp`.
+///
+/// # Safety
+/// `qp` is a live QP of this library; `gid` points to an `ibv_gid`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_attach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, lid: u16) -> c_int {
+    crate::status((|| {
+        let _ = lid;
+        if qp.is_null() || gid.is_null() {
+            return libc::EINVAL;
+        }
+        // SAFETY: `qp` is a QP of this library the program has not destroyed, and `gid`
+        // points to a readable ibv_gid (the caller's contract, checked non-null above).
+        let (q, g) = unsafe { (qp_of(qp), crate::convert::gid_addr(&*gid)) };
+        match q.qp.attach_mcast(g) {
+            Ok(()) => 0,
+            Err(e) => e.errno(),
+        }
+    })())
+}
+
+/// `ibv_detach_mcast`: undoes [`ibv_attach_mcast`]; EINVAL if the QP is not attached.
+///
+/// # Safety
+/// As [`ibv_attach_mcast`].
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_detach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, lid: u16) -> c_int {
+    crate::status((|| {
+        let _ = lid;
+        if qp.is_null() || gid.is_null() {
+            return libc::EINVAL;
+        }
+        // SAFETY: as in ibv_attach_mcast: a live QP of this library and a readable ibv_gid.
+        let (q, g) = unsafe { (qp_of(qp), crate::convert::gid_addr(&*gid)) };
+        match q.qp.detach_mcast(g) {
+            Ok(()) => 0,
+            Err(e) => e.errno(),
+        }
+    })())
+}

@@ -50,13 +50,7 @@ macro_rules! void_stubs {
 }
 
 // Public libibverbs API without a ferroce equivalent.
-errno_stubs!(
-    ibv_attach_mcast,
-    ibv_detach_mcast,
-    ibv_resolve_eth_l2_from_gid,
-    ibv_query_ece,
-    ibv_set_ece,
-);
+errno_stubs!(ibv_resolve_eth_l2_from_gid, ibv_query_ece, ibv_set_ece,);
 null_stubs!(
     ibv_import_device,
     ibv_import_pd,

@@ -100,6 +100,12 @@ pub struct DeviceAttr {
     pub max_srq_wr: u32,
     /// `max_srq_sge`.
     pub max_srq_sge: u32,
+    /// `max_mcast_grp`: multicast groups the device's QPs can attach to.
+    pub max_mcast_grp: u32,
+    /// `max_mcast_qp_attach`: QPs one group can have attached.
+    pub max_mcast_qp_attach: u32,
+    /// `max_total_mcast_qp_attach`.
+    pub max_total_mcast_qp_attach: u32,
     /// `max_pkeys`.
     pub max_pkeys: u16,
     /// `local_ca_ack_delay`.
@@ -324,6 +330,9 @@ impl Context {
             max_srq: 1 << 12,
             max_srq_wr: limits::MAX_SRQ_WR,
             max_srq_sge: limits::MAX_SGE,
+            max_mcast_grp: ferroce_transport::mcast::MAX_MCAST_GRP,
+            max_mcast_qp_attach: ferroce_transport::mcast::MAX_MCAST_QP_ATTACH,
+            max_total_mcast_qp_attach: ferroce_transport::mcast::MAX_TOTAL_MCAST_QP_ATTACH,
             max_pkeys: 1,
             local_ca_ack_delay: 15,
             phys_port_cnt: 1,

@@ -277,6 +277,8 @@ int main(void)
 	struct ibv_device_attr da;
 	CHECK(ibv_query_device(a.ctx, &da) == 0 && da.max_qp > 0 && da.phys_port_cnt == 1 &&
 		      da.atomic_cap == IBV_ATOMIC_HCA, "query_device");
+	CHECK(da.max_mcast_grp == 8192 && da.max_mcast_qp_attach == 56 &&
+		      da.max_total_mcast_qp_attach == 8192 * 56, "multicast limits as rxe's");
 	CHECK(da.node_guid == ibv_get_device_guid(a.ctx->device) && da.node_guid != 0,
 	      "node_guid is the device's GUID");
 	struct ibv_device_attr_ex dx;
@@ -634,7 +636,7 @@ int main(void)
 	struct ibv_qp_init_attr xrc = { .send_cq = a.cq, .recv_cq = a.cq, .qp_type = IBV_QPT_XRC_SEND,
 					.cap = { .max_send_wr = 1, .max_send_sge = 1 } };
 	CHECK(!ibv_create_qp(a.pd, &xrc) && errno == EOPNOTSUPP, "XRC is EOPNOTSUPP");
-	CHECK(ibv_attach_mcast(a.qp, &a.gid, 0) == EOPNOTSUPP, "multicast is EOPNOTSUPP");
+	CHECK(ibv_attach_mcast(a.qp, &a.gid, 0) == EINVAL, "an RC QP and a unicast GID: EINVAL");
 	CHECK(!ibv_reg_dmabuf_mr(a.pd, 0, 4096, 0, -1, ACCESS) && errno == EOPNOTSUPP, "dmabuf");
 	CHECK(!ibv_reg_mr(a.pd, NULL, 4096, ACCESS) && errno == EINVAL, "NULL memory");
 	/* The extended CQ: completions through ibv_start_poll / ibv_next_poll / ibv_wc_read_*. */
