@@ -247,3 +247,64 @@ fn qperf_rc_tests_over_rdma_cm() {
         }
     }
 }
+
+/// Sockets of this host joined to the IPv4 group `group` (the `Users` column of
+/// `/proc/net/igmp`, over all interfaces).
+fn igmp_users(group: std::net::Ipv4Addr) -> u32 {
+    // The group as the kernel prints it: the address's bytes read as a little-endian word.
+    let key = format!("{:08X}", u32::from_le_bytes(group.octets()));
+    std::fs::read_to_string("/proc/net/igmp")
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            (f.next() == Some(key.as_str())).then(|| f.next()?.parse::<u32>().ok())?
+        })
+        .sum()
+}
+
+/// mckey (rdmacm-utils), unmodified: two receiving processes and a sending one share a device
+/// address and join an IPv4 group through rdma_join_multicast_ex (the MULTICAST_JOIN event's
+/// address vector, QPN 0xFFFFFF and Q_Key drive the sender's UD sends); every receiver gets
+/// every message. Then a send-only member (`-o`) sends to one receiver, and larger messages.
+#[test]
+fn mckey_senders_and_receivers() {
+    if !have("mckey", "rdmacm-utils") {
+        return;
+    }
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let a = "127.0.74.1";
+    let group: std::net::Ipv4Addr = "239.74.0.1".parse().unwrap();
+    let g = group.to_string();
+    for (receivers, sender_extra, size, count) in
+        [(2, &[][..], "100", "10"), (1, &["-o"][..], "1000", "50")]
+    {
+        let before = igmp_users(group);
+        let recv_args = ["-m", &g, "-b", a, "-S", size, "-C", count];
+        let rs: Vec<_> = (0..receivers)
+            .map(|_| start(command("mckey", &recv_args, a)))
+            .collect();
+        // The receivers' sockets have joined (they post their receives before joining).
+        let t0 = std::time::Instant::now();
+        while igmp_users(group) < before + receivers && t0.elapsed() < LIMIT {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let mut send_args = vec!["-m", &g, "-b", a, "-s", "-S", size, "-C", count];
+        send_args.extend_from_slice(sender_extra);
+        let (sok, sout) = finish(start(command("mckey", &send_args, a)), LIMIT);
+        assert!(sok, "mckey sender:\n{sout}");
+        assert!(sout.contains("joined dgid: ::ffff:239.74.0.1"), "{sout}");
+        for r in rs {
+            let (ok, out) = finish(r, LIMIT);
+            assert!(ok, "mckey receiver:\n{out}");
+            for want in [
+                "joined dgid: ::ffff:239.74.0.1",
+                "data transfers complete",
+                "return status 0",
+            ] {
+                assert!(out.contains(want), "{want}: {out}");
+            }
+        }
+    }
+    assert_eq!(igmp_users(group), 0, "every member left the group");
+}

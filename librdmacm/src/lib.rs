@@ -4,7 +4,7 @@
 //! one ferroce provider, and the `ibv_context` of an `rdma_cm_id` is one the program's
 //! `ibv_*` calls reach. This library forwards each `rdma_*` call there.
 //!
-//! ECE is accepted and not carried on the wire. Multicast and rsockets are not offered: those
+//! ECE is accepted and not carried on the wire. rsockets are not offered: those
 //! functions fail with ENOSYS (rsockets'
 //! `rpoll` and `rselect` are `poll(2)` and `select(2)`, as for ordinary descriptors, so
 //! programs that route their polls through them work).
@@ -48,6 +48,12 @@ forward! {
     fn rdma_bind_addr => ferroce_rdma_bind_addr(id: P, addr: P) -> c_int;
     /// `rdma_resolve_addr`.
     fn rdma_resolve_addr => ferroce_rdma_resolve_addr(id: P, src: P, dst: P, timeout_ms: c_int) -> c_int;
+    /// `rdma_join_multicast`.
+    fn rdma_join_multicast => ferroce_rdma_join_multicast(id: P, addr: P, context: P) -> c_int;
+    /// `rdma_join_multicast_ex`.
+    fn rdma_join_multicast_ex => ferroce_rdma_join_multicast_ex(id: P, attr: P, context: P) -> c_int;
+    /// `rdma_leave_multicast`.
+    fn rdma_leave_multicast => ferroce_rdma_leave_multicast(id: P, addr: P) -> c_int;
     /// `rdma_resolve_route`.
     fn rdma_resolve_route => ferroce_rdma_resolve_route(id: P, timeout_ms: c_int) -> c_int;
     /// `rdma_create_qp`.
@@ -145,24 +151,6 @@ pub unsafe extern "C" fn rdma_create_srq_ex(id: P, attr: P) -> c_int {
 pub unsafe extern "C" fn rdma_reject_ece(id: P, data: *const c_void, len: u8) -> c_int {
     // SAFETY: rdma_reject's contract is rdma_reject_ece's.
     unsafe { rdma_reject(id, data, len) }
-}
-
-/// `rdma_join_multicast`: ENOSYS (multicast is not offered).
-#[unsafe(no_mangle)]
-pub extern "C" fn rdma_join_multicast(_id: P, _addr: P, _context: P) -> c_int {
-    enosys()
-}
-
-/// `rdma_join_multicast_ex`: ENOSYS.
-#[unsafe(no_mangle)]
-pub extern "C" fn rdma_join_multicast_ex(_id: P, _attr: P, _context: P) -> c_int {
-    enosys()
-}
-
-/// `rdma_leave_multicast`: ENOSYS.
-#[unsafe(no_mangle)]
-pub extern "C" fn rdma_leave_multicast(_id: P, _addr: P) -> c_int {
-    enosys()
 }
 
 /// `rpoll`: `poll(2)` (rsockets are not offered; ordinary descriptors work).

@@ -18,7 +18,7 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use ferroce::cm::{CmEvent, CmEventType, CmId, ConnParam, EventChannel, PortSpace};
+use ferroce::cm::{CmEvent, CmEventType, CmId, ConnParam, EventChannel, McJoinFlag, PortSpace};
 use ferroce::transport::QpState;
 use parking_lot::Mutex;
 
@@ -278,11 +278,19 @@ fn to_c(e: CmEvent) -> Option<*mut rdma_cm_event> {
         status: e.status,
         param,
     };
+    let multicast = matches!(
+        e.event,
+        CmEventType::MulticastJoin | CmEventType::MulticastError
+    );
+    let mc_context = e.mc_context;
     let b = Box::into_raw(Box::new(EventBox { ev, data, _rust: e }));
     // SAFETY: `b` is the box just leaked; its data array lives as long as it, and both union members keep private_data at offset 0.
     unsafe {
         let p = (&raw const (*b).data).cast::<c_void>();
-        if n > 0 {
+        if multicast {
+            // librdmacm hands the join's context back here.
+            (*b).ev.param.ud.private_data = mc_context as *const c_void;
+        } else if n > 0 {
             (*b).ev.param.conn.private_data = p;
         }
     }
@@ -607,6 +615,113 @@ pub unsafe extern "C" fn ferroce_rdma_resolve_addr(
     }
     // SAFETY: `id` is live.
     unsafe { complete(id, CmEventType::AddrResolved) }
+}
+
+/// `struct rdma_cm_join_mc_attr_ex`.
+#[repr(C)]
+pub struct rdma_cm_join_mc_attr_ex {
+    /// `RDMA_CM_JOIN_MC_ATTR_ADDRESS` (1) | `RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS` (2).
+    pub comp_mask: u32,
+    /// `enum rdma_cm_mc_join_flags`.
+    pub join_flags: u32,
+    /// The group's address.
+    pub addr: *mut libc::sockaddr,
+}
+
+/// Joins as `rdma_join_multicast2` does, then waits for the event on a synchronous ID.
+///
+/// # Safety
+/// `id` is live; `addr` NULL or a sockaddr.
+unsafe fn join(
+    id: *mut rdma_cm_id,
+    addr: *mut libc::sockaddr,
+    flag: McJoinFlag,
+    context: *mut c_void,
+) -> c_int {
+    // SAFETY: the caller's contract.
+    let Some(st) = (unsafe { state(id) }) else {
+        return fail_int(libc::EINVAL);
+    };
+    // SAFETY: as above.
+    let Some(a) = (unsafe { sockaddr_of(addr) }) else {
+        return fail_int(libc::EINVAL);
+    };
+    if let Err(e) = st.id.join_multicast(a, flag, context as usize) {
+        return err_int(&e);
+    }
+    // SAFETY: `id` is live.
+    unsafe { complete(id, CmEventType::MulticastJoin) }
+}
+
+/// `rdma_join_multicast`: joins as a full member.
+///
+/// # Safety
+/// `id` is live; `addr` a sockaddr.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ferroce_rdma_join_multicast(
+    id: *mut rdma_cm_id,
+    addr: *mut libc::sockaddr,
+    context: *mut c_void,
+) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe { join(id, addr, McJoinFlag::Fullmember, context) }
+}
+
+/// `rdma_join_multicast_ex`: the address and join flags from `attr` (both required, as
+/// librdmacm: EINVAL without them, ENOTSUP for unknown comp_mask bits).
+///
+/// # Safety
+/// `id` is live; `attr` points to an `rdma_cm_join_mc_attr_ex`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ferroce_rdma_join_multicast_ex(
+    id: *mut rdma_cm_id,
+    attr: *mut rdma_cm_join_mc_attr_ex,
+    context: *mut c_void,
+) -> c_int {
+    const ADDRESS: u32 = 1;
+    const JOIN_FLAGS: u32 = 2;
+    if attr.is_null() {
+        return fail_int(libc::EINVAL);
+    }
+    // SAFETY: `attr` points to the caller's struct (non-null, checked).
+    let (mask, flags, addr) = unsafe { ((*attr).comp_mask, (*attr).join_flags, (*attr).addr) };
+    if mask >= 4 {
+        log::debug!("rdma_join_multicast_ex: comp_mask {mask:#x} has unknown bits");
+        return fail_int(libc::EOPNOTSUPP);
+    }
+    let flag = McJoinFlag::from_raw(flags);
+    let (true, true, Some(flag)) = (mask & ADDRESS != 0, mask & JOIN_FLAGS != 0, flag) else {
+        log::debug!(
+            "rdma_join_multicast_ex: the address and join flags are required (comp_mask \
+             {mask:#x}, join_flags {flags})"
+        );
+        return fail_int(libc::EINVAL);
+    };
+    // SAFETY: the caller's contract; `addr` is the struct's sockaddr.
+    unsafe { join(id, addr, flag, context) }
+}
+
+/// `rdma_leave_multicast`: EADDRNOTAVAIL if the ID has not joined `addr`.
+///
+/// # Safety
+/// `id` is live; `addr` a sockaddr.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ferroce_rdma_leave_multicast(
+    id: *mut rdma_cm_id,
+    addr: *mut libc::sockaddr,
+) -> c_int {
+    // SAFETY: the caller's contract.
+    let Some(st) = (unsafe { state(id) }) else {
+        return fail_int(libc::EINVAL);
+    };
+    // SAFETY: as above.
+    let Some(a) = (unsafe { sockaddr_of(addr) }) else {
+        return fail_int(libc::EINVAL);
+    };
+    match st.id.leave_multicast(a) {
+        Ok(()) => 0,
+        Err(e) => err_int(&e),
+    }
 }
 
 /// `rdma_resolve_route`.

@@ -16,7 +16,7 @@ use parking_lot::Mutex;
 
 use super::agent::Agent;
 use super::route;
-use super::{CmEvent, CmEventType, EventChannel, PortSpace, UdParam};
+use super::{CmEvent, CmEventType, EventChannel, McJoinFlag, PortSpace, UdParam};
 use crate::{
     CompletionQueue, Context, Device, Error, GsiRoute, ProtectionDomain, QpInitAttr, QueuePair,
     Result,
@@ -75,9 +75,21 @@ pub(crate) struct IdState {
     owns_qp: bool,
     /// A UD ID's peer (from SIDR).
     ud: Option<UdParam>,
+    /// The multicast groups joined (`rdma_join_multicast`), in join order.
+    mcast: Vec<Joined>,
     /// The caller sent the RTU itself (`rdma_establish` after CONNECT_RESPONSE): its
     /// connection event was the CONNECT_RESPONSE, no ESTABLISHED follows (as librdmacm).
     self_established: bool,
+}
+
+/// One `rdma_join_multicast` of an ID.
+struct Joined {
+    /// The address as given (what `rdma_leave_multicast` names).
+    addr: SocketAddr,
+    /// The group (IPv4-mapped forms as IPv4).
+    group: IpAddr,
+    /// Whether the ID's QP was attached by the join.
+    attached: bool,
 }
 
 pub(crate) struct IdInner {
@@ -125,6 +137,7 @@ fn event(kind: CmEventType, id: &Arc<IdInner>, status: i32) -> CmEvent {
         status,
         param: ConnParam::default(),
         ud: None,
+        mc_context: 0,
     }
 }
 
@@ -1023,6 +1036,13 @@ fn reserve(
 /// Undoes what an ID holds: its listens and binding (the port is free again), its connection
 /// (rejected, disconnected or dropped as `ib_destroy_cm_id` does).
 fn teardown(st: &mut IdState) {
+    // Its groups are left: the QP (if still alive) detached from each it was attached to.
+    let qp = st.qp.as_ref().and_then(QpHold::get);
+    for j in st.mcast.drain(..) {
+        if let (true, Some(qp)) = (j.attached, &qp) {
+            let _ = qp.detach_mcast(j.group);
+        }
+    }
     let listening = std::mem::take(&mut st.listening);
     for (agent, route) in st.bound.drain(..) {
         let sid = route.service_id().unwrap_or(0);
@@ -1049,6 +1069,99 @@ fn teardown(st: &mut IdState) {
 }
 
 impl CmId {
+    /// `rdma_join_multicast_ex`: joins the IPv4 multicast group `addr` (its MGID is the
+    /// IPv4-mapped address, as the kernel's rdma_cm makes it for RoCEv2). A full member's QP is
+    /// attached now (as librdmacm does when the join completes), a send-only member's is not;
+    /// [`CmEventType::MulticastJoin`] follows with the group's address vector (hop limit 64),
+    /// QPN 0xFFFFFF and Q_Key [`RDMA_UDP_QKEY`], or [`CmEventType::MulticastError`] (status
+    /// −1, as librdmacm reports a failed attach) if the QP cannot be attached. `context`
+    /// comes back in the event's [`CmEvent::mc_context`].
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] (EINVAL) for an ID that is not UDP or not bound to a device,
+    /// or an address that is not an IPv4 multicast group; [`Error::NotSupported`] for an IPv6
+    /// group (the kernel's rdma_cm refuses those on RoCEv2 too).
+    pub fn join_multicast(&self, addr: SocketAddr, flag: McJoinFlag, context: usize) -> Result<()> {
+        let mut st = self.inner.st.lock();
+        if !matches!(self.inner.ps, PortSpace::Udp | PortSpace::Ipoib) {
+            log::debug!("rdma_join_multicast: only UD IDs (RDMA_PS_UDP) join groups");
+            return Err(Error::InvalidArgument("multicast on an ID that is not UD"));
+        }
+        if st.agent.is_none() {
+            log::debug!(
+                "rdma_join_multicast: the ID is on no device (rdma_bind_addr or                  rdma_resolve_addr first)"
+            );
+            return Err(Error::InvalidArgument(
+                "rdma_join_multicast on an unbound ID",
+            ));
+        }
+        let group = match addr.ip() {
+            IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+                Some(v4) => IpAddr::V4(v4),
+                None => {
+                    log::debug!(
+                        "rdma_join_multicast {addr}: IPv6 groups are not joined on RoCEv2                          (as the kernel's rdma_cm)"
+                    );
+                    return Err(Error::NotSupported("IPv6 multicast groups on RoCEv2"));
+                }
+            },
+            v4 => v4,
+        };
+        if !ferroce_transport::mcast::is_group(group) {
+            log::debug!("rdma_join_multicast: {group} is not a multicast address");
+            return Err(Error::InvalidArgument("not a multicast address"));
+        }
+        let qp = st.qp.as_ref().and_then(QpHold::get);
+        let attach = match (&qp, flag) {
+            (Some(qp), McJoinFlag::Fullmember) => Some(qp.attach_mcast(group)),
+            _ => None,
+        };
+        let failed = matches!(attach, Some(Err(_)));
+        st.mcast.push(Joined {
+            addr,
+            group,
+            attached: matches!(attach, Some(Ok(()))),
+        });
+        drop(st);
+        let mut e = if let Some(Err(err)) = attach {
+            log::debug!("rdma_join_multicast {group}: attaching the QP: {err}");
+            event(CmEventType::MulticastError, &self.inner, -1)
+        } else {
+            event(CmEventType::MulticastJoin, &self.inner, 0)
+        };
+        if !failed {
+            e.ud = Some(UdParam {
+                ah_attr: AhAttr::new(group),
+                qp_num: ferroce_transport::MULTICAST_QPN,
+                qkey: RDMA_UDP_QKEY,
+            });
+        }
+        e.mc_context = context;
+        self.inner.channel.lock().push(e);
+        Ok(())
+    }
+
+    /// `rdma_leave_multicast`: leaves the group joined as `addr`, detaching the QP.
+    ///
+    /// # Errors
+    /// [`Error::AddressNotAvailable`] (EADDRNOTAVAIL) if the ID has not joined `addr`.
+    pub fn leave_multicast(&self, addr: SocketAddr) -> Result<()> {
+        let mut st = self.inner.st.lock();
+        let Some(i) = st.mcast.iter().position(|j| j.addr == addr) else {
+            log::debug!("rdma_leave_multicast {addr}: the ID has not joined it");
+            return Err(Error::AddressNotAvailable(format!("{addr} was not joined")));
+        };
+        let j = st.mcast.remove(i);
+        let qp = st.qp.as_ref().and_then(QpHold::get);
+        drop(st);
+        if let (true, Some(qp)) = (j.attached, qp) {
+            if let Err(e) = qp.detach_mcast(j.group) {
+                log::debug!("rdma_leave_multicast {addr}: detaching the QP: {e}");
+            }
+        }
+        Ok(())
+    }
+
     /// `rdma_destroy_id`: the ID lets go of its port, listens and connection now — not when
     /// its last handle goes (an event not yet acknowledged, or another thread delivering one,
     /// may still hold one), so a bind of the same port right after succeeds, as with the

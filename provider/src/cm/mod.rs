@@ -70,6 +70,28 @@ impl PortSpace {
     }
 }
 
+/// `enum rdma_cm_mc_join_flags`: how an ID joins a multicast group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[repr(u32)]
+pub enum McJoinFlag {
+    /// `RDMA_MC_JOIN_FLAG_FULLMEMBER`: send and receive (the ID's QP is attached).
+    #[default]
+    Fullmember = 0,
+    /// `RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER`: send only (no QP attached, no IGMP join).
+    SendonlyFullmember = 1,
+}
+
+impl McJoinFlag {
+    /// The flag of its C value.
+    pub const fn from_raw(v: u32) -> Option<McJoinFlag> {
+        match v {
+            0 => Some(McJoinFlag::Fullmember),
+            1 => Some(McJoinFlag::SendonlyFullmember),
+            _ => None,
+        }
+    }
+}
+
 /// `enum rdma_cm_event_type`, with the C values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u32)]
@@ -164,4 +186,7 @@ pub struct CmEvent {
     pub param: ConnParam,
     /// `param.ud`, for UD port spaces.
     pub ud: Option<UdParam>,
+    /// For [`CmEventType::MulticastJoin`] and [`CmEventType::MulticastError`]: the context
+    /// given to [`CmId::join_multicast`] (librdmacm's `param.ud.private_data`).
+    pub mc_context: usize,
 }
