@@ -690,6 +690,15 @@ pub const DEVICE_ATTR_EX_COMPLETION_TIMESTAMP_MASK: usize = 264;
 /// See [`DEVICE_ATTR_EX_COMPLETION_TIMESTAMP_MASK`].
 pub const DEVICE_ATTR_EX_HCA_CORE_CLOCK: usize = 272;
 
+/// Offset of `device_cap_flags_ex` (u64: the kernel's `ib_uverbs_device_cap_flags`, whose low
+/// 32 bits are `device_cap_flags`) in `struct ibv_device_attr_ex`.
+pub const DEVICE_ATTR_EX_DEVICE_CAP_FLAGS_EX: usize = 280;
+
+/// `IB_UVERBS_DEVICE_FLUSH_GLOBAL`: RDMA FLUSH with the global-visibility placement type.
+pub const IB_UVERBS_DEVICE_FLUSH_GLOBAL: u64 = 1 << 38;
+/// `IB_UVERBS_DEVICE_ATOMIC_WRITE`: ATOMIC WRITE (librpma checks it before using it).
+pub const IB_UVERBS_DEVICE_ATOMIC_WRITE: u64 = 1 << 40;
+
 /// `struct ibv_values_ex` (`ibv_query_rt_values_ex`).
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]

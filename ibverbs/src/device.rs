@@ -366,9 +366,10 @@ fn device_attr(c: &Ctx) -> ibv_device_attr {
     }
 }
 
-/// `struct ibv_device_attr_ex` up to what this library fills: `orig_attr` and
-/// `phys_port_cnt_ex` (1), the rest zeroed (no ODP, TSO, RSS, packet pacing, tag matching,
-/// CQ moderation).
+/// `struct ibv_device_attr_ex` up to what this library fills: `orig_attr`, the ODP and CQ
+/// moderation caps, the completion clock, `device_cap_flags_ex` (with FLUSH_GLOBAL and
+/// ATOMIC_WRITE) and `phys_port_cnt_ex` (1), the rest zeroed (no TSO, RSS, packet pacing,
+/// tag matching).
 unsafe extern "C" fn vctx_query_device_ex(
     context: *mut ibv_context,
     input: *const c_void,
@@ -384,11 +385,13 @@ unsafe extern "C" fn vctx_query_device_ex(
         {
             return libc::EINVAL;
         }
+        // SAFETY: verbs passes a live context of this library (checked non-null above).
+        let orig = device_attr(unsafe { ctx_of(context) });
+        let base_caps = u64::from(orig.device_cap_flags);
         // SAFETY: the caller's buffer holds attr_size bytes; orig_attr is its first field.
         unsafe {
             core::ptr::write_bytes(attr.cast::<u8>(), 0, attr_size);
-            attr.cast::<ibv_device_attr>()
-                .write(device_attr(ctx_of(context)));
+            attr.cast::<ibv_device_attr>().write(orig);
         }
         if attr_size >= DEVICE_ATTR_EX_ODP_CAPS + 20 {
             // IBV_ODP_SUPPORT | IBV_ODP_SUPPORT_IMPLICIT; RC: SEND RECV WRITE READ ATOMIC
@@ -428,6 +431,17 @@ unsafe extern "C" fn vctx_query_device_ex(
                 attr.byte_add(DEVICE_ATTR_EX_HCA_CORE_CLOCK)
                     .cast::<u64>()
                     .write_unaligned(1_000_000);
+            }
+        }
+        if attr_size >= DEVICE_ATTR_EX_DEVICE_CAP_FLAGS_EX + 8 {
+            // The base flags, and the IBTA 1.5 operations rxe 6.2+ announces the same way
+            // (FLUSH to persistence is not: regions are not pmem).
+            let ex = base_caps | IB_UVERBS_DEVICE_FLUSH_GLOBAL | IB_UVERBS_DEVICE_ATOMIC_WRITE;
+            // SAFETY: the u64 lies inside the caller's attr_size bytes (unaligned write: any byte buffer).
+            unsafe {
+                attr.byte_add(DEVICE_ATTR_EX_DEVICE_CAP_FLAGS_EX)
+                    .cast::<u64>()
+                    .write_unaligned(ex);
             }
         }
         if attr_size >= DEVICE_ATTR_EX_PHYS_PORT_CNT_EX + 4 {

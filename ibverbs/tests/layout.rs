@@ -59,6 +59,10 @@ fn structures_match_verbs_h() {
         "ibv_device_attr_ex.hca_core_clock",
         ferroce_ibverbs::abi::DEVICE_ATTR_EX_HCA_CORE_CLOCK,
     );
+    check(
+        "ibv_device_attr_ex.device_cap_flags_ex",
+        ferroce_ibverbs::abi::DEVICE_ATTR_EX_DEVICE_CAP_FLAGS_EX,
+    );
     o!(verbs_context, query_rt_values);
     o!(verbs_context, advise_mr);
     o!(verbs_context, modify_cq);

@@ -284,6 +284,11 @@ int main(void)
 	struct ibv_device_attr_ex dx;
 	CHECK(ibv_query_device_ex(a.ctx, NULL, &dx) == 0 && dx.orig_attr.max_qp == da.max_qp,
 	      "query_device_ex");
+	/* IB_UVERBS_DEVICE_FLUSH_GLOBAL (bit 38) and ATOMIC_WRITE (bit 40), as rxe 6.2+; not
+	 * FLUSH_PERSISTENT (bit 39); the low word is device_cap_flags. */
+	CHECK((dx.device_cap_flags_ex >> 38 & 7) == 5 &&
+		      (uint32_t)dx.device_cap_flags_ex == da.device_cap_flags,
+	      "device_cap_flags_ex: %#llx", (unsigned long long)dx.device_cap_flags_ex);
 	struct ibv_port_attr pa;
 	CHECK(ibv_query_port(a.ctx, 1, &pa) == 0 && pa.state == IBV_PORT_ACTIVE &&
 		      pa.link_layer == IBV_LINK_LAYER_ETHERNET && pa.gid_tbl_len == 2,

@@ -22,7 +22,8 @@ int main(void)
 	S(ibv_device_attr); O(ibv_device_attr, node_guid); O(ibv_device_attr, max_qp);
 	O(ibv_device_attr, atomic_cap); O(ibv_device_attr, max_pkeys); O(ibv_device_attr, phys_port_cnt);
 	O(ibv_device_attr_ex, phys_port_cnt_ex); O(ibv_device_attr_ex, completion_timestamp_mask);
-	O(ibv_device_attr_ex, hca_core_clock); O(verbs_context, query_rt_values);
+	O(ibv_device_attr_ex, hca_core_clock); O(ibv_device_attr_ex, device_cap_flags_ex);
+	O(verbs_context, query_rt_values);
 	S(ibv_values_ex); O(ibv_values_ex, raw_clock); O(verbs_context, advise_mr);
 	O(ibv_device_attr_ex, odp_caps); O(ibv_device_attr_ex, cq_mod_caps);
 	O(verbs_context, modify_cq); S(ibv_modify_cq_attr); O(ibv_modify_cq_attr, moderate); S(ibv_mw); O(ibv_mw, type); S(ibv_mw_bind);
