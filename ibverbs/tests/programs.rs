@@ -498,11 +498,25 @@ fn pyverbs_suite_with_a_sysfs_tree() {
         .lines()
         .filter(|l| l.contains("tests.test_rdmacm.") && l.ends_with(" ... ok"))
         .count();
+    // Multicast (rdma_join_multicast, ibv_attach_mcast) runs now rather than skipping.
+    let mcast_ok = [
+        "test_rdmacm_async_multicast_traffic",
+        "test_rdmacm_async_ex_multicast_traffic",
+        "test_rdmacm_async_ex_leave_multicast_traffic",
+    ]
+    .iter()
+    .all(|t| {
+        out.lines()
+            .any(|l| l.starts_with(t) && l.ends_with(" ... ok"))
+    });
     assert!(
         ok && summary.starts_with("OK")
             && !out.contains("doesn't have net interface")
-            && cm_ok >= 6,
-        "pyverbs suite with the sysfs tree: {summary}, {cm_ok} rdma_cm tests passed\n{out}"
+            && cm_ok >= 9
+            && mcast_ok,
+        "pyverbs suite with the sysfs tree: {summary}, {cm_ok} rdma_cm tests passed, the \
+         multicast ones {}\n{out}",
+        if mcast_ok { "all" } else { "not all" }
     );
 }
 

@@ -55,8 +55,10 @@ if grep -q "doesn't have net interface" <<<"$tree"; then
     echo "userland guest: the rdma_cm tests skipped with the sysfs tree in place"
     exit 1
 fi
-# ATOMIC WRITE and FLUSH (rdma-core 45's verbs) must run, not skip.
-for t in test_qp_ex_rc_atomic_write test_qp_ex_rc_flush test_qp_ex_rc_flush_type_violate; do
+# ATOMIC WRITE and FLUSH (rdma-core 45's verbs) and rdma_cm's multicast must run, not skip.
+for t in test_qp_ex_rc_atomic_write test_qp_ex_rc_flush test_qp_ex_rc_flush_type_violate \
+    test_rdmacm_async_multicast_traffic test_rdmacm_async_ex_multicast_traffic \
+    test_rdmacm_async_ex_leave_multicast_traffic; do
     if ! grep -q "^$t .* ok$" <<<"$tree"; then
         echo "userland guest: $t did not pass: $(grep "^$t " <<<"$tree" | head -n 1)"
         exit 1
