@@ -317,3 +317,48 @@ fn ipv6_loopback() {
     // Port 0 over IPv6 too; the client's source picked by the host's routing (::1).
     assert!(ferroce::cm::PORT_RANGE.contains(&listen_connect_send("[::1]:0", None)));
 }
+
+/// `rdma_listen`'s backlog bounds the requests a listener holds for a program that does not
+/// take them, as the kernel's ucma: with a backlog of 2, two of four REQs are queued and two
+/// dropped unanswered (counted); once the program takes the queued ones, the dropped clients'
+/// REQ retransmissions come through as new requests.
+#[test]
+fn the_listen_backlog_bounds_the_requests_held() {
+    let sch = EventChannel::new().unwrap();
+    let server = CmId::new(&sch, PortSpace::Tcp).unwrap();
+    server.bind_addr(sa("127.0.64.1:7479")).unwrap();
+    server.listen(2).unwrap();
+    let cch = EventChannel::new().unwrap();
+    let clients: Vec<CmId> = (0..4)
+        .map(|_| {
+            let c = client(&cch, PortSpace::Tcp, "127.0.64.1:7479");
+            let pd = c.context().unwrap().alloc_pd();
+            c.create_qp(&pd, None).unwrap();
+            c.connect(&ConnParam::defaults()).unwrap();
+            c
+        })
+        .collect();
+    let t0 = std::time::Instant::now();
+    while (sch.pending() < 2 || server.backlog_drops() < 2) && t0.elapsed() < T {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(
+        (sch.pending(), server.backlog_drops()),
+        (2, 2),
+        "two requests queued, two dropped"
+    );
+    // The program takes the two (and refuses them); the other two come again.
+    for _ in 0..4 {
+        let req = next(&sch, CmEventType::ConnectRequest);
+        req.id.reject(b"busy").unwrap();
+    }
+    assert_eq!(server.backlog_drops(), 2, "the retries found room");
+    let rejected = (0..4)
+        .filter(|_| {
+            cch.get_event_timeout(T)
+                .is_some_and(|e| e.event == CmEventType::Rejected)
+        })
+        .count();
+    assert_eq!(rejected, 4);
+    drop(clients);
+}

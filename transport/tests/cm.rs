@@ -932,3 +932,48 @@ fn garbage_never_panics_an_engine_and_is_counted() {
     let _ = n.take_events(1);
     assert!(n.cm[0].counters().dropped > 0);
 }
+
+/// A listener whose backlog is full drops a request unanswered (the kernel's CM: no REJ, so
+/// the peer may try again): nothing of it stays, and the peer's REQ retransmission 6.1 s later
+/// is a new request that can be accepted.
+#[test]
+fn a_request_dropped_for_a_full_backlog_comes_again_with_the_retry() {
+    let mut n = Net::new();
+    n.cm[1].listen(SID).unwrap();
+    let a = n.connect(&[]);
+    n.run_for(10 * MS);
+    let first = match n.take_events(1).as_slice() {
+        [CmEvent::ConnectRequest { id, .. }] => *id,
+        other => panic!("{other:?}"),
+    };
+    n.cm[1].drop_request(first).unwrap();
+    assert_eq!(n.cm[1].state(first), None);
+    assert!(n.cm[1].is_empty());
+    assert_eq!(n.cm[1].counters().backlog_drops, 1);
+    assert_eq!(
+        n.cm[1].drop_request(first),
+        Err(CmError::NoSuchId(first)),
+        "dropped once"
+    );
+    n.run_for(Duration::from_millis(6200));
+    assert!(n.sent[1].is_empty(), "nothing answered: {:?}", n.sent[1]);
+    let second = match n.take_events(1).as_slice() {
+        [CmEvent::ConnectRequest { id, .. }] => *id,
+        other => panic!("{other:?}"),
+    };
+    n.accept(second);
+    n.run_for(10 * MS);
+    assert!(matches!(
+        n.take_events(0).as_slice(),
+        [CmEvent::ConnectResponse { .. }]
+    ));
+    let now = n.now;
+    n.cm[0].establish(now, a).unwrap();
+    n.run_for(10 * MS);
+    assert_eq!(n.take_events(1), vec![CmEvent::Established { id: second }]);
+    // An answered request is not the backlog's to drop.
+    assert!(matches!(
+        n.cm[1].drop_request(second),
+        Err(CmError::InvalidState(_))
+    ));
+}

@@ -59,6 +59,20 @@ impl EventChannel {
         self.inner.waiter.wake();
     }
 
+    /// An event leaves the queue for the program: a request no longer counts against its
+    /// listener's backlog.
+    fn handed_out(e: &CmEvent) {
+        if e.event == super::CmEventType::ConnectRequest {
+            if let Some(l) = &e.listen_id {
+                let _ = l.inner.queued_requests.fetch_update(
+                    std::sync::atomic::Ordering::AcqRel,
+                    std::sync::atomic::Ordering::Acquire,
+                    |q| q.checked_sub(1),
+                );
+            }
+        }
+    }
+
     /// Takes the queued events of `id` (its own, and the requests that came through it as a
     /// listener), keeping the others in order.
     pub(crate) fn take_for(&self, id: &super::CmId) -> Vec<CmEvent> {
@@ -91,6 +105,7 @@ impl EventChannel {
                 if q.is_empty() {
                     self.inner.fd.drain();
                 }
+                Self::handed_out(&e);
                 return Some(e);
             }
             if self.inner.cond.wait_until(&mut q, deadline).timed_out() && q.is_empty() {
@@ -105,6 +120,9 @@ impl EventChannel {
         let e = q.pop_front();
         if q.is_empty() {
             self.inner.fd.drain();
+        }
+        if let Some(e) = &e {
+            Self::handed_out(e);
         }
         e
     }

@@ -22,6 +22,10 @@ use crate::{
     Result,
 };
 
+/// The most connection requests a listener holds queued for the program (the kernel's
+/// `net.rdma_ucm.max_backlog` default, and the backlog of `rdma_listen(id, 0)`).
+pub const MAX_BACKLOG: u32 = 1024;
+
 /// `RDMA_UDP_QKEY`: the Q_Key of rdma_cm's UD QPs.
 pub const RDMA_UDP_QKEY: u32 = 0x0123_4567;
 
@@ -63,6 +67,8 @@ pub(crate) struct IdState {
     bound: Vec<Binding>,
     /// Listening on every entry of `bound`.
     listening: bool,
+    /// The listen's backlog: most requests queued and not yet taken (as the kernel's ucma).
+    backlog: u32,
     /// `RDMA_OPTION_ID_AFONLY` as set (None: the kernel's default at bind).
     afonly: Option<bool>,
     /// The request's values (passive side), for accept's 255.
@@ -99,6 +105,11 @@ pub(crate) struct IdInner {
     pub(crate) st: Mutex<IdState>,
     /// The C layer's `id->context` (any value the program keeps there).
     pub(crate) user_context: std::sync::atomic::AtomicUsize,
+    /// A listener's CONNECT_REQUEST events queued and not yet taken by the program (what
+    /// its backlog bounds).
+    pub(crate) queued_requests: std::sync::atomic::AtomicU32,
+    /// Requests a listener dropped because its backlog was full.
+    pub(crate) backlog_drops: std::sync::atomic::AtomicU64,
 }
 
 /// `struct rdma_cm_id`: a connection manager endpoint. Clones are handles of one ID; the ID
@@ -153,6 +164,8 @@ impl CmId {
                 ps,
                 st: Mutex::new(IdState::default()),
                 user_context: std::sync::atomic::AtomicUsize::new(0),
+                queued_requests: std::sync::atomic::AtomicU32::new(0),
+                backlog_drops: std::sync::atomic::AtomicU64::new(0),
             }),
         })
     }
@@ -474,11 +487,16 @@ impl CmId {
     /// # Errors
     /// What [`CmId::bind_addr`] refuses for an unbound ID; [`Error::Cm`] if the engine
     /// refuses the listen.
-    pub fn listen(&self, _backlog: i32) -> Result<()> {
+    pub fn listen(&self, backlog: i32) -> Result<()> {
         if self.inner.st.lock().local.is_none() {
             self.bind_addr((std::net::Ipv4Addr::UNSPECIFIED, 0).into())?;
         }
         let mut st = self.inner.st.lock();
+        // The kernel's ucma: a backlog outside 1..MAX_BACKLOG is MAX_BACKLOG.
+        st.backlog = match u32::try_from(backlog) {
+            Ok(b) if b > 0 && b < MAX_BACKLOG => b,
+            _ => MAX_BACKLOG,
+        };
         if st.listening {
             return Ok(());
         }
@@ -811,12 +829,35 @@ impl IdInner {
             let _ = agent.engine.lock().reject(comm, &[]);
             return;
         };
-        let lport = l.st.lock().local.map_or(0, |a| a.port());
+        let (lport, backlog) = {
+            let st = l.st.lock();
+            (st.local.map_or(0, |a| a.port()), st.backlog)
+        };
+        // The backlog: a request beyond it is dropped unanswered, as the kernel's ucma does
+        // (its REQ retransmission comes back once the program has taken some).
+        let queued = l.queued_requests.fetch_update(
+            std::sync::atomic::Ordering::AcqRel,
+            std::sync::atomic::Ordering::Acquire,
+            |q| (q < backlog).then_some(q + 1),
+        );
+        if queued.is_err() {
+            l.backlog_drops
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            log::debug!(
+                "rdma_cm: a request from {peer_ip} dropped: the listener on port {lport} has \
+                 {backlog} requests queued that the program has not taken (its backlog); the \
+                 peer's CM sends it again"
+            );
+            let _ = agent.engine.lock().drop_request(comm);
+            return;
+        }
         let child = Arc::new(IdInner {
             channel: Mutex::new(l.channel.lock().clone()),
             ps: l.ps,
             st: Mutex::new(IdState::default()),
             user_context: std::sync::atomic::AtomicUsize::new(0),
+            queued_requests: std::sync::atomic::AtomicU32::new(0),
+            backlog_drops: std::sync::atomic::AtomicU64::new(0),
         });
         let mut param = ConnParam {
             private_data: pd[cma_hdr::HEADER_LEN..].to_vec(),
@@ -1069,6 +1110,14 @@ fn teardown(st: &mut IdState) {
 }
 
 impl CmId {
+    /// Requests this listener dropped because its backlog was full (the program had not
+    /// taken the queued ones with `rdma_get_cm_event`).
+    pub fn backlog_drops(&self) -> u64 {
+        self.inner
+            .backlog_drops
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// `rdma_join_multicast_ex`: joins the IPv4 multicast group `addr` (its MGID is the
     /// IPv4-mapped address, as the kernel's rdma_cm makes it for RoCEv2). A full member's QP is
     /// attached now (as librdmacm does when the join completes), a send-only member's is not;

@@ -33,7 +33,7 @@ pub(crate) use agent::forget_agents;
 pub use agent::shutdown;
 pub use channel::EventChannel;
 pub use ferroce_transport::cm::{ConnParam, DepthCaps, Path, QpPlan};
-pub use id::{CmId, RDMA_UDP_QKEY, REQ_USER_DATA};
+pub use id::{CmId, MAX_BACKLOG, RDMA_UDP_QKEY, REQ_USER_DATA};
 pub use route::{PORT_RANGE, service_port, set_listed_devices_only};
 
 use ferroce_transport::AhAttr;

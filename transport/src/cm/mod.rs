@@ -251,6 +251,9 @@ pub struct CmCounters {
     pub dropped: u64,
     /// REJs sent.
     pub rejects_sent: u64,
+    /// Requests dropped unanswered because their listener's backlog was full
+    /// ([`CmEngine::drop_request`]).
+    pub backlog_drops: u64,
 }
 
 /// How long a REQ for a ServiceID that is bound but not listened yet waits for the listen
@@ -740,6 +743,26 @@ impl CmEngine {
                 }
             }
             State::ReqSent | State::SidrReqSent => self.remove(id),
+        }
+    }
+
+    /// Forgets a request just received without answering it, as the kernel's CM does when the
+    /// listener's backlog is full (`ib_destroy_cm_id` with ENOMEM in REQ_RCVD: not rejected,
+    /// so that the peer may try again): nothing is kept of it, and the peer's retransmitted
+    /// REQ (or SIDR_REQ) arrives as a new request. Counted as `backlog_drops`.
+    ///
+    /// # Errors
+    /// [`CmError::NoSuchId`]; [`CmError::InvalidState`] unless the connection is a request
+    /// received and not yet answered.
+    pub fn drop_request(&mut self, id: CommId) -> Result<(), CmError> {
+        match self.state(id) {
+            None => Err(CmError::NoSuchId(id)),
+            Some(State::ReqRcvd | State::SidrReqRcvd) => {
+                self.remove(id);
+                self.counters.backlog_drops += 1;
+                Ok(())
+            }
+            Some(s) => Err(CmError::InvalidState(s)),
         }
     }
 
