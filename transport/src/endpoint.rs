@@ -869,6 +869,13 @@ impl Endpoint {
         self.mcast.attach(qpn, group).map_err(VerbError::Mcast)
     }
 
+    /// The first error of QP `qpn` since its last RESET, with the facts that decide it (which
+    /// retransmissions went unanswered, which NAK came back, how many RNR NAKs, what did not
+    /// fit): the reason behind an error completion or a QP in ERR.
+    pub fn qp_error(&self, qpn: u32) -> Option<crate::QpError> {
+        self.qps.get(&qpn).and_then(|q| q.first_error())
+    }
+
     /// Whether any QP is attached to `group`.
     pub fn mcast_attached(&self, group: IpAddr) -> bool {
         !self.mcast.members(group).is_empty()

@@ -33,7 +33,7 @@ pub use endpoint::{
 pub use mcast::{MULTICAST_QPN, McastError};
 pub use memory::{AtomicOp, MemError, Memory, VecMemory};
 pub use modify::QpModify;
-pub use qp::{PostError, QpInitAttr};
+pub use qp::{ErrorCause, PostError, QpError, QpInitAttr};
 pub use smallvec::SmallVec;
 pub use srq::SrqAttr;
 pub use state::{BringUp, ModifyLimits, ModifyQpError, Service};

@@ -73,6 +73,7 @@ impl Qp {
         if !matches!(self.state, QpState::Rts | QpState::Sqd) {
             return;
         }
+        self.heard_since_rts = true;
         let psn = pkt.bth.psn;
         // A response for a PSN never sent is a ghost; one older than the oldest outstanding
         // PSN is stale. Both are ignored.
@@ -203,7 +204,7 @@ impl Qp {
                 // messages asked for no ACK of their own.
                 self.retire_done(ctx);
                 let idx = self.sq.iter().position(|w| w.status.is_none()).unwrap_or(0);
-                self.fail(ctx, idx, status);
+                self.fail_because(ctx, idx, status, super::ErrorCause::Nak { code, psn });
             }
         }
     }
@@ -213,6 +214,7 @@ impl Qp {
             return;
         }
         ctx.counters.rcvd_rnr_err += 1;
+        self.rnr_naks += 1;
         if psn != self.comp.psn {
             self.ack_through(ctx, psn.wrapping_sub(1));
         }
@@ -221,7 +223,12 @@ impl Qp {
             // As for a NAK: what the RNR NAK implicitly acknowledged completes first.
             self.retire_done(ctx);
             let idx = self.sq.iter().position(|w| w.status.is_none()).unwrap_or(0);
-            self.fail(ctx, idx, WcStatus::RnrRetryExcErr);
+            let cause = super::ErrorCause::RnrExhausted {
+                psn,
+                rnr_naks: self.rnr_naks,
+                rnr_retry: self.attr.rnr_retry,
+            };
+            self.fail_because(ctx, idx, WcStatus::RnrRetryExcErr, cause);
             return;
         }
         if self.attr.rnr_retry != 7 {
@@ -241,7 +248,13 @@ impl Qp {
         if self.comp.retry_left == 0 {
             ctx.counters.retry_exceeded_err += 1;
             let idx = self.sq.iter().position(|w| w.status.is_none()).unwrap_or(0);
-            self.fail(ctx, idx, WcStatus::RetryExcErr);
+            let cause = super::ErrorCause::NoAnswer {
+                psn: self.comp.psn(),
+                retries: self.attr.retry_cnt,
+                timeout: self.attr.timeout,
+                heard_since_rts: self.heard_since_rts,
+            };
+            self.fail_because(ctx, idx, WcStatus::RetryExcErr, cause);
             return;
         }
         self.comp.retry_left -= 1;
@@ -369,7 +382,13 @@ impl Qp {
         );
         match res {
             Ok(()) => {}
-            Err(ScatterError::TooLong) => return self.fail(ctx, idx, WcStatus::LocLenErr),
+            Err(ScatterError::TooLong) => {
+                let cause = super::ErrorCause::LocalLength {
+                    message: u64::from(w.len),
+                    buffer: w.wr.sg_list.iter().map(|s| u64::from(s.length)).sum(),
+                };
+                return self.fail_because(ctx, idx, WcStatus::LocLenErr, cause);
+            }
             Err(ScatterError::Memory(_)) => return self.fail(ctx, idx, WcStatus::LocProtErr),
         }
         let w = &mut self.sq[idx];

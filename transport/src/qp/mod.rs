@@ -7,6 +7,7 @@ mod notify;
 mod requester;
 mod responder;
 mod timers;
+mod why;
 
 use std::collections::VecDeque;
 use std::net::IpAddr;
@@ -31,6 +32,7 @@ pub use responder::GRH_LEN;
 use responder::Responder;
 pub(crate) use timers::Timer;
 use timers::TimerTable;
+pub use why::{ErrorCause, QpError};
 
 /// The most PSNs a requester sends past the oldest unacknowledged one (rxe's
 /// `RXE_MAX_UNACKED_PSNS`).
@@ -185,6 +187,12 @@ pub struct Qp {
     pub(crate) cnp_pending: bool,
     /// When the last CNP for this QP was sent (at most one per `cnp_interval`).
     pub(crate) last_cnp: Option<Instant>,
+    /// The QP's first error and why (kept until RESET).
+    pub(crate) first_error: Option<QpError>,
+    /// Whether a response has come from the peer since RTS.
+    pub(crate) heard_since_rts: bool,
+    /// RNR NAKs received since RTS.
+    pub(crate) rnr_naks: u32,
 }
 
 /// What the QP needs from its endpoint while it works.
@@ -255,6 +263,9 @@ impl Qp {
             rate: None,
             cnp_pending: false,
             last_cnp: None,
+            first_error: None,
+            heard_since_rts: false,
+            rnr_naks: 0,
         }
     }
 
@@ -329,6 +340,8 @@ impl Qp {
                 self.resp = Responder::new(Psn::new(self.attr.rq_psn));
             }
             QpState::Rts if from == QpState::Rtr => {
+                self.heard_since_rts = false;
+                self.rnr_naks = 0;
                 let sq_psn = Psn::new(self.attr.sq_psn);
                 self.req.start(sq_psn);
                 self.comp
@@ -588,9 +601,48 @@ impl Qp {
         idx: usize,
         status: WcStatus,
     ) {
+        let cause = match status {
+            WcStatus::LocProtErr => ErrorCause::LocalProtection,
+            WcStatus::BadRespErr => ErrorCause::BadResponse,
+            _ => ErrorCause::LocalRequest,
+        };
+        self.fail_because(ctx, idx, status, cause);
+    }
+
+    /// As [`Qp::fail`], with the cause the QP's first error keeps.
+    pub(crate) fn fail_because<M: Memory + ?Sized>(
+        &mut self,
+        ctx: &mut Ctx<'_, M>,
+        idx: usize,
+        status: WcStatus,
+        cause: ErrorCause,
+    ) {
+        let wr_id = self.sq.get(idx).map_or(0, |w| w.wr.wr_id);
+        self.note_error(status, wr_id, cause);
         self.state = QpState::Err;
         self.attr.qp_state = QpState::Err;
         self.flush(ctx, Some((idx, status)));
+    }
+
+    /// Keeps the QP's first error (later ones are its consequences), and says it at debug.
+    pub(crate) fn note_error(&mut self, status: WcStatus, wr_id: u64, cause: ErrorCause) {
+        if self.first_error.is_some() {
+            return;
+        }
+        let e = QpError {
+            status,
+            wr_id,
+            cause,
+            peer: self.peer(),
+            dest_qp_num: self.attr.dest_qp_num,
+        };
+        log::debug!("QP {:#x}: {status:?} (wr_id {wr_id}): {e}", self.qpn);
+        self.first_error = Some(e);
+    }
+
+    /// The QP's first error since RESET, with its cause.
+    pub fn first_error(&self) -> Option<QpError> {
+        self.first_error
     }
 
     /// Retires finished WQEs at the head of the send queue, in order, completing the signaled

@@ -390,7 +390,20 @@ impl Qp {
         &mut self,
         ctx: &mut Ctx<'_, M>,
         status: WcStatus,
+        arrived: usize,
     ) {
+        if let Some(s) = &self.resp.in_send {
+            let cause = match status {
+                WcStatus::LocLenErr => super::super::ErrorCause::LocalLength {
+                    message: u64::from(s.offset) + arrived as u64,
+                    buffer: s.wqe.sg_list.iter().map(|g| u64::from(g.length)).sum(),
+                },
+                WcStatus::LocProtErr => super::super::ErrorCause::LocalProtection,
+                _ => super::super::ErrorCause::LocalRequest,
+            };
+            let wr_id = s.wqe.wr_id;
+            self.note_error(status, wr_id, cause);
+        }
         if let Some(s) = self.resp.in_send.take() {
             self.report(
                 ctx,

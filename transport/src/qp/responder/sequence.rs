@@ -6,11 +6,11 @@ use std::net::IpAddr;
 
 use ferroce_wire::{NakCode, Operation, PacketRepr, Position, Psn, Syndrome};
 
-use super::super::{Ctx, Qp};
+use super::super::{Ctx, ErrorCause, Qp};
 use super::*;
 use crate::endpoint::AsyncEvent;
 use crate::memory::Memory;
-use crate::verbs::{AccessFlags, QpState, QpType, RecvWr};
+use crate::verbs::{AccessFlags, QpState, QpType, RecvWr, WcStatus};
 
 impl Qp {
     /// Handles a request packet (SEND, WRITE, READ, atomic) addressed to this QP.
@@ -68,9 +68,17 @@ impl Qp {
             Ok(None) => {} // RNR NAK sent; the PSN stays
             Err(fault) => {
                 let code = match fault {
-                    Fault::Nak(code) => code,
+                    Fault::Nak(code) => {
+                        let status = match code {
+                            NakCode::RemoteAccessError => WcStatus::RemAccessErr,
+                            NakCode::RemoteOperationalError => WcStatus::RemOpErr,
+                            _ => WcStatus::RemInvReqErr,
+                        };
+                        self.note_error(status, 0, ErrorCause::RemoteRequest { code, psn });
+                        code
+                    }
                     Fault::Recv(status, code) => {
-                        self.complete_recv_error(ctx, status);
+                        self.complete_recv_error(ctx, status, pkt.payload.len());
                         code
                     }
                 };

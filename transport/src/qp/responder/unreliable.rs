@@ -66,7 +66,7 @@ impl Qp {
             }
             Err(fault) => {
                 if let Fault::Recv(status, _) = fault {
-                    self.complete_recv_error(ctx, status);
+                    self.complete_recv_error(ctx, status, pkt.payload.len());
                 }
                 ctx.counters.dropped += 1;
                 self.uc_abort_message();

@@ -1,0 +1,180 @@
+//! Why a QP's work failed: the first error of a QP with the facts the engine saw that decide it
+//! (a hardware NIC cannot tell its user which of the classic pitfalls it was; the engine saw
+//! every packet and every answer).
+
+use core::fmt;
+use std::net::IpAddr;
+
+use ferroce_wire::{NakCode, Psn};
+
+use crate::verbs::WcStatus;
+
+/// What made a work request fail, with the facts that decide it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ErrorCause {
+    /// `IBV_WC_RETRY_EXC_ERR`: the retransmissions of `psn` ran out (`retry_cnt` of them, each
+    /// after the local ACK timeout `timeout`, 4.096 µs × 2^timeout).
+    NoAnswer {
+        /// The oldest unacknowledged PSN.
+        psn: Psn,
+        /// `retry_cnt`: the retransmissions made.
+        retries: u8,
+        /// `timeout`, the IBTA exponent.
+        timeout: u8,
+        /// Whether any response came from the peer since the QP reached RTS.
+        heard_since_rts: bool,
+    },
+    /// `IBV_WC_RNR_RETRY_EXC_ERR`: the responder had no receive WQE; RNR NAKs exhausted
+    /// `rnr_retry`.
+    RnrExhausted {
+        /// The PSN the RNR NAKs were for.
+        psn: Psn,
+        /// RNR NAKs received by this QP.
+        rnr_naks: u32,
+        /// `rnr_retry`.
+        rnr_retry: u8,
+    },
+    /// The responder answered with a NAK (REM_ACCESS_ERR, REM_INV_REQ_ERR, REM_OP_ERR).
+    Nak {
+        /// Its code.
+        code: NakCode,
+        /// The PSN it NAKed.
+        psn: Psn,
+    },
+    /// `IBV_WC_LOC_LEN_ERR`: a message longer than the buffer it lands in.
+    LocalLength {
+        /// Bytes of the message (so far, when it was cut off).
+        message: u64,
+        /// Bytes of the buffer's scatter list.
+        buffer: u64,
+    },
+    /// `IBV_WC_LOC_PROT_ERR`: an lkey of the work request does not grant the access.
+    LocalProtection,
+    /// A response that does not match the request (`IBV_WC_BAD_RESP_ERR`).
+    BadResponse,
+    /// The request itself was refused locally (an operation the QP cannot do, a bad bind).
+    LocalRequest,
+    /// A request from the peer this QP refused as a responder: it sent NAK `code` for `psn`
+    /// and went to ERR (what the peer then completes with).
+    RemoteRequest {
+        /// The NAK sent.
+        code: NakCode,
+        /// The request's PSN.
+        psn: Psn,
+    },
+}
+
+/// The first error of a QP: the work request it failed and why.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QpError {
+    /// The completion's status.
+    pub status: WcStatus,
+    /// The failed work request's `wr_id`.
+    pub wr_id: u64,
+    /// Why.
+    pub cause: ErrorCause,
+    /// The peer's address (connected QPs).
+    pub peer: Option<IpAddr>,
+    /// `dest_qp_num` (connected QPs).
+    pub dest_qp_num: u32,
+}
+
+impl fmt::Display for QpError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let peer = self
+            .peer
+            .map_or_else(|| "the peer".to_owned(), |p| p.to_string());
+        let qpn = self.dest_qp_num;
+        match self.cause {
+            ErrorCause::NoAnswer {
+                psn,
+                retries,
+                timeout,
+                heard_since_rts,
+            } => {
+                let each = 4.096e-6 * f64::from(1u32 << timeout.min(31));
+                write!(
+                    f,
+                    "{retries} retransmissions of PSN {:#x} to {peer} QPN {qpn:#x}, no answer \
+                     within {each:.3} s after each (timeout {timeout}); ",
+                    psn.value()
+                )?;
+                if heard_since_rts {
+                    f.write_str(
+                        "the peer answered earlier on this connection: it went away, or \
+                         the path loses everything now",
+                    )
+                } else {
+                    f.write_str(
+                        "nothing has come from that peer since the QP reached RTS (a wrong \
+                         dest_qp_num or GID, the peer's QP not in RTR, the peer down, or UDP \
+                         4791 filtered?)",
+                    )
+                }
+            }
+            ErrorCause::RnrExhausted {
+                psn,
+                rnr_naks,
+                rnr_retry,
+            } => write!(
+                f,
+                "{rnr_naks} RNR NAKs for PSN {:#x} from {peer} QPN {qpn:#x}: its receive queue \
+                 was empty each time and rnr_retry {rnr_retry} ran out{}",
+                psn.value(),
+                if rnr_retry == 0 {
+                    " (rnr_retry 0 gives up at the first RNR NAK: post receives before the \
+                     peer sends, or set rnr_retry 7)"
+                } else {
+                    ""
+                }
+            ),
+            ErrorCause::Nak { code, psn } => {
+                let what = match code {
+                    NakCode::RemoteAccessError => {
+                        "remote access error: the rkey is unknown to it (deregistered, \
+                         invalidated, of another PD), the range is outside the region, or the \
+                         region or QP does not grant the access (REMOTE_WRITE/READ/ATOMIC)"
+                    }
+                    NakCode::InvalidRequest => {
+                        "invalid request: an operation its QP does not allow, a message \
+                         beyond its receive buffer or max_msg_sz, or more READs/atomics than \
+                         its max_dest_rd_atomic"
+                    }
+                    NakCode::RemoteOperationalError => {
+                        "remote operational error: it could not complete the request (its \
+                         receive buffer's lkey refused the data)"
+                    }
+                    _ => "an error NAK",
+                };
+                write!(
+                    f,
+                    "{peer} QPN {qpn:#x} answered PSN {:#x} with a NAK: {what}",
+                    psn.value()
+                )
+            }
+            ErrorCause::LocalLength { message, buffer } => write!(
+                f,
+                "a message of {message} bytes or more does not fit the {buffer} bytes of the \
+                 work request's scatter list"
+            ),
+            ErrorCause::LocalProtection => f.write_str(
+                "an SGE's lkey does not grant the access (unknown lkey, another PD, outside \
+                 the region, or LOCAL_WRITE missing for a receive or READ buffer)",
+            ),
+            ErrorCause::BadResponse => write!(
+                f,
+                "{peer} QPN {qpn:#x} sent a response that does not match the request"
+            ),
+            ErrorCause::LocalRequest => {
+                f.write_str("the work request was refused by the local QP or its memory")
+            }
+            ErrorCause::RemoteRequest { code, psn } => write!(
+                f,
+                "this QP refused the request at PSN {:#x} from {peer} QPN {qpn:#x} with NAK \
+                 {code:?} and went to ERR (FERROCE_LOG=debug names the check)",
+                psn.value()
+            ),
+        }
+    }
+}

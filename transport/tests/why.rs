@@ -1,0 +1,183 @@
+//! Errors that explain themselves: each failed work request keeps the facts that decide it
+//! (`Endpoint::qp_error`), for the verbs pitfalls people hit — a wrong dest QPN, a peer gone
+//! after answering, receives posted late with `rnr_retry` 0, a wrong rkey, a SEND larger than
+//! the receive.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::*;
+use ferroce_transport::{ErrorCause, QpState, WcStatus, WrOpcode};
+use ferroce_wire::NakCode;
+
+const STEPS: u64 = 200_000;
+
+fn opts() -> Opts {
+    Opts {
+        retry_cnt: 3,
+        timeout: 10,
+        ..Opts::default()
+    }
+}
+
+#[test]
+fn a_wrong_dest_qpn_is_retransmissions_unanswered_and_nothing_heard() {
+    let mut p = pair(51, lossless(), opts());
+    // A's QP points at a QPN B does not have (its own + 1): B drops every packet.
+    let (qa, qb) = (p.qa, p.qb);
+    let peer = p.net.nodes[1].addr;
+    let o = p.opts;
+    let n = &mut p.net.nodes[0];
+    let reset = ferroce_transport::QpModify::new(QpState::Reset);
+    n.endpoint
+        .modify_qp(qa, reset.attr(), reset.mask(), &n.mem, p.net.now)
+        .unwrap();
+    ferroce_transport::sim::pair::connect(&mut p.net, 0, qa, peer, qb + 1, 0, 0, &o);
+    p.post_send(0, p.wr(7, WrOpcode::RdmaWrite, 0, 100, 0));
+    p.net.drive(STEPS);
+    let wcs = p.send_wcs(0);
+    assert_eq!(wcs[0].status, WcStatus::RetryExcErr);
+    let e = p.net.nodes[0].endpoint.qp_error(qa).unwrap();
+    assert_eq!(
+        (e.status, e.wr_id, e.dest_qp_num),
+        (WcStatus::RetryExcErr, 7, qb + 1)
+    );
+    assert_eq!(e.peer, Some(peer));
+    match e.cause {
+        ErrorCause::NoAnswer {
+            retries,
+            timeout,
+            heard_since_rts,
+            ..
+        } => assert_eq!((retries, timeout, heard_since_rts), (3, 10, false)),
+        other => panic!("{other:?}"),
+    }
+    let text = e.to_string();
+    assert!(
+        text.contains("3 retransmissions") && text.contains("nothing has come from that peer"),
+        "{text}"
+    );
+    assert!(p.counters(1).no_qp > 0);
+}
+
+#[test]
+fn a_peer_gone_after_answering_is_told_apart() {
+    let mut p = pair(52, lossless(), opts());
+    p.post_send(0, p.wr(1, WrOpcode::RdmaWrite, 0, 100, 0));
+    assert!(p.run_until_send_wcs(1, STEPS));
+    assert_eq!(p.send_wcs(0)[0].status, WcStatus::Success);
+    p.net.nodes[1].down = true;
+    p.post_send(0, p.wr(2, WrOpcode::RdmaWrite, 0, 100, 0));
+    p.net.drive(STEPS);
+    let e = p.net.nodes[0].endpoint.qp_error(p.qa).unwrap();
+    assert_eq!(e.wr_id, 2);
+    assert!(matches!(
+        e.cause,
+        ErrorCause::NoAnswer {
+            heard_since_rts: true,
+            ..
+        }
+    ));
+    assert!(e.to_string().contains("answered earlier"), "{e}");
+}
+
+#[test]
+fn rnr_retry_0_gives_up_at_the_first_rnr_nak_and_says_so() {
+    let o = Opts {
+        rnr_retry: 0,
+        ..opts()
+    };
+    let mut p = pair(53, lossless(), o);
+    // B has posted no receive.
+    p.post_send(0, p.wr(9, WrOpcode::Send, 0, 64, 0));
+    p.net.drive(STEPS);
+    assert_eq!(p.send_wcs(0)[0].status, WcStatus::RnrRetryExcErr);
+    let e = p.net.nodes[0].endpoint.qp_error(p.qa).unwrap();
+    match e.cause {
+        ErrorCause::RnrExhausted {
+            rnr_naks,
+            rnr_retry,
+            ..
+        } => assert_eq!((rnr_naks, rnr_retry), (1, 0)),
+        other => panic!("{other:?}"),
+    }
+    assert!(e.to_string().contains("rnr_retry 0 gives up"), "{e}");
+}
+
+#[test]
+fn a_wrong_rkey_is_the_peers_remote_access_nak_on_both_sides() {
+    let mut p = pair(54, lossless(), opts());
+    let mut w = p.wr(4, WrOpcode::RdmaWrite, 0, 100, 0);
+    w.remote.rkey ^= 0x55;
+    p.post_send(0, w);
+    p.net.drive(STEPS);
+    assert_eq!(p.send_wcs(0)[0].status, WcStatus::RemAccessErr);
+    let e = p.net.nodes[0].endpoint.qp_error(p.qa).unwrap();
+    assert!(matches!(
+        e.cause,
+        ErrorCause::Nak {
+            code: NakCode::RemoteAccessError,
+            ..
+        }
+    ));
+    assert!(e.to_string().contains("the rkey is unknown"), "{e}");
+    // The responder keeps what it refused, and is in ERR.
+    let r = p.net.nodes[1].endpoint.qp_error(p.qb).unwrap();
+    assert!(matches!(
+        r.cause,
+        ErrorCause::RemoteRequest {
+            code: NakCode::RemoteAccessError,
+            ..
+        }
+    ));
+    assert_eq!(p.state(1), QpState::Err);
+}
+
+#[test]
+fn a_send_larger_than_the_receive_names_both_sizes() {
+    let mut p = pair(55, lossless(), opts());
+    p.post_recv(1, 30, 0, 1000);
+    p.post_send(0, p.wr(5, WrOpcode::Send, 0, 3000, 0));
+    p.net.drive(STEPS);
+    assert_eq!(p.send_wcs(0)[0].status, WcStatus::RemInvReqErr);
+    let r = p.net.nodes[1].endpoint.qp_error(p.qb).unwrap();
+    assert_eq!((r.status, r.wr_id), (WcStatus::LocLenErr, 30));
+    match r.cause {
+        ErrorCause::LocalLength { message, buffer } => {
+            assert_eq!(buffer, 1000);
+            assert!(message > 1000, "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+    let e = p.net.nodes[0].endpoint.qp_error(p.qa).unwrap();
+    assert!(matches!(
+        e.cause,
+        ErrorCause::Nak {
+            code: NakCode::InvalidRequest,
+            ..
+        }
+    ));
+}
+
+#[test]
+fn reset_forgets_the_error() {
+    let o = Opts {
+        rnr_retry: 0,
+        ..opts()
+    };
+    let mut p = pair(56, lossless(), o);
+    p.post_send(0, p.wr(9, WrOpcode::Send, 0, 64, 0));
+    p.net.drive(STEPS);
+    assert!(p.net.nodes[0].endpoint.qp_error(p.qa).is_some());
+    let (qa, qb) = (p.qa, p.qb);
+    let peer = p.net.nodes[1].addr;
+    let o = p.opts;
+    let n = &mut p.net.nodes[0];
+    let reset = ferroce_transport::QpModify::new(QpState::Reset);
+    n.endpoint
+        .modify_qp(qa, reset.attr(), reset.mask(), &n.mem, p.net.now)
+        .unwrap();
+    assert!(p.net.nodes[0].endpoint.qp_error(qa).is_none());
+    ferroce_transport::sim::pair::connect(&mut p.net, 0, qa, peer, qb, 0, 0, &o);
+    assert!(p.net.nodes[0].endpoint.qp_error(qa).is_none());
+}
