@@ -385,3 +385,53 @@ pub unsafe extern "C" fn ibv_detach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, 
         }
     })())
 }
+
+/// `ferroce_qp_last_error`, a ferroce extension: why the QP's work failed — its first error
+/// since RESET as one line ("REM_ACCESS_ERR (wr_id 50): 10.0.0.2 QPN 0x10004 answered PSN
+/// 0x12 with a NAK: remote access error: ..."), written NUL-terminated into `buf` (at most
+/// `len` bytes, cut if longer). Returns the whole line's length (as `snprintf`), 0 if the QP
+/// has had no error, or -1 with errno EINVAL for a NULL QP. Find it with
+/// `dlsym(RTLD_DEFAULT, "ferroce_qp_last_error")`: it exists only in ferroce's library.
+///
+/// # Safety
+/// `qp` is a live QP of this library; `buf` is NULL or holds `len` writable bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ferroce_qp_last_error(
+    qp: *mut ibv_qp,
+    buf: *mut core::ffi::c_char,
+    len: usize,
+) -> c_int {
+    if qp.is_null() {
+        crate::set_errno(libc::EINVAL);
+        return -1;
+    }
+    // SAFETY: `qp` is a QP of this library the program has not destroyed (checked non-null).
+    let q = unsafe { qp_of(qp) };
+    let Some(e) = q.qp.last_error() else {
+        return 0;
+    };
+    let line = format!("{} (wr_id {}): {e}", status_name(e.status), e.wr_id);
+    if !buf.is_null() && len > 0 {
+        let n = line.len().min(len - 1);
+        // SAFETY: `buf` holds `len` writable bytes (the caller's contract) and n + 1 <= len;
+        // the source is this function's own string, which cannot overlap it.
+        unsafe {
+            core::ptr::copy_nonoverlapping(line.as_ptr(), buf.cast::<u8>(), n);
+            buf.add(n).write(0);
+        }
+    }
+    c_int::try_from(line.len()).unwrap_or(c_int::MAX)
+}
+
+/// The C name of a completion status (`IBV_WC_REM_ACCESS_ERR` without its prefix).
+fn status_name(s: ferroce::WcStatus) -> String {
+    let upper: String = format!("{s:?}")
+        .chars()
+        .flat_map(|c| {
+            let sep = c.is_ascii_uppercase().then_some('_');
+            sep.into_iter()
+                .chain(core::iter::once(c.to_ascii_uppercase()))
+        })
+        .collect();
+    upper.trim_start_matches('_').to_owned()
+}

@@ -177,11 +177,20 @@ fn abi_test_program() {
     assert!(st.success(), "compiling abi_test.c against libibverbs-dev");
     let (ok, out) = finish(
         command(exe.to_str().unwrap(), "127.0.9.1,127.0.9.2")
+            .env("FERROCE_LOG", "info")
             .spawn()
             .unwrap(),
         LIMIT,
     );
     assert!(ok && out.contains("abi_test OK"), "{out}");
+    // Every error completion is explained at info for an unmodified program's user.
+    assert!(
+        out.lines()
+            .any(|l| l.contains("wr_id 50: remote access error: ")
+                && l.contains("answered PSN")
+                && l.contains("with a NAK")),
+        "no info line for the bad rkey's REM_ACCESS_ERR:\n{out}"
+    );
 }
 
 #[test]

@@ -22,6 +22,7 @@ use std::time::Duration;
 
 use ferroce_transport::{
     Endpoint, EndpointConfig, Instant, QpAttr, QpAttrMask, RecvWr, SendWr, SrqAttr, VerbError,
+    WcStatus,
 };
 use ferroce_wire::Opcode;
 use parking_lot::Mutex;
@@ -573,6 +574,11 @@ impl Shared {
         });
     }
 
+    /// The QP's first error since RESET and why ([`ferroce_transport::QpError`]).
+    pub(crate) fn qp_error(&self, qpn: u32) -> Option<ferroce_transport::QpError> {
+        self.with_engine(|st, _, _| st.ep.qp_error(qpn))
+    }
+
     /// `ibv_attach_mcast`: the engine attaches the QP, and the group's socket joins the group
     /// on the network if no QP of this process had.
     pub(crate) fn attach_mcast(&self, qpn: u32, group: IpAddr) -> crate::Result<()> {
@@ -859,6 +865,18 @@ impl Shared {
     fn route_completions(&self, st: &mut EngineState) {
         let mut last: Option<Arc<CqInner>> = None;
         while let Some(c) = st.ep.poll_completion() {
+            // Every error completion says why at info, so an unmodified program's user sees
+            // it (the flushes that follow the first error are its consequence, not news).
+            if !matches!(c.wc.status, WcStatus::Success | WcStatus::WrFlushErr)
+                && log::log_enabled!(log::Level::Info)
+            {
+                match st.ep.qp_error(c.qpn) {
+                    Some(e) if e.wr_id == c.wc.wr_id && e.status == c.wc.status => {
+                        log::info!("QP {:#x} wr_id {}: {}: {e}", c.qpn, c.wc.wr_id, c.wc.status)
+                    }
+                    _ => log::info!("QP {:#x} wr_id {}: {}", c.qpn, c.wc.wr_id, c.wc.status),
+                }
+            }
             if last.as_ref().is_none_or(|cq| cq.handle != c.cq) {
                 // The registry lock is released before the CQ is used: dropping the last
                 // handle of a CQ (possible right after `upgrade`) takes it to unregister.

@@ -288,6 +288,14 @@ impl QueuePair {
         self.inner.qp_type
     }
 
+    /// Why the QP's work failed: its first error since RESET — the failed work request, its
+    /// status and the facts that decide it (unanswered retransmissions and whether the peer
+    /// was ever heard, the NAK the peer sent, RNR NAKs against `rnr_retry`, the sizes that did
+    /// not fit). `Display` says it in a sentence. A ferroce extension: no verb reports this.
+    pub fn last_error(&self) -> Option<ferroce_transport::QpError> {
+        self.inner.pd.ctx.shared.qp_error(self.inner.qpn)
+    }
+
     /// `ibv_attach_mcast`: this UD QP receives what is sent to the multicast `group` (the
     /// MGID as an IP address: IPv4-mapped for an IPv4 group, as rdma_cm makes it), from
     /// every sender, with a receive WQE per datagram. The first QP of the process to attach

@@ -4,6 +4,7 @@
    Debian's libibverbs-dev and linked with -libverbs like any program; run with
    LD_LIBRARY_PATH pointing at ferroce's libibverbs.so.1. Prints "abi_test OK: N checks". */
 #include <arpa/inet.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -502,6 +503,18 @@ int main(void)
 	wc = wait_wc(a.cq);
 	CHECK(wc.wr_id == 50 && wc.status == IBV_WC_REM_ACCESS_ERR, "bad rkey: %s",
 	      ibv_wc_status_str(wc.status));
+	/* ferroce's extension says why, in a line (and FERROCE_LOG=info logged it). */
+	int (*last_error)(struct ibv_qp *, char *, size_t) =
+		(int (*)(struct ibv_qp *, char *, size_t))dlsym(RTLD_DEFAULT, "ferroce_qp_last_error");
+	CHECK(last_error, "ferroce_qp_last_error is exported");
+	char why[512];
+	int why_len = last_error ? last_error(a2, why, sizeof why) : 0;
+	CHECK(why_len > 0 && strncmp(why, "REM_ACCESS_ERR (wr_id 50): ", 27) == 0 &&
+		      strstr(why, "remote access error") && strstr(why, "rkey"),
+	      "the reason: %s", why_len > 0 ? why : "(none)");
+	CHECK(last_error && last_error(b2, why, sizeof why) > 0 && strstr(why, "refused"),
+	      "the responder's side: %s", why);
+	CHECK(last_error && last_error(a2, why, 8) == why_len && strlen(why) == 7, "cut to the buffer");
 	CHECK(strcmp(ibv_wc_status_str(IBV_WC_SUCCESS), "success") == 0, "status string");
 
 	/* The extended send API: ibv_create_qp_ex with send-ops flags, ibv_wr_* batches. */
