@@ -177,6 +177,46 @@ cm_pair() { # ROLE PROG WANT SARGS CARGS   (PROG: one program, or SERVER|CLIENT)
   result "$name mtu $mtu" $ok "(see ${pcap%.pcap}.txt)"
 }
 
+# Multicast: mckey, unmodified, receiving on one side and sending on the other, through the
+# kernel's rdma_cm and rxe's groups in the guest (the kernel joins the IP group on eth0) and
+# ferroce's group sockets on the host. The sender starts once the receiver's host lists the
+# group in /proc/net/igmp. ROLE ferroce-receiver | rxe-receiver. Passes when both exit 0 with
+# "data transfers complete", the capture holds the 10 UD sends to the group, and every packet
+# decodes with a right ICRC.
+mc_pair() { # ROLE
+  local role=$1 name="rdma_cm mckey $1" fo="$OUT/mc.$$.ferroce" H=10.77.0.1 grp=239.77.0.9 go ok=0 frc grc
+  if [ -z "$IBV_DIR" ]; then result "$name" 0 "(ferroce's libraries did not build: $OUT/ibverbs.build.log)"; return; fi
+  local fenv="LD_LIBRARY_PATH=$IBV_DIR FERROCE_DEVICES=$H"
+  # /proc/net/igmp prints a group as its address's bytes read as a little-endian word.
+  local key=09004DEF
+  local pcap="$OUT/$(echo "$name" | tr ' =/:' '_-__')-mtu$mtu.pcap"
+  cap_start "$pcap"
+  if [ "$role" = ferroce-receiver ]; then
+    nsexec env $fenv timeout 60 mckey -m $grp -b $H -C 10 >"$fo" 2>&1 &
+    local fp=$!
+    for _ in $(seq 1 400); do nsexec grep -q $key /proc/net/igmp && break; sleep 0.05; done
+    go=$(gexec 1 "timeout 50 mckey -m $grp -b $G -s -C 10" 60); grc=$?
+    wait $fp; frc=$?
+  else
+    local id; id=$(gspawn 1 "timeout 60 mckey -m $grp -b $G -C 10")
+    gexec 1 "for i in \$(seq 1 400); do grep -q $key /proc/net/igmp && exit 0; sleep 0.05; done; exit 1" 40 >/dev/null
+    nsexec env $fenv timeout 50 mckey -m $grp -b $H -s -C 10 >"$fo" 2>&1; frc=$?
+    go=$(gwait 1 "$id" 60); grc=$?
+  fi
+  cap_stop
+  local pc; pc=$("$FERROCE" pcap --strict "$pcap" 2>&1 | tail -n 1)
+  local sends; sends=$("$FERROCE" pcap "$pcap" 2>/dev/null | grep -c "→ $grp ")
+  if [ $frc = 0 ] && [ $grc = 0 ] && grep -q "data transfers complete" "$fo" \
+     && echo "$go" | grep -q "data transfers complete" && [ "$sends" -ge 10 ] \
+     && echo "$pc" | grep -Eq '^[1-9][0-9]* packets, [0-9]+ icrc ok, 0 icrc bad, 0 malformed$'; then
+    ok=1; rm -f "$pcap"
+  else
+    { echo "== ferroce (rc=$frc)"; cat "$fo"; echo "== rxe (rc=$grc)"; echo "$go"; echo "== pcap ($sends to $grp): $pc"; "$FERROCE" pcap "$pcap" | tail -n 20; } > "${pcap%.pcap}.txt" 2>&1
+  fi
+  rm -f "$fo"
+  result "$name mtu $mtu" $ok "(see ${pcap%.pcap}.txt)"
+}
+
 # A reject with private data: the server (cm_reject, a plain librdmacm program) refuses the
 # request with its own string; the client must see REJECTED 28 with the whole 148-byte REJ
 # area and the string in it. ROLE ferroce-server | rxe-server.
@@ -437,6 +477,8 @@ for mtu_link in 1500 4200; do
     done
     cm_closed_port ferroce
     cm_closed_port rxe
+    mc_pair ferroce-receiver
+    mc_pair rxe-receiver
     # IPv6: an address of fd77::/64 on each end (rxe0 gets a GID for the guest's), the RC and
     # UD flows again, with IPv6 GRHs (the ICRC's masked fields are IPv6's) and AF_INET6 CM ids.
     if ip -n "$NS" -6 addr replace fd77::1/64 dev br0 nodad \
