@@ -181,10 +181,12 @@ cm_pair() { # ROLE PROG WANT SARGS CARGS   (PROG: one program, or SERVER|CLIENT)
 # kernel's rdma_cm and rxe's groups in the guest (the kernel joins the IP group on eth0) and
 # ferroce's group sockets on the host. The sender starts once the receiver's host lists the
 # group in /proc/net/igmp. ROLE ferroce-receiver | rxe-receiver. Passes when both exit 0 with
-# "data transfers complete", the capture holds the 10 UD sends to the group, and every packet
-# decodes with a right ICRC.
+# "data transfers complete", the capture holds the receiver's messages sent to the group, and
+# every packet decodes with a right ICRC. mckey destroys its QP right after posting its
+# unsignaled sends: ferroce sends all 10 before, rxe 6.12 sometimes only the first (its send
+# queue runs from a work queue), so a ferroce receiver waits for 1 of rxe's 10.
 mc_pair() { # ROLE
-  local role=$1 name="rdma_cm mckey $1" fo="$OUT/mc.$$.ferroce" H=10.77.0.1 grp=239.77.0.9 go ok=0 frc grc
+  local role=$1 name="rdma_cm mckey $1" fo="$OUT/mc.$$.ferroce" H=10.77.0.1 grp=239.77.0.9 go ok=0 frc grc need=10
   if [ -z "$IBV_DIR" ]; then result "$name" 0 "(ferroce's libraries did not build: $OUT/ibverbs.build.log)"; return; fi
   local fenv="LD_LIBRARY_PATH=$IBV_DIR FERROCE_DEVICES=$H"
   # /proc/net/igmp prints a group as its address's bytes read as a little-endian word.
@@ -192,7 +194,8 @@ mc_pair() { # ROLE
   local pcap="$OUT/$(echo "$name" | tr ' =/:' '_-__')-mtu$mtu.pcap"
   cap_start "$pcap"
   if [ "$role" = ferroce-receiver ]; then
-    nsexec env $fenv timeout 60 mckey -m $grp -b $H -C 10 >"$fo" 2>&1 &
+    need=1
+    nsexec env $fenv timeout 60 mckey -m $grp -b $H -C 1 >"$fo" 2>&1 &
     local fp=$!
     for _ in $(seq 1 400); do nsexec grep -q $key /proc/net/igmp && break; sleep 0.05; done
     go=$(gexec 1 "timeout 50 mckey -m $grp -b $G -s -C 10" 60); grc=$?
@@ -207,7 +210,7 @@ mc_pair() { # ROLE
   local pc; pc=$("$FERROCE" pcap --strict "$pcap" 2>&1 | tail -n 1)
   local sends; sends=$("$FERROCE" pcap "$pcap" 2>/dev/null | grep -c "→ $grp ")
   if [ $frc = 0 ] && [ $grc = 0 ] && grep -q "data transfers complete" "$fo" \
-     && echo "$go" | grep -q "data transfers complete" && [ "$sends" -ge 10 ] \
+     && echo "$go" | grep -q "data transfers complete" && [ "$sends" -ge "$need" ] \
      && echo "$pc" | grep -Eq '^[1-9][0-9]* packets, [0-9]+ icrc ok, 0 icrc bad, 0 malformed$'; then
     ok=1; rm -f "$pcap"
   else
