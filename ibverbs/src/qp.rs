@@ -356,8 +356,7 @@ pub unsafe extern "C" fn ibv_attach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, 
         if qp.is_null() || gid.is_null() {
             return libc::EINVAL;
         }
-        // SAFETY: `qp` is a QP of this library the program has not destroyed, and `gid`
-        // points to a readable ibv_gid (the caller's contract, checked non-null above).
+        // SAFETY: `qp` is a QP of this library the program has not destroyed, and `gid` points to a readable ibv_gid (the caller's contract, checked non-null above).
         let (q, g) = unsafe { (qp_of(qp), crate::convert::gid_addr(&*gid)) };
         match q.qp.attach_mcast(g) {
             Ok(()) => 0,
@@ -413,8 +412,7 @@ pub unsafe extern "C" fn ferroce_qp_last_error(
     let line = format!("{} (wr_id {}): {e}", status_name(e.status), e.wr_id);
     if !buf.is_null() && len > 0 {
         let n = line.len().min(len - 1);
-        // SAFETY: `buf` holds `len` writable bytes (the caller's contract) and n + 1 <= len;
-        // the source is this function's own string, which cannot overlap it.
+        // SAFETY: `buf` holds `len` writable bytes (the caller's contract) and n + 1 <= len; the source is this function's own string, which cannot overlap it.
         unsafe {
             core::ptr::copy_nonoverlapping(line.as_ptr(), buf.cast::<u8>(), n);
             buf.add(n).write(0);

@@ -62,8 +62,7 @@ impl McastSockets {
         let epoll = match &self.epoll {
             Some(e) => e.as_raw_fd(),
             None => {
-                // SAFETY: epoll_create1 takes no pointers; a non-negative result is a new
-                // descriptor this process owns, handed to OwnedFd once.
+                // SAFETY: epoll_create1 takes no pointers; a non-negative result is a new descriptor this process owns, handed to OwnedFd once.
                 let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
                 if fd < 0 {
                     return Err(io::Error::last_os_error());
@@ -78,8 +77,7 @@ impl McastSockets {
             events: libc::EPOLLIN as u32,
             u64: 0,
         };
-        // SAFETY: both descriptors are open (the epoll's is owned by self, the socket's by
-        // `socket`), and `ev` is a valid epoll_event for the call's duration.
+        // SAFETY: both descriptors are open (the epoll's is owned by self, the socket's by `socket`), and `ev` is a valid epoll_event for the call's duration.
         let rc =
             unsafe { libc::epoll_ctl(epoll, libc::EPOLL_CTL_ADD, socket.as_raw_fd(), &mut ev) };
         if rc < 0 {
