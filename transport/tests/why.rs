@@ -181,3 +181,49 @@ fn reset_forgets_the_error() {
     ferroce_transport::sim::pair::connect(&mut p.net, 0, qa, peer, qb, 0, 0, &o);
     assert!(p.net.nodes[0].endpoint.qp_error(qa).is_none());
 }
+
+/// Brings A's QP up again with `sq_psn` (B's `rq_psn` stays the pair's).
+fn reconnect_a_with_sq_psn(p: &mut Pair, sq_psn: u32) {
+    let (qa, qb) = (p.qa, p.qb);
+    let peer = p.net.nodes[1].addr;
+    let o = p.opts;
+    let n = &mut p.net.nodes[0];
+    let reset = ferroce_transport::QpModify::new(QpState::Reset);
+    n.endpoint
+        .modify_qp(qa, reset.attr(), reset.mask(), &n.mem, p.net.now)
+        .unwrap();
+    ferroce_transport::sim::pair::connect(&mut p.net, 0, qa, peer, qb, sq_psn, o.psn_b, &o);
+}
+
+/// The two sides' PSNs disagree, either way round: the peer answers (duplicate ACKs for a
+/// requester behind its rq_psn, sequence NAKs for one ahead), never for what was sent, and
+/// the reason says the PSNs disagree rather than that nobody answered.
+#[test]
+fn psns_that_disagree_are_named_as_such() {
+    for (seed, ahead) in [(57u64, false), (58, true)] {
+        let mut p = pair(seed, lossless(), opts());
+        let rq = p.opts.psn_a; // B's rq_psn
+        let sq = if ahead {
+            rq + 5000
+        } else {
+            rq.wrapping_sub(5000) & 0xFF_FFFF
+        };
+        reconnect_a_with_sq_psn(&mut p, sq);
+        p.post_send(0, p.wr(3, WrOpcode::RdmaWrite, 0, 100, 0));
+        p.net.drive(STEPS);
+        assert_eq!(
+            p.send_wcs(0)[0].status,
+            WcStatus::RetryExcErr,
+            "ahead {ahead}"
+        );
+        let e = p.net.nodes[0].endpoint.qp_error(p.qa).unwrap();
+        match e.cause {
+            ErrorCause::PsnMismatch { psn, strays, .. } => {
+                assert_eq!(psn.value(), sq, "ahead {ahead}");
+                assert!(strays > 0);
+            }
+            other => panic!("ahead {ahead}: {other:?}"),
+        }
+        assert!(e.to_string().contains("PSNs disagree"), "{e}");
+    }
+}

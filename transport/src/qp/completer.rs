@@ -79,6 +79,7 @@ impl Qp {
         // PSN is stale. Both are ignored.
         if !psn.is_before(self.req.next_psn()) {
             ctx.counters.ghost_responses += 1;
+            self.strays = (self.strays.0.saturating_add(1), psn);
             return;
         }
         let op = pkt.bth.opcode;
@@ -143,6 +144,7 @@ impl Qp {
     }
 
     fn on_progress<M: Memory + ?Sized>(&mut self, ctx: &mut Ctx<'_, M>) {
+        self.progressed = true;
         self.comp.retry_left = self.attr.retry_cnt;
         self.comp.rnr_left = self.attr.rnr_retry;
         self.comp.read_gap_rewound = false;
@@ -157,6 +159,7 @@ impl Qp {
 
     fn on_ack<M: Memory + ?Sized>(&mut self, ctx: &mut Ctx<'_, M>, psn: Psn) {
         if psn.is_before(self.comp.psn.wrapping_sub(1)) {
+            self.strays = (self.strays.0.saturating_add(1), psn);
             return; // stale
         }
         // An ACK past an unanswered READ/atomic is an implied NAK; after one go-back-N, more
@@ -170,6 +173,7 @@ impl Qp {
 
     fn on_nak<M: Memory + ?Sized>(&mut self, ctx: &mut Ctx<'_, M>, psn: Psn, code: NakCode) {
         if psn.is_before(self.comp.psn) {
+            self.strays = (self.strays.0.saturating_add(1), psn);
             return; // stale
         }
         // Everything before the NAKed PSN was received.
@@ -248,11 +252,20 @@ impl Qp {
         if self.comp.retry_left == 0 {
             ctx.counters.retry_exceeded_err += 1;
             let idx = self.sq.iter().position(|w| w.status.is_none()).unwrap_or(0);
-            let cause = super::ErrorCause::NoAnswer {
-                psn: self.comp.psn(),
-                retries: self.attr.retry_cnt,
-                timeout: self.attr.timeout,
-                heard_since_rts: self.heard_since_rts,
+            // Answered, never for anything sent, and never any progress: the PSNs disagree.
+            let cause = if !self.progressed && self.strays.0 > 0 {
+                super::ErrorCause::PsnMismatch {
+                    psn: self.comp.psn(),
+                    strays: self.strays.0,
+                    peer_psn: self.strays.1,
+                }
+            } else {
+                super::ErrorCause::NoAnswer {
+                    psn: self.comp.psn(),
+                    retries: self.attr.retry_cnt,
+                    timeout: self.attr.timeout,
+                    heard_since_rts: self.heard_since_rts,
+                }
             };
             self.fail_because(ctx, idx, WcStatus::RetryExcErr, cause);
             return;

@@ -193,6 +193,10 @@ pub struct Qp {
     pub(crate) heard_since_rts: bool,
     /// RNR NAKs received since RTS.
     pub(crate) rnr_naks: u32,
+    /// Whether an answer has acknowledged anything since RTS.
+    pub(crate) progressed: bool,
+    /// Answers since RTS whose PSN fit nothing outstanding, and the last one's PSN.
+    pub(crate) strays: (u32, Psn),
 }
 
 /// What the QP needs from its endpoint while it works.
@@ -266,6 +270,8 @@ impl Qp {
             first_error: None,
             heard_since_rts: false,
             rnr_naks: 0,
+            progressed: false,
+            strays: (0, Psn::new(0)),
         }
     }
 
@@ -342,6 +348,8 @@ impl Qp {
             QpState::Rts if from == QpState::Rtr => {
                 self.heard_since_rts = false;
                 self.rnr_naks = 0;
+                self.progressed = false;
+                self.strays = (0, Psn::new(0));
                 let sq_psn = Psn::new(self.attr.sq_psn);
                 self.req.start(sq_psn);
                 self.comp

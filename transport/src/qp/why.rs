@@ -25,6 +25,17 @@ pub enum ErrorCause {
         /// Whether any response came from the peer since the QP reached RTS.
         heard_since_rts: bool,
     },
+    /// `IBV_WC_RETRY_EXC_ERR` on a connection that never made progress although the peer
+    /// answered: its answers carried PSNs outside what this QP had outstanding (the two sides'
+    /// PSNs disagree: this QP's `sq_psn` is not the peer's `rq_psn`).
+    PsnMismatch {
+        /// The oldest unacknowledged PSN.
+        psn: Psn,
+        /// Answers whose PSN fit nothing outstanding.
+        strays: u32,
+        /// The PSN of the last of them.
+        peer_psn: Psn,
+    },
     /// `IBV_WC_RNR_RETRY_EXC_ERR`: the responder had no receive WQE; RNR NAKs exhausted
     /// `rnr_retry`.
     RnrExhausted {
@@ -113,6 +124,19 @@ impl fmt::Display for QpError {
                     )
                 }
             }
+            ErrorCause::PsnMismatch {
+                psn,
+                strays,
+                peer_psn,
+            } => write!(
+                f,
+                "{peer} QPN {qpn:#x} answered {strays} times, but never for the PSNs this QP \
+                 sent: it waited for PSN {:#x} while the answers were for PSN {:#x}; the two \
+                 sides' PSNs disagree (this QP's sq_psn must be the peer's rq_psn, and its \
+                 rq_psn the peer's sq_psn)",
+                psn.value(),
+                peer_psn.value()
+            ),
             ErrorCause::RnrExhausted {
                 psn,
                 rnr_naks,
