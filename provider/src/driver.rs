@@ -866,15 +866,26 @@ impl Shared {
         let mut last: Option<Arc<CqInner>> = None;
         while let Some(c) = st.ep.poll_completion() {
             // Every error completion says why at info, so an unmodified program's user sees
-            // it (the flushes that follow the first error are its consequence, not news).
-            if !matches!(c.wc.status, WcStatus::Success | WcStatus::WrFlushErr)
-                && log::log_enabled!(log::Level::Info)
-            {
-                match st.ep.qp_error(c.qpn) {
+            // it: the QP's first error once with its reason (for a flush, why the QP is in
+            // ERR, which the flushed work request's own status cannot say); other error
+            // completions with their status.
+            if c.wc.status != WcStatus::Success && log::log_enabled!(log::Level::Info) {
+                match st.ep.qp_error_to_report(c.qpn) {
                     Some(e) if e.wr_id == c.wc.wr_id && e.status == c.wc.status => {
                         log::info!("QP {:#x} wr_id {}: {}: {e}", c.qpn, c.wc.wr_id, c.wc.status)
                     }
-                    _ => log::info!("QP {:#x} wr_id {}: {}", c.qpn, c.wc.wr_id, c.wc.status),
+                    Some(e) => log::info!(
+                        "QP {:#x} wr_id {}: {}: the QP is in ERR since {} (wr_id {}): {e}",
+                        c.qpn,
+                        c.wc.wr_id,
+                        c.wc.status,
+                        e.status,
+                        e.wr_id
+                    ),
+                    None if c.wc.status != WcStatus::WrFlushErr => {
+                        log::info!("QP {:#x} wr_id {}: {}", c.qpn, c.wc.wr_id, c.wc.status)
+                    }
+                    None => {}
                 }
             }
             if last.as_ref().is_none_or(|cq| cq.handle != c.cq) {

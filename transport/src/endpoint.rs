@@ -876,6 +876,18 @@ impl Endpoint {
         self.qps.get(&qpn).and_then(|q| q.first_error())
     }
 
+    /// [`Endpoint::qp_error`] the first time it is asked for after the error (then `None`
+    /// until the QP's next error after a RESET): what a runtime logs once per failed QP.
+    pub fn qp_error_to_report(&mut self, qpn: u32) -> Option<crate::QpError> {
+        let qp = self.qps.get_mut(&qpn)?;
+        if qp.error_reported {
+            return None;
+        }
+        let e = qp.first_error()?;
+        qp.error_reported = true;
+        Some(e)
+    }
+
     /// Whether any QP is attached to `group`.
     pub fn mcast_attached(&self, group: IpAddr) -> bool {
         !self.mcast.members(group).is_empty()

@@ -102,6 +102,11 @@ fn rnr_retry_0_gives_up_at_the_first_rnr_nak_and_says_so() {
         other => panic!("{other:?}"),
     }
     assert!(e.to_string().contains("rnr_retry 0 gives up"), "{e}");
+    // Handed to the runtime to report once; still there to ask for.
+    let ep = &mut p.net.nodes[0].endpoint;
+    assert_eq!(ep.qp_error_to_report(p.qa), Some(e));
+    assert_eq!(ep.qp_error_to_report(p.qa), None);
+    assert_eq!(ep.qp_error(p.qa), Some(e));
 }
 
 #[test]

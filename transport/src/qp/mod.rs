@@ -189,6 +189,8 @@ pub struct Qp {
     pub(crate) last_cnp: Option<Instant>,
     /// The QP's first error and why (kept until RESET).
     pub(crate) first_error: Option<QpError>,
+    /// Whether `first_error` was handed to the runtime to report (once).
+    pub(crate) error_reported: bool,
     /// Whether a response has come from the peer since RTS.
     pub(crate) heard_since_rts: bool,
     /// RNR NAKs received since RTS.
@@ -268,6 +270,7 @@ impl Qp {
             cnp_pending: false,
             last_cnp: None,
             first_error: None,
+            error_reported: false,
             heard_since_rts: false,
             rnr_naks: 0,
             progressed: false,
