@@ -10,6 +10,8 @@ use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
+use ferroce_transport::mcast::canonical;
+
 /// The most datagrams one [`McastSockets::drain`] takes from one group's socket (the rest
 /// wait for the next pass: one busy group cannot hold the engine).
 const DRAIN_PER_GROUP: usize = 64;
@@ -77,9 +79,9 @@ impl McastSockets {
             events: libc::EPOLLIN as u32,
             u64: 0,
         };
+        let sock = socket.as_raw_fd();
         // SAFETY: both descriptors are open (the epoll's is owned by self, the socket's by `socket`), and `ev` is a valid epoll_event for the call's duration.
-        let rc =
-            unsafe { libc::epoll_ctl(epoll, libc::EPOLL_CTL_ADD, socket.as_raw_fd(), &mut ev) };
+        let rc = unsafe { libc::epoll_ctl(epoll, libc::EPOLL_CTL_ADD, sock, &mut ev) };
         if rc < 0 {
             return Err(io::Error::last_os_error());
         }
@@ -115,14 +117,6 @@ impl McastSockets {
             }
         }
         n
-    }
-}
-
-/// IPv4-mapped IPv6 groups are IPv4 groups on the wire.
-fn canonical(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
-        v4 => v4,
     }
 }
 

@@ -57,8 +57,9 @@ pub fn is_group(ip: IpAddr) -> bool {
     }
 }
 
-/// The group of an address as packets carry it: IPv4-mapped IPv6 becomes IPv4.
-fn canonical(ip: IpAddr) -> IpAddr {
+/// The group of an address as packets carry it: an IPv4-mapped MGID (`::ffff:a.b.c.d`, as
+/// rdma_cm makes it) becomes the IPv4 address; anything else is itself.
+pub fn canonical(ip: IpAddr) -> IpAddr {
     match ip {
         IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
         v4 => v4,

@@ -26,13 +26,7 @@ fn a_wrong_dest_qpn_is_retransmissions_unanswered_and_nothing_heard() {
     // A's QP points at a QPN B does not have (its own + 1): B drops every packet.
     let (qa, qb) = (p.qa, p.qb);
     let peer = p.net.nodes[1].addr;
-    let o = p.opts;
-    let n = &mut p.net.nodes[0];
-    let reset = ferroce_transport::QpModify::new(QpState::Reset);
-    n.endpoint
-        .modify_qp(qa, reset.attr(), reset.mask(), &n.mem, p.net.now)
-        .unwrap();
-    ferroce_transport::sim::pair::connect(&mut p.net, 0, qa, peer, qb + 1, 0, 0, &o);
+    reconnect_a(&mut p, qb + 1, 0, 0);
     p.post_send(0, p.wr(7, WrOpcode::RdmaWrite, 0, 100, 0));
     p.net.drive(STEPS);
     let wcs = p.send_wcs(0);
@@ -175,29 +169,27 @@ fn reset_forgets_the_error() {
     p.net.drive(STEPS);
     assert!(p.net.nodes[0].endpoint.qp_error(p.qa).is_some());
     let (qa, qb) = (p.qa, p.qb);
-    let peer = p.net.nodes[1].addr;
-    let o = p.opts;
-    let n = &mut p.net.nodes[0];
-    let reset = ferroce_transport::QpModify::new(QpState::Reset);
-    n.endpoint
-        .modify_qp(qa, reset.attr(), reset.mask(), &n.mem, p.net.now)
-        .unwrap();
+    reset_a(&mut p);
     assert!(p.net.nodes[0].endpoint.qp_error(qa).is_none());
-    ferroce_transport::sim::pair::connect(&mut p.net, 0, qa, peer, qb, 0, 0, &o);
+    reconnect_a(&mut p, qb, 0, 0);
     assert!(p.net.nodes[0].endpoint.qp_error(qa).is_none());
 }
 
-/// Brings A's QP up again with `sq_psn` (B's `rq_psn` stays the pair's).
-fn reconnect_a_with_sq_psn(p: &mut Pair, sq_psn: u32) {
-    let (qa, qb) = (p.qa, p.qb);
-    let peer = p.net.nodes[1].addr;
-    let o = p.opts;
+/// A's QP back to RESET.
+fn reset_a(p: &mut Pair) {
     let n = &mut p.net.nodes[0];
     let reset = ferroce_transport::QpModify::new(QpState::Reset);
     n.endpoint
-        .modify_qp(qa, reset.attr(), reset.mask(), &n.mem, p.net.now)
+        .modify_qp(p.qa, reset.attr(), reset.mask(), &n.mem, p.net.now)
         .unwrap();
-    ferroce_transport::sim::pair::connect(&mut p.net, 0, qa, peer, qb, sq_psn, o.psn_b, &o);
+}
+
+/// A's QP through RESET and up again towards B's address and QPN `dest_qp_num`, with
+/// `sq_psn` and `rq_psn`.
+fn reconnect_a(p: &mut Pair, dest_qp_num: u32, sq_psn: u32, rq_psn: u32) {
+    reset_a(p);
+    let (qa, peer, o) = (p.qa, p.net.nodes[1].addr, p.opts);
+    ferroce_transport::sim::pair::connect(&mut p.net, 0, qa, peer, dest_qp_num, sq_psn, rq_psn, &o);
 }
 
 /// The two sides' PSNs disagree, either way round: the peer answers (duplicate ACKs for a
@@ -213,7 +205,8 @@ fn psns_that_disagree_are_named_as_such() {
         } else {
             rq.wrapping_sub(5000) & 0xFF_FFFF
         };
-        reconnect_a_with_sq_psn(&mut p, sq);
+        let (qb, rq_b) = (p.qb, p.opts.psn_b);
+        reconnect_a(&mut p, qb, sq, rq_b);
         p.post_send(0, p.wr(3, WrOpcode::RdmaWrite, 0, 100, 0));
         p.net.drive(STEPS);
         assert_eq!(

@@ -1144,18 +1144,14 @@ impl CmId {
                 "rdma_join_multicast on an unbound ID",
             ));
         }
-        let group = match addr.ip() {
-            IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-                Some(v4) => IpAddr::V4(v4),
-                None => {
-                    log::debug!(
-                        "rdma_join_multicast {addr}: IPv6 groups are not joined on RoCEv2                          (as the kernel's rdma_cm)"
-                    );
-                    return Err(Error::NotSupported("IPv6 multicast groups on RoCEv2"));
-                }
-            },
-            v4 => v4,
-        };
+        let group = ferroce_transport::mcast::canonical(addr.ip());
+        if group.is_ipv6() {
+            log::debug!(
+                "rdma_join_multicast {addr}: IPv6 groups are not joined on RoCEv2 (as the \
+                 kernel's rdma_cm)"
+            );
+            return Err(Error::NotSupported("IPv6 multicast groups on RoCEv2"));
+        }
         if !ferroce_transport::mcast::is_group(group) {
             log::debug!("rdma_join_multicast: {group} is not a multicast address");
             return Err(Error::InvalidArgument("not a multicast address"));
