@@ -22,6 +22,7 @@ use std::net::SocketAddr;
 use std::os::fd::RawFd;
 use std::time::Duration;
 
+use ferroce_wire::Opcode;
 use ferroce_wire::icrc::Ipv4IdentDelta;
 
 use crate::sys::{poll_fds, setsockopt_int, sockaddr_from, sockaddr_into};
@@ -436,6 +437,11 @@ impl SendBatch {
             if d != dest || len > size || len == 0 || bytes + len > MAX_TRAIN_BYTES {
                 break;
             }
+            if self.segmentation == Segmentation::RoceV2 && self.is_flush(first + count) {
+                // Kernel rxe's FLUSH ICRC runs over the headers twice, so the ID correction
+                // of a train's later segments would be wrong for it: a FLUSH starts a message.
+                break;
+            }
             count += 1;
             bytes += len;
             // Only the last segment may be shorter.
@@ -444,6 +450,11 @@ impl SendBatch {
             }
         }
         count
+    }
+
+    /// Whether datagram `i` is an RC FLUSH request (its ICRC may be in kernel rxe's form).
+    fn is_flush(&self, i: usize) -> bool {
+        self.lens[i] > 0 && self.bufs[i][0] == Opcode::RC_FLUSH.0
     }
 
     /// Corrects (`to_wire`) or restores the ICRCs of a run's segments 1.. for their IPv4 IDs.
@@ -754,6 +765,54 @@ mod tests {
         for (bytes, index, reads) in &got {
             assert_eq!(*reads, 2, "one coalesced read");
             assert!(ctx(*index).verify(bytes), "segment {index}");
+        }
+    }
+
+    /// A FLUSH in kernel rxe's ICRC form is never a later segment of a train (the ID
+    /// correction assumes the IBTA form): it leaves with ID 0 and an ICRC rxe takes, also
+    /// right after datagrams of its length to the same peer (an ATOMIC WRITE has its length).
+    #[test]
+    fn a_flush_starts_its_own_message() {
+        let a = UdpSocket::bind("127.0.0.1:0").unwrap();
+        crate::sys::set_dont_fragment(a.as_raw_fd(), false).unwrap();
+        let b = UdpSocket::bind("127.0.0.1:0").unwrap();
+        enable_gro(b.as_raw_fd()).unwrap();
+        let (src, dst) = (a.local_addr().unwrap(), b.local_addr().unwrap());
+        let ctx = |id| {
+            IcrcContext::v4(
+                [127, 0, 0, 1].into(),
+                [127, 0, 0, 1].into(),
+                id,
+                src.port(),
+                dst.port(),
+            )
+        };
+        let mut s = SendBatch::new(8, 64);
+        s.set_segmentation(Segmentation::RoceV2);
+        let flushes = [false, false, true, true, false];
+        for (i, &flush) in flushes.iter().enumerate() {
+            let buf = &mut s.next_buf()[..36];
+            buf.fill(i as u8);
+            if flush {
+                buf[0] = Opcode::RC_FLUSH.0;
+                ctx(0).fill_rxe_flush(buf);
+            } else {
+                buf[0] = Opcode::RC_RDMA_WRITE_ONLY.0;
+                ctx(0).fill(buf);
+            }
+            s.commit(36, dst);
+        }
+        s.flush(a.as_raw_fd()).unwrap();
+        let mut r = RecvBatch::new(8, GRO_SLOT);
+        let got = receive_all(&mut r, b.as_raw_fd(), flushes.len());
+        assert_eq!(got.len(), flushes.len());
+        for (bytes, index, _) in &got {
+            if bytes[0] == Opcode::RC_FLUSH.0 {
+                assert_eq!(*index, 0, "a FLUSH leads its message");
+                assert!(ctx(0).verify_rxe_flush(bytes), "FLUSH {}", bytes[1]);
+            } else {
+                assert!(ctx(*index).verify(bytes), "segment {index}");
+            }
         }
     }
 }
