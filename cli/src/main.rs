@@ -46,6 +46,10 @@ enum Command {
         /// Counters too.
         #[arg(long)]
         counters: bool,
+        /// The rdma_cm ports and CM service IDs listened on the device, with their processes
+        /// (what the host's QP1 routes REQs by).
+        #[arg(long)]
+        services: bool,
     },
     /// ibv_rc_pingpong, interoperable with rdma-core's: same options, TCP exchange and output.
     #[command(name = "rc-pingpong")]
@@ -424,7 +428,8 @@ fn main() -> ExitCode {
             device,
             verbose,
             counters,
-        } => devinfo::run(out, device.as_deref(), verbose, counters),
+            services,
+        } => devinfo::run(out, device.as_deref(), verbose, counters, services),
         Command::RcPingpong(a) => pingpong::run(
             &pingpong::Options {
                 port: a.port,

@@ -497,3 +497,37 @@ fn another_user_cannot_join_the_address() {
         "{err}"
     );
 }
+
+/// `ferroce devinfo -d ADDR --services` names the rdma_cm ports listened on the address and
+/// the process listening (how a script knows an rdma_cm server is ready), and none once it
+/// stopped.
+#[test]
+fn devinfo_services_lists_listened_rdma_cm_ports() {
+    use ferroce::cm::{CmId, EventChannel, PortSpace};
+    let addr = "127.0.76.1";
+    let services = || {
+        let o = ferroce()
+            .args(["devinfo", "-d", addr, "--services"])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let ch = EventChannel::new().unwrap();
+    let id = CmId::new(&ch, PortSpace::Tcp).unwrap();
+    id.bind_addr(format!("{addr}:7476").parse().unwrap())
+        .unwrap();
+    id.listen(4).unwrap();
+    let want = format!(
+        "pid {} rdma_cm port space 0x106 port 7476",
+        std::process::id()
+    );
+    let out = services();
+    assert!(out.contains(&want), "{want} not in:\n{out}");
+    drop(id);
+    let out = services();
+    assert!(
+        !out.contains("port 7476"),
+        "a destroyed listener still shown:\n{out}"
+    );
+}

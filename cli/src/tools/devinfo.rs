@@ -6,11 +6,18 @@ use ferroce::{Device, Result};
 
 /// Prints every device (or the named one); `verbose` adds the device attributes (opening a
 /// context beside any program's), `counters` the live counters of every process using the
-/// device, read from their shared pages.
+/// device, read from their shared pages; `services` the CM service IDs (rdma_cm ports) that
+/// processes listen on, from the address's registry.
 ///
 /// # Errors
 /// Enumeration failure, or an unknown device name.
-pub fn run(out: &mut dyn Write, device: Option<&str>, verbose: bool, counters: bool) -> Result<()> {
+pub fn run(
+    out: &mut dyn Write,
+    device: Option<&str>,
+    verbose: bool,
+    counters: bool,
+    services: bool,
+) -> Result<()> {
     let devs = match device {
         Some(d) => vec![Device::find(d)?],
         None => ferroce::devices()?,
@@ -45,6 +52,22 @@ pub fn run(out: &mut dyn Write, device: Option<&str>, verbose: bool, counters: b
                 for (k, v) in p.counters {
                     let _ = writeln!(out, "\t\t{k}:\t{v}");
                 }
+            }
+        }
+        if services {
+            let listened = d.gsi_services(ferroce::wire::ROCE_UDP_PORT)?;
+            if listened.is_empty() {
+                let _ = writeln!(out, "\tservices:\t\t\t(none listened)");
+            }
+            for s in listened {
+                let _ = match s.rdma_cm_port() {
+                    Some((space, port)) => writeln!(
+                        out,
+                        "\tservice {:#018x} pid {} rdma_cm port space {space:#x} port {port}",
+                        s.service_id, s.pid
+                    ),
+                    None => writeln!(out, "\tservice {:#018x} pid {}", s.service_id, s.pid),
+                };
             }
         }
         if verbose {
