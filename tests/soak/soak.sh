@@ -1,0 +1,313 @@
+#!/usr/bin/env bash
+# tests/soak/soak.sh: a bounded soak of many hosts (issue #28). Eight network-namespace hosts
+# on one bridge, netem loss, delay, reordering, duplication and CE marks on some of their
+# links, several processes sharing each host's address, all through ferroce's libibverbs.so.1
+# and librdmacm.so.1 with unmodified rdma-core programs:
+#
+#   witnesses  one loop per host against its neighbour, never disturbed on purpose: RC SENDs
+#              (ibv_rc_pingpong -c), SRQ (ibv_srq_pingpong -c), RDMA READ and WRITE over
+#              rdma_cm connects and disconnects (rping -V), four CM connections at once
+#              (ucmatose), and UD (ibv_ud_pingpong -c) on the hosts whose links do not drop;
+#              every byte is checked by the programs (-c, -V), every run must pass
+#   victims    one loop per host, started first on each address (so the role holder of every
+#              address, the process that routes its QP1, is a victim): long RC and rping pairs
+#   chaos      every CHAOS_PERIOD: SIGKILL a victim (the address's role holder when a victim
+#              holds it; otherwise any, mid-handshake or mid-transfer as it falls), or flap a
+#              lossy host's link for 150 ms (below the witnesses' RC retry budget)
+#
+# Pass: every witness run succeeded (no wrong byte, no error status, no hang: each run is
+# bounded), no program panicked, and afterwards no process, socket or /dev/shm file is left
+# (a SIGKILLed last member's registry file stays until its address is used again: the check
+# uses every address once more first, as the next user would).
+#
+#   SOAK_SECONDS=N   how long the traffic runs (default 150; the long form: 1800)
+#   SOAK_OUT=DIR     logs (default /tmp/ferroce-soak); failed runs keep theirs
+#   SOAK_SEED=N      the chaos loop's seed (default: the time), printed for a re-run
+#
+# Needs root, network namespaces, ibverbs-utils and rdmacm-utils: skipped loudly without them,
+# a failure under CI=true.
+set -uo pipefail
+TOP=$(cd "$(dirname "$0")/../.." && pwd)
+SECONDS_WANTED=${SOAK_SECONDS:-150}
+OUT=${SOAK_OUT:-/tmp/ferroce-soak}
+SEED=${SOAK_SEED:-$(date +%s)}
+CHAOS_PERIOD=2
+HOSTS=8
+NET=10.79.0
+P=fsk$$
+
+skip() {
+    if [ "${CI:-}" = true ]; then
+        echo "soak: FAILED: cannot run under CI: $*"
+        exit 1
+    fi
+    echo "SKIPPED: soak: $*"
+    exit 0
+}
+[ "$(id -u)" = 0 ] || skip "not root (network namespaces)"
+ip netns list >/dev/null 2>&1 || skip "no network namespaces"
+for p in ibv_rc_pingpong ibv_srq_pingpong ibv_ud_pingpong; do
+    command -v $p >/dev/null || skip "no $p: apt-get install ibverbs-utils"
+done
+for p in rping ucmatose; do
+    command -v $p >/dev/null || skip "no $p: apt-get install rdmacm-utils"
+done
+
+rm -rf "$OUT"
+mkdir -p "$OUT/lib" "$OUT/runs"
+echo "soak: building the libraries and the tool (release)"
+(cd "$TOP" && cargo build -q --release -p ferroce-ibverbs -p ferroce-librdmacm --lib &&
+    cargo build -q --release --bin ferroce) || { echo "soak: FAILED: build"; exit 1; }
+"$TOP/ibverbs/link.sh" "$TOP/target/release/libferroce_ibverbs.a" "$OUT/lib/libibverbs.so.1"
+"$TOP/librdmacm/link.sh" "$TOP/target/release/libferroce_librdmacm.a" "$OUT/lib/libibverbs.so.1" \
+    "$OUT/lib/librdmacm.so.1"
+FERROCE=$TOP/target/release/ferroce
+LIB=$OUT/lib
+
+# ---- the fabric ----
+cleanup() {
+    # Every process started here runs inside one of the namespaces.
+    for i in $(seq 1 $HOSTS); do
+        ip netns pids "$P-h$i" 2>/dev/null | xargs -r kill -9 2>/dev/null
+    done
+    sleep 0.5
+    for i in $(seq 1 $HOSTS); do ip netns del "$P-h$i" 2>/dev/null; done
+    ip netns del "$P-br" 2>/dev/null
+}
+trap cleanup EXIT
+ns() { local h=$1; shift; ip netns exec "$P-h$h" "$@"; }
+
+ip netns add "$P-br"
+ip -n "$P-br" link add br0 type bridge
+ip -n "$P-br" link set br0 up
+for i in $(seq 1 $HOSTS); do
+    ip netns add "$P-h$i"
+    ip -n "$P-br" link add "p$i" type veth peer name eth0 netns "$P-h$i"
+    ip -n "$P-br" link set "p$i" master br0 up
+    ip -n "$P-h$i" addr add "$NET.$i/24" dev eth0
+    ip -n "$P-h$i" link set eth0 up
+    ip -n "$P-h$i" link set lo up
+done
+# Impairments on the egress of hosts 2-5 (1 and 6-8 are clean: the UD witnesses run there).
+ip netns exec "$P-h2" tc qdisc add dev eth0 root netem loss 2%
+ip netns exec "$P-h3" tc qdisc add dev eth0 root netem delay 1ms 800us reorder 10%
+ip netns exec "$P-h4" tc qdisc add dev eth0 root netem loss 3% ecn
+ip netns exec "$P-h5" tc qdisc add dev eth0 root netem duplicate 2% delay 200us reorder 5% loss 1%
+LOSSY=(2 3 4 5)
+echo "soak: $HOSTS hosts on a bridge ($NET.1-$HOSTS); h2 loss 2%, h3 delay 1ms±0.8ms reorder," \
+    "h4 loss 3% as CE marks, h5 duplicate 2% reorder loss 1%; ${SECONDS_WANTED}s, seed $SEED"
+
+# A program on host $1 with the device of its address.
+prog() {
+    local h=$1; shift
+    ns "$h" env LD_LIBRARY_PATH="$LIB" FERROCE_DEVICES="$NET.$h" "$@"
+}
+
+# Waits (bounded) until process $2 on host $1 listens on TCP port $3, or holds rdma_cm port $3.
+wait_tcp() {
+    for _ in $(seq 1 400); do
+        ns "$1" ss -ltnp 2>/dev/null | grep -q ":$3 .*pid=$2," && return 0
+        kill -0 "$2" 2>/dev/null || return 1
+        sleep 0.05
+    done
+    return 1
+}
+wait_cm() {
+    for _ in $(seq 1 400); do
+        ns "$1" "$FERROCE" devinfo -d "$NET.$1" --services 2>/dev/null |
+            grep -q "pid $2 rdma_cm port space 0x106 port $3\$" && return 0
+        kill -0 "$2" 2>/dev/null || return 1
+        sleep 0.05
+    done
+    return 1
+}
+
+# One run of a pair: the server on host $b, the client on host $a. Prints "ok BYTES" or "fail".
+# $kind picks the program; $port is the run's port; $limit bounds it.
+pair() {
+    local kind=$1 a=$2 b=$3 port=$4 limit=$5 tag=$6 n=$7
+    local log="$OUT/runs/$tag" sp srv=() cli=() bytes=0 waiter=wait_tcp
+    case $kind in
+    rc)
+        local size=$(((n * 997) % 8192 + 1))
+        srv=(ibv_rc_pingpong -g 1 -e -c -n 100 -s $size -d ferroce0 -p $port)
+        cli=("${srv[@]}" "$NET.$b")
+        bytes=$((2 * 100 * size)) ;;
+    rc-long)
+        srv=(ibv_rc_pingpong -g 1 -e -c -n 1000000 -s 4096 -d ferroce0 -p $port)
+        cli=("${srv[@]}" "$NET.$b") ;;
+    srq)
+        local size=$(((n * 389) % 4096 + 1))
+        srv=(ibv_srq_pingpong -g 1 -e -c -n 50 -q 4 -s $size -d ferroce0 -p $port)
+        cli=("${srv[@]}" "$NET.$b")
+        bytes=$((2 * 4 * 50 * size)) ;;
+    ud)
+        srv=(ibv_ud_pingpong -g 1 -e -c -n 100 -s 1024 -d ferroce0 -p $port)
+        cli=("${srv[@]}" "$NET.$b")
+        bytes=$((2 * 100 * 1024)) ;;
+    rping)
+        local size=$(((n * 1231) % 16384 + 64))
+        srv=(rping -s -a "$NET.$b" -p $port -V -C 50 -S $size)
+        cli=(rping -c -a "$NET.$b" -p $port -V -C 50 -S $size)
+        bytes=$((2 * 50 * size))
+        waiter=wait_cm ;;
+    rping-long)
+        srv=(rping -s -a "$NET.$b" -p $port -V -C 1000000 -S 4096)
+        cli=(rping -c -a "$NET.$b" -p $port -V -C 1000000 -S 4096)
+        waiter=wait_cm ;;
+    ucmatose)
+        srv=(ucmatose -b "$NET.$b" -p $port -c 4 -C 20 -S 1000)
+        cli=(ucmatose -s "$NET.$b" -p $port -c 4 -C 20 -S 1000)
+        bytes=$((4 * 20 * 1000))
+        waiter=wait_cm ;;
+    esac
+    prog "$b" timeout -s KILL "$limit" "${srv[@]}" >"$log.srv" 2>&1 &
+    sp=$!
+    # timeout runs the program as its child: that pid listens.
+    local child="" i
+    for i in $(seq 1 200); do
+        child=$(pgrep -P "$sp" | head -1)
+        [ -n "$child" ] && break
+        sleep 0.02
+    done
+    if [ -z "$child" ] || ! $waiter "$b" "$child" "$port"; then
+        kill -9 "$sp" $child 2>/dev/null
+        wait "$sp" 2>/dev/null
+        echo "fail (server never ready: $log.srv)"
+        return
+    fi
+    prog "$a" timeout -s KILL "$limit" "${cli[@]}" >"$log.cli" 2>&1
+    local crc=$?
+    # The server ends with its client: a bounded wait, then it counts as a hang.
+    for i in $(seq 1 300); do
+        kill -0 "$child" 2>/dev/null || break
+        sleep 0.1
+    done
+    kill -9 "$child" 2>/dev/null
+    wait "$sp"
+    local src=$?
+    if [ $crc = 0 ] && [ $src = 0 ]; then
+        rm -f "$log.srv" "$log.cli"
+        echo "ok $bytes"
+    else
+        echo "fail (client rc $crc, server rc $src: $log.{srv,cli})"
+    fi
+}
+
+END=$(($(date +%s) + SECONDS_WANTED))
+
+# Victims first: the first process on each address holds its QP1 role.
+victim() {
+    local a=$1 b=$(((a + 2) % HOSTS + 1)) n=0
+    while [ "$(date +%s)" -lt "$END" ]; do
+        local kind=rc-long
+        [ $((n % 2)) = 1 ] && kind=rping-long
+        # Ended by the chaos loop, by a peer's death, or after 20 s by timeout.
+        pair $kind "$a" "$b" $((21000 + a * 100 + n % 100)) 20 "v$a-$n" $n >>"$OUT/victims.txt"
+        n=$((n + 1))
+    done
+}
+for a in $(seq 1 $HOSTS); do
+    victim "$a" &
+done
+sleep 2
+
+witness() {
+    local a=$1 b=$((a % HOSTS + 1)) n=0 kinds=(rc srq rping ucmatose)
+    # UD has no retransmission: only between hosts whose links neither drop nor flap.
+    case $a in 6 | 7 | 8) kinds+=(ud) ;; esac
+    while [ "$(date +%s)" -lt "$END" ]; do
+        local kind=${kinds[$((n % ${#kinds[@]}))]}
+        local r
+        r=$(pair "$kind" "$a" "$b" $((20000 + a * 100 + n % 100)) 120 "w$a-$n-$kind" $n)
+        echo "$kind $a->$b $r" >>"$OUT/witnesses.txt"
+        n=$((n + 1))
+    done
+}
+wpids=()
+for a in $(seq 1 $HOSTS); do
+    witness "$a" &
+    wpids+=($!)
+done
+
+# The chaos loop.
+RANDOM=$SEED
+kills=0 role_kills=0 flaps=0
+while [ "$(date +%s)" -lt "$END" ]; do
+    sleep $CHAOS_PERIOD
+    h=$((RANDOM % HOSTS + 1))
+    if [ $((RANDOM % 4)) = 0 ]; then
+        l=${LOSSY[$((RANDOM % ${#LOSSY[@]}))]}
+        ns "$l" ip link set eth0 down
+        sleep 0.15
+        ns "$l" ip link set eth0 up
+        flaps=$((flaps + 1))
+        continue
+    fi
+    # Victim programs on host h: "rc_pingpong -n 1000000" or "rping ... -C 1000000".
+    victims=$(ip netns pids "$P-h$h" | while read -r pid; do
+        grep -qa -- "1000000" "/proc/$pid/cmdline" 2>/dev/null &&
+            ! grep -qa '^timeout' "/proc/$pid/cmdline" && echo "$pid"
+    done)
+    [ -n "$victims" ] || continue
+    # The role holder: the live member with the lowest slot.
+    holder=$(ns "$h" "$FERROCE" devinfo -d "$NET.$h" --counters 2>/dev/null |
+        sed -n 's/^\tprocess \([0-9]*\) (slot \([0-9]*\)).*/\2 \1/p' | sort -n | head -1 | cut -d' ' -f2)
+    target=""
+    if [ -n "$holder" ] && echo "$victims" | grep -qx "$holder"; then
+        target=$holder
+        role_kills=$((role_kills + 1))
+    else
+        set -- $victims
+        shift $((RANDOM % $#))
+        target=$1
+    fi
+    kill -9 "$target" 2>/dev/null && kills=$((kills + 1))
+done
+echo "soak: traffic window over; waiting for the witnesses' last runs"
+wait "${wpids[@]}"
+# The victims' long runs end here (another SIGKILL each).
+for i in $(seq 1 $HOSTS); do
+    ip netns pids "$P-h$i" | xargs -r kill -9 2>/dev/null
+done
+wait
+
+fail=0
+runs=$(wc -l <"$OUT/witnesses.txt")
+oks=$(grep -c ' ok ' "$OUT/witnesses.txt")
+bytes=$(awk '$4 == "ok" { s += $5 } END { print s + 0 }' "$OUT/witnesses.txt")
+vruns=$(wc -l <"$OUT/victims.txt" 2>/dev/null || echo 0)
+echo "soak: $runs witness runs ($(cut -d' ' -f1 "$OUT/witnesses.txt" | sort | uniq -c | tr -s ' ' |
+    paste -sd, -)), $oks passed, $bytes bytes checked by the programs; $vruns victim runs," \
+    "$kills SIGKILLs ($role_kills of a role holder), $flaps link flaps"
+if [ "$oks" != "$runs" ] || [ "$runs" = 0 ]; then
+    echo "soak: FAILED: witness runs that did not pass:"
+    grep -v ' ok ' "$OUT/witnesses.txt" | head -20
+    fail=1
+fi
+if grep -l "panicked" "$OUT"/runs/* 2>/dev/null | head -5 | grep .; then
+    echo "soak: FAILED: a program panicked (above)"
+    fail=1
+fi
+
+# Nothing left behind: every address used once more (a SIGKILLed last member's registry file
+# is removed by the next clean last member), then no process, socket or registry file.
+for i in $(seq 1 $HOSTS); do
+    prog "$i" timeout -s KILL 30 "$FERROCE" devinfo -d "$NET.$i" -v >/dev/null 2>&1 ||
+        { echo "soak: FAILED: devinfo on $NET.$i"; fail=1; }
+done
+for i in $(seq 1 $HOSTS); do
+    left=$(ip netns pids "$P-h$i" | wc -l)
+    [ "$left" = 0 ] || { echo "soak: FAILED: $left processes left in host $i"; fail=1; }
+    socks=$(ns "$i" ss -uan | grep -c ':4791 ')
+    [ "$socks" = 0 ] || { echo "soak: FAILED: $socks sockets on port 4791 left in host $i"; fail=1; }
+done
+files=$(ls /dev/shm 2>/dev/null | grep -c "^ferroce-$NET\.")
+if [ "$files" != 0 ]; then
+    echo "soak: FAILED: registry files left: $(ls /dev/shm | grep "^ferroce-$NET\." | paste -sd' ')"
+    fail=1
+fi
+if [ $fail = 0 ]; then
+    echo "soak: PASSED (no process, socket or registry file left)"
+fi
+exit $fail
