@@ -634,6 +634,41 @@ fn lost_and_duplicated_dreqs() {
     assert_eq!(n.cm[1].counters().duplicates, 1);
 }
 
+/// A process about to exit cannot wait for a DREQ's retry timer (seconds): it resends its
+/// unanswered DREQs at once while it waits (until the DREP, which the peer's program sends
+/// with its own `rdma_disconnect`), and a lost first DREQ still reaches the peer.
+#[test]
+fn resent_dreqs_reach_the_peer_before_the_retry_timer() {
+    let mut n = Net::new();
+    n.drop_first(0, "DREQ", 1);
+    let (a, b) = n.established();
+    assert_eq!(n.cm[0].dreqs_unanswered(), 0);
+    let now = n.now;
+    n.cm[0].disconnect(now, a).unwrap();
+    n.run_for(10 * MS);
+    assert_eq!(n.cm[0].dreqs_unanswered(), 1, "the first DREQ was lost");
+    assert!(n.take_events(1).is_empty());
+    n.cm[0].resend_dreqs();
+    n.run_for(10 * MS);
+    assert_eq!(
+        n.take_events(1),
+        vec![CmEvent::Disconnected {
+            id: b,
+            timed_out: false
+        }]
+    );
+    // The peer's program answers (rdma_disconnect: the DREP), as rping's does.
+    let now = n.now;
+    n.cm[1].disconnect(now, b).unwrap();
+    n.run_for(10 * MS);
+    assert_eq!(n.cm[0].dreqs_unanswered(), 0, "the DREP came");
+    assert_eq!(n.sent[0].iter().filter(|m| **m == "DREQ").count(), 2);
+    // Nothing to resend any more.
+    n.cm[0].resend_dreqs();
+    n.run_for(10 * MS);
+    assert_eq!(n.sent[0].iter().filter(|m| **m == "DREQ").count(), 2);
+}
+
 #[test]
 fn an_unanswered_dreq_times_out() {
     let mut n = Net::new();

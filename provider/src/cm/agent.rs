@@ -42,14 +42,17 @@ pub(crate) fn forget_agents() {
 /// the process goes — what the kernel does when a process's rdma_cm file closes (DREPs for
 /// DREQs received, DREQs for established connections, rejects for pending requests), so the
 /// peers of a program that exits without destroying its IDs learn of it at once instead of
-/// after their DREQ timeout. The MADs are sent before this returns. Call it at exit (the C
-/// ABI runs it when the library is unloaded); the IDs are unusable afterwards.
+/// after their DREQ timeout. The MADs are sent before this returns, and DREQs not yet
+/// answered (also those of IDs destroyed before) are sent again while it waits for their
+/// DREPs, at most 300 ms. Call it at exit (the C ABI runs it when the library is unloaded);
+/// the IDs are unusable afterwards.
 pub fn shutdown() {
     let wait = Duration::from_millis(100);
     let agents: Vec<Arc<Agent>> = match AGENTS.try_lock_for(wait) {
         Some(all) => all.iter().filter_map(|(_, w)| w.upgrade()).collect(),
         None => return,
     };
+    let mut live = Vec::with_capacity(agents.len());
     for a in agents {
         let now = a.now();
         // The agent's thread may hold the engine for a moment; a wedged one is left alone
@@ -74,6 +77,50 @@ pub fn shutdown() {
         // A MAD for a process on this address went to the address's QP1: if that is this
         // process (the role holder), forward it now, not after the process is gone.
         a.ctx.shared.receive_now();
+        live.push(a);
+    }
+    linger(&live);
+}
+
+/// How long an exiting process waits for the DREPs of its DREQs, and how often it sends them
+/// again meanwhile. Without loss the DREP comes within a millisecond or two (when the peer's
+/// program calls `rdma_disconnect`); the bound only matters to a peer that never answers.
+const LINGER: Duration = Duration::from_millis(300);
+const LINGER_RESEND: Duration = Duration::from_millis(50);
+
+/// Waits (at most [`LINGER`]) until every DREQ of `agents` is answered, sending them again
+/// every [`LINGER_RESEND`]: the kernel's CM goes on retrying a DREQ after its process is gone,
+/// this process's cannot, and a peer whose one DREQ was lost would wait for ever.
+fn linger(agents: &[Arc<Agent>]) {
+    let start = std::time::Instant::now();
+    let mut resent = start;
+    loop {
+        let unanswered: usize = agents
+            .iter()
+            .map(|a| a.engine.lock().dreqs_unanswered())
+            .sum();
+        if unanswered == 0 {
+            return;
+        }
+        if start.elapsed() >= LINGER {
+            log::debug!(
+                "rdma_cm shutdown: {unanswered} DREQs still unanswered after {LINGER:?}; \
+                 leaving"
+            );
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+        for a in agents {
+            a.ctx.shared.receive_now();
+            a.receive();
+            if resent.elapsed() >= LINGER_RESEND {
+                a.engine.lock().resend_dreqs();
+                a.flush();
+            }
+        }
+        if resent.elapsed() >= LINGER_RESEND {
+            resent = std::time::Instant::now();
+        }
     }
 }
 

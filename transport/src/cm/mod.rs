@@ -778,6 +778,36 @@ impl CmEngine {
         }
     }
 
+    /// Connections whose DREQ is sent and not yet answered (DREQ_SENT): what a process that is
+    /// about to exit waits for, since its retransmissions go with it.
+    pub fn dreqs_unanswered(&self) -> usize {
+        self.conns
+            .values()
+            .filter(|c| c.state == State::DreqSent)
+            .count()
+    }
+
+    /// Sends every unanswered DREQ again now (counted as retries; the retry timers are left
+    /// as they are). An exiting process does this a few times, a few tens of milliseconds
+    /// apart, while it waits for the DREPs: the kernel's CM goes on retrying a DREQ after the
+    /// process that asked for it is gone, ferroce's cannot, and a peer whose only DREQ was lost
+    /// would otherwise wait for ever on a connection nobody holds.
+    pub fn resend_dreqs(&mut self) {
+        for c in self.conns.values() {
+            if c.state != State::DreqSent {
+                continue;
+            }
+            if let Some(m) = c.last_sent {
+                self.counters.retries += 1;
+                self.counters.sent += 1;
+                self.out.push_back(Outgoing {
+                    dest: c.peer,
+                    mad: m,
+                });
+            }
+        }
+    }
+
     /// Sends a SIDR_REQ for `service_id` to `peer` (UD service resolution): a
     /// [`CmEvent::SidrResponse`] or [`CmEvent::Unreachable`] after 16 sends 4.1 s apart.
     ///
