@@ -214,7 +214,8 @@ victim() {
         local kind=rc-long
         [ $((n % 2)) = 1 ] && kind=rping-long
         # Ended by the chaos loop, by a peer's death, or after 20 s by timeout.
-        pair $kind "$a" "$b" $((21000 + a * 100 + n % 100)) 20 "v$a-$n" $n >>"$OUT/victims.txt"
+        pair $kind "$a" "$b" $((21000 + a * 100 + n % 100)) 20 "v$a-$n" $n >>"$OUT/victims.txt" \
+            2>>"$OUT/shell.txt"
         n=$((n + 1))
     done
 }
@@ -234,7 +235,8 @@ witness() {
     while [ "$(date +%s)" -lt "$END" ]; do
         local kind=${kinds[$((n % ${#kinds[@]}))]}
         local r
-        r=$(pair "$kind" "$a" "$b" $((20000 + a * 100 + n % 100)) 120 "w$a-$n-$kind" $n)
+        r=$(pair "$kind" "$a" "$b" $((20000 + a * 100 + n % 100)) 120 "w$a-$n-$kind" $n \
+            2>>"$OUT/shell.txt")
         echo "$kind $a->$b $r" >>"$OUT/witnesses.txt"
         n=$((n + 1))
     done

@@ -1012,3 +1012,42 @@ fn a_request_dropped_for_a_full_backlog_comes_again_with_the_retry() {
         Err(CmError::InvalidState(_))
     ));
 }
+
+/// A Get or Set that no agent serves is answered as the kernel's MAD layer answers it
+/// (`generate_unmatched_resp`): the MAD back to its sender's QP as a GetResp with status
+/// 0x000C, everything else as it came; a GetResp, or a Send the CM does not know, is never
+/// answered (two stacks cannot ping-pong).
+#[test]
+fn a_get_nobody_serves_is_answered_unsupported_to_its_qp() {
+    let mut n = Net::new();
+    let mut get = [0u8; 256];
+    get[..4].copy_from_slice(&[1, 0x07, 2, 0x01]); // base 1, class CM, version 2, Get
+    get[8..16].copy_from_slice(&0x1122_3344_5566_7788u64.to_be_bytes());
+    get[16..18].copy_from_slice(&0x0001u16.to_be_bytes()); // ClassPortInfo
+    get[100] = 0xab;
+    let now = n.now;
+    n.cm[1].handle_mad_from(now, addr(1), 0x12_3456, &get);
+    let out = n.cm[1].poll_transmit().expect("an answer");
+    assert_eq!((out.dest, out.dest_qpn), (addr(1), 0x12_3456));
+    let mut want = get;
+    want[3] = 0x81;
+    want[4..6].copy_from_slice(&0x000Cu16.to_be_bytes());
+    assert_eq!(out.mad, want);
+    assert!(n.cm[1].poll_transmit().is_none());
+
+    // A Set of another class (PerformanceManagement) alike; the answers are never answered.
+    let mut set = get;
+    set[1] = 0x04;
+    set[3] = 0x02;
+    n.cm[1].handle_mad_from(now, addr(1), 7, &set);
+    let out = n.cm[1].poll_transmit().expect("an answer");
+    assert_eq!((out.mad[3], out.dest_qpn), (0x81, 7));
+    n.cm[0].handle_mad_from(now, addr(2), 1, &out.mad);
+    let mut send = get;
+    send[3] = 0x03;
+    n.cm[0].handle_mad_from(now, addr(2), 1, &send);
+    assert!(n.cm[0].poll_transmit().is_none());
+    // A short one is dropped, not answered.
+    n.cm[0].handle_mad_from(now, addr(2), 1, &get[..100]);
+    assert!(n.cm[0].poll_transmit().is_none());
+}

@@ -36,6 +36,25 @@ pub const METHOD_RESPONSE: u8 = 0x80;
 /// MgmtClass of the communication manager (IBTA §12.6), `IB_MGMT_CLASS_CM`.
 pub const MGMT_CLASS_CM: u8 = 0x07;
 
+/// MgmtClass of directed-route subnet management (`IB_MGMT_CLASS_SUBN_DIRECTED_ROUTE`).
+pub const MGMT_CLASS_SUBN_DIRECTED_ROUTE: u8 = 0x81;
+
+/// Method Get (`IB_MGMT_METHOD_GET`): read an attribute.
+pub const METHOD_GET: u8 = 0x01;
+/// Method Set (`IB_MGMT_METHOD_SET`): write an attribute.
+pub const METHOD_SET: u8 = 0x02;
+/// Method GetResp (`IB_MGMT_METHOD_GET_RESP`): the answer to a Get or Set.
+pub const METHOD_GET_RESP: u8 = 0x81;
+
+/// AttributeID ClassPortInfo (`IB_MGMT_CLASSPORTINFO_ATTR_ID`), which every class defines.
+pub const ATTR_CLASS_PORT_INFO: u16 = 0x0001;
+
+/// Status "unsupported method/attribute combination"
+/// (`IB_MGMT_MAD_STATUS_UNSUPPORTED_METHOD_ATTRIB`, IBTA Table 106).
+pub const STATUS_UNSUPPORTED_METHOD_ATTRIBUTE: u16 = 0x000C;
+/// Status bit D of a directed-route SMP's response (`IB_SMP_DIRECTION`).
+pub const STATUS_DIRECTION: u16 = 0x8000;
+
 /// The CM's AttributeIDs (IBTA Table 104, kernel `ib_cm.h`).
 pub mod cm_attr {
     /// ConnectRequest.

@@ -290,7 +290,12 @@ impl Agent {
                             // engine drops a MAD that is not 256 bytes.
                             let end = (wc.byte_len as usize).clamp(GRH_LEN, SLOT);
                             let now = self.now();
-                            self.engine.lock().handle_mad(now, src, &buf[GRH_LEN..end]);
+                            self.engine.lock().handle_mad_from(
+                                now,
+                                src,
+                                wc.src_qp,
+                                &buf[GRH_LEN..end],
+                            );
                         }
                         Err(e) => log::debug!("rdma_cm: a MAD with an unreadable GRH: {e}"),
                     }
@@ -324,7 +329,7 @@ impl Agent {
                 wr.inline_data = Some(InlineData::from_slice(&o.mad));
                 wr.ud = Some(UdDest {
                     ah: ferroce_transport::AhAttr::new(o.dest),
-                    remote_qpn: 1,
+                    remote_qpn: o.dest_qpn,
                     remote_qkey: ferroce_wire::GSI_QKEY,
                 });
                 if let Err(e) = self.qp1.post_send(&wr) {

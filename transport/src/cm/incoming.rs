@@ -16,6 +16,15 @@ impl CmEngine {
     /// Handles a MAD that arrived on QP1 from `src` (any bytes: what is not a CM message this
     /// engine expects is counted and dropped, with the reason at debug level).
     pub fn handle_mad(&mut self, now: Instant, src: IpAddr, mad: &[u8]) {
+        self.handle_mad_from(now, src, 1, mad);
+    }
+
+    /// As [`CmEngine::handle_mad`], for a MAD from QP `src_qpn` of `src` (a UD receive's
+    /// source QP). A Get or Set of any class is answered as the kernel's MAD layer answers a
+    /// request no agent serves (the CM's agent takes only Send): the MAD returned to its
+    /// sender's QP as a GetResp with status 0x000C, unsupported method/attribute
+    /// combination — what tells a prober (`ferroce doctor`) a RoCE stack is there.
+    pub fn handle_mad_from(&mut self, now: Instant, src: IpAddr, src_qpn: u32, mad: &[u8]) {
         self.counters.received += 1;
         // Every MAD is 256 bytes (IBTA 13.4.2): a shorter one lost its tail, whose fields
         // (private data, paths) would otherwise be taken as zeros.
@@ -26,6 +35,20 @@ impl CmEngine {
                 mad.len(),
                 ferroce_wire::mad::MAD_LEN
             );
+            return;
+        }
+        if let Some(resp) = unmatched_response(mad) {
+            self.counters.sent += 1;
+            log::debug!(
+                "CM: a Get/Set of class {:#04x} from {src} QP {src_qpn:#x}: answered \
+                 unsupported (status 0x000c), as the kernel's MAD layer does",
+                mad[1]
+            );
+            self.out.push_back(super::Outgoing {
+                dest: src,
+                dest_qpn: src_qpn,
+                mad: resp,
+            });
             return;
         }
         self.dispatch(now, src, mad);
@@ -551,4 +574,24 @@ fn sidr_key(src: IpAddr) -> u64 {
                 ^ u64::from_be_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]])
         }
     }
+}
+
+/// The kernel's answer to a Get or Set that no agent serves (`generate_unmatched_resp`): the
+/// request as it came, its method GetResp and its status "unsupported method/attribute
+/// combination" (with the direction bit for a directed-route SMP); `None` for any other
+/// method, or a MAD that is not 256 bytes of base version 1.
+pub(crate) fn unmatched_response(mad: &[u8]) -> Option<[u8; ferroce_wire::mad::MAD_LEN]> {
+    use ferroce_wire::mad;
+    let mut out: [u8; mad::MAD_LEN] = mad.try_into().ok()?;
+    let mut p = mad::Packet::new_checked(&mut out[..]).ok()?;
+    if p.base_version() != 1 || !matches!(p.method(), mad::METHOD_GET | mad::METHOD_SET) {
+        return None;
+    }
+    let mut status = mad::STATUS_UNSUPPORTED_METHOD_ATTRIBUTE;
+    if p.mgmt_class() == mad::MGMT_CLASS_SUBN_DIRECTED_ROUTE {
+        status |= mad::STATUS_DIRECTION;
+    }
+    p.set_method(mad::METHOD_GET_RESP);
+    p.set_status(status);
+    Some(out)
 }

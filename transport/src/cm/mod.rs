@@ -209,11 +209,15 @@ pub enum CmEvent {
     },
 }
 
-/// A MAD to send: 256 bytes for QP1 at `dest`.
+/// A MAD to send: 256 bytes for QP `dest_qpn` at `dest`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Outgoing {
     /// The peer's address.
     pub dest: IpAddr,
+    /// The peer's QP: 1 (its GSI QP) for every CM message; the requester's own QP for the
+    /// answer to a Get or Set nobody serves, as the kernel's MAD layer answers to the
+    /// request's source QP.
+    pub dest_qpn: u32,
     /// The MAD.
     pub mad: [u8; MAD_LEN],
 }
@@ -802,6 +806,7 @@ impl CmEngine {
                 self.counters.sent += 1;
                 self.out.push_back(Outgoing {
                     dest: c.peer,
+                    dest_qpn: 1,
                     mad: m,
                 });
             }
@@ -947,6 +952,7 @@ impl CmEngine {
                 if let Some(m) = c.last_sent {
                     self.out.push_back(Outgoing {
                         dest: c.peer,
+                        dest_qpn: 1,
                         mad: m,
                     });
                 }
@@ -992,7 +998,11 @@ impl CmEngine {
         match msg.emit(tid, &mut mad) {
             Ok(()) => {
                 self.counters.sent += 1;
-                self.out.push_back(Outgoing { dest, mad });
+                self.out.push_back(Outgoing {
+                    dest,
+                    dest_qpn: 1,
+                    mad,
+                });
                 Some(mad)
             }
             Err(e) => {
