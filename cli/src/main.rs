@@ -12,7 +12,7 @@ use ferroce::OpenOptions;
 use ferroce::transport::{Mtu, QpType};
 use ferroce_cli::tools::loopback::{connected_pair, connected_pair_with};
 use ferroce_cli::tools::perf::{self, Limit, Op};
-use ferroce_cli::tools::{demo, devinfo, pingpong, sysfs, udp_ceiling};
+use ferroce_cli::tools::{demo, devinfo, doctor, pingpong, sysfs, udp_ceiling};
 
 /// ferroce: a software RoCEv2 (RDMA over UDP 4791) stack in user space.
 #[derive(Parser, Debug)]
@@ -50,6 +50,16 @@ enum Command {
         /// (what the host's QP1 routes REQs by).
         #[arg(long)]
         services: bool,
+    },
+    /// Check a device and the way to a peer, as the verbs checklist says: the address and its
+    /// interface, the MTU, the GID, who holds UDP 4791, the drop counters; with PEER, the
+    /// route, a RoCE stack's answer on its UDP 4791 (a CM MAD) and a packet of the path MTU.
+    /// One verdict per line; exits 1 if any check failed.
+    Doctor {
+        /// The device's address.
+        addr: std::net::IpAddr,
+        /// A peer to check the way to (a ferroce device that uses rdma_cm, or kernel rxe).
+        peer: Option<std::net::IpAddr>,
     },
     /// ibv_rc_pingpong, interoperable with rdma-core's: same options, TCP exchange and output.
     #[command(name = "rc-pingpong")]
@@ -422,6 +432,13 @@ fn main() -> ExitCode {
                     eprintln!("ferroce sysfs {}: {e}", dir.display());
                     ExitCode::FAILURE
                 }
+            };
+        }
+        Command::Doctor { addr, peer } => {
+            return if doctor::run(out, addr, peer) {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
             };
         }
         Command::Devinfo {

@@ -135,3 +135,87 @@ fn flushes_of_a_range_and_of_a_region_complete_and_persistence_is_refused() {
     let wc = wait(&qa_cq);
     assert_eq!((wc.wr_id, wc.status), (4, WcStatus::RemAccessErr));
 }
+
+/// A WRITE and two FLUSHes posted back to back, over UDP with 10 % of the packets lost each
+/// way (the lab's lossy matrix does this against rxe): every round completes, in order.
+#[test]
+fn write_and_flushes_back_to_back_under_loss() {
+    let open = |a: [u8; 4], seed: u64| {
+        Device::for_addr(IpAddr::from(a))
+            .unwrap()
+            .open_with(OpenOptions {
+                faults: Some(
+                    ferroce::faults::FaultConfig::parse(&format!("loss=0.1,seed={seed}")).unwrap(),
+                ),
+                ..OpenOptions::default()
+            })
+            .unwrap()
+    };
+    let (ca, cb) = (open([127, 0, 96, 5], 11), open([127, 0, 96, 6], 12));
+    let (pa, pb) = (ca.alloc_pd(), cb.alloc_pd());
+    let (qa_cq, qb_cq) = (
+        ca.create_cq(64, None).unwrap(),
+        cb.create_cq(64, None).unwrap(),
+    );
+    let attr = |cq| QpInitAttr {
+        qp_type: QpType::Rc,
+        send_cq: cq,
+        recv_cq: cq,
+        srq: None,
+        cap: QpCap {
+            max_send_wr: 16,
+            max_recv_wr: 16,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 0,
+        },
+        sq_sig_all: false,
+    };
+    let qa = pa.create_qp(&attr(&qa_cq)).unwrap();
+    let qb = pb.create_qp(&attr(&qb_cq)).unwrap();
+    bring_up(&qa, [127, 0, 96, 6], qb.qp_num());
+    bring_up(&qb, [127, 0, 96, 5], qa.qp_num());
+    let src = pa.reg_mr(4096, AccessFlags::LOCAL_WRITE).unwrap();
+    let mr = pb
+        .reg_mr(
+            1 << 16,
+            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::FLUSH_GLOBAL,
+        )
+        .unwrap();
+    let remote = RemoteAddr {
+        remote_addr: mr.addr() + 8192,
+        rkey: mr.rkey(),
+    };
+    for round in 0..40u64 {
+        let mut w = SendWr::write(round * 10, src.sge(0, 4096), remote);
+        w.send_flags = ferroce::SendFlags::SIGNALED;
+        qa.post_send(&w).unwrap();
+        qa.post_send(&SendWr::flush(
+            round * 10 + 1,
+            remote,
+            4096,
+            FlushSpec::GLOBAL,
+            FlushSpec::RANGE,
+        ))
+        .unwrap();
+        qa.post_send(&SendWr::flush(
+            round * 10 + 2,
+            remote,
+            0,
+            FlushSpec::GLOBAL,
+            FlushSpec::MR,
+        ))
+        .unwrap();
+        for (k, op) in [WcOpcode::RdmaWrite, WcOpcode::Flush, WcOpcode::Flush]
+            .into_iter()
+            .enumerate()
+        {
+            let wc = wait(&qa_cq);
+            assert_eq!(
+                (wc.wr_id, wc.status, wc.opcode),
+                (round * 10 + k as u64, WcStatus::Success, op),
+                "round {round}"
+            );
+        }
+    }
+}

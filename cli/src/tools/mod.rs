@@ -2,6 +2,7 @@
 
 pub mod demo;
 pub mod devinfo;
+pub mod doctor;
 pub mod loopback;
 pub mod perf;
 pub mod pingpong;

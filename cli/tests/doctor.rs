@@ -1,0 +1,125 @@
+//! `ferroce doctor`: a healthy pair and a peer with nothing on UDP 4791 on loopback, and an
+//! MTU mismatch between two network namespaces (root).
+
+#![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
+
+use std::process::{Command, Output};
+
+fn doctor(args: &[&str]) -> (bool, String) {
+    let o: Output = Command::new(env!("CARGO_BIN_EXE_ferroce"))
+        .arg("doctor")
+        .args(args)
+        .output()
+        .unwrap();
+    let mut text = String::from_utf8_lossy(&o.stdout).into_owned();
+    text.push_str(&String::from_utf8_lossy(&o.stderr));
+    (o.status.success(), text)
+}
+
+/// A peer whose program uses rdma_cm answers the CM MAD probe; every line is `ok`.
+#[test]
+fn a_healthy_pair() {
+    use ferroce::cm::{CmId, EventChannel, PortSpace};
+    let ch = EventChannel::new().unwrap();
+    let id = CmId::new(&ch, PortSpace::Tcp).unwrap();
+    id.bind_addr("127.0.77.2:7477".parse().unwrap()).unwrap();
+    id.listen(1).unwrap();
+    let (ok, out) = doctor(&["127.0.77.1", "127.0.77.2"]);
+    assert!(ok, "{out}");
+    assert!(
+        out.contains("ok   127.0.77.2 answers on UDP 4791: a RoCE stack"),
+        "{out}"
+    );
+    assert!(
+        out.contains("ok   a packet of path MTU 4096 (4156 bytes on the wire) reaches"),
+        "{out}"
+    );
+    assert!(!out.contains("FAIL"), "{out}");
+    drop(id);
+}
+
+/// Nothing on UDP 4791 at the peer: its ICMP says so, and the doctor fails naming it.
+#[test]
+fn a_peer_with_nothing_on_the_port() {
+    let (ok, out) = doctor(&["127.0.77.5", "127.0.77.6"]);
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains("FAIL nothing listens on UDP 4791 at 127.0.77.6"),
+        "{out}"
+    );
+}
+
+/// Not an address of this host: the first line fails and says where to look.
+#[test]
+fn an_address_that_is_not_here() {
+    let (ok, out) = doctor(&["192.0.2.77"]);
+    assert!(!ok, "{out}");
+    assert!(out.starts_with("FAIL no device for 192.0.2.77"), "{out}");
+}
+
+/// Two namespaces whose veth ends disagree on the MTU (9000 here, 1500 at the peer): a
+/// packet of this device's path MTU 4096 cannot reach the peer, and the doctor says so.
+#[test]
+fn an_mtu_mismatch_between_two_namespaces() {
+    let root = Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| o.stdout.starts_with(b"0\n"));
+    if !root {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "CI runs as root: the namespace test must run"
+        );
+        eprintln!("SKIPPED: doctor MTU mismatch: not root (network namespaces)");
+        return;
+    }
+    let id = std::process::id();
+    let (a, b) = (format!("fdoc-a{id}"), format!("fdoc-b{id}"));
+    struct Gone(String, String);
+    impl Drop for Gone {
+        fn drop(&mut self) {
+            let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
+            let _ = Command::new("ip").args(["netns", "del", &self.1]).status();
+        }
+    }
+    let _gone = Gone(a.clone(), b.clone());
+    let steps: Vec<Vec<&str>> = vec![
+        vec!["netns", "add", &a],
+        vec!["netns", "add", &b],
+        vec![
+            "link", "add", "fda", "netns", &a, "type", "veth", "peer", "name", "fdb", "netns", &b,
+        ],
+        vec!["-n", &a, "link", "set", "fda", "mtu", "9000"],
+        vec!["-n", &b, "link", "set", "fdb", "mtu", "1500"],
+        vec!["-n", &a, "addr", "add", "10.76.0.1/24", "dev", "fda"],
+        vec!["-n", &b, "addr", "add", "10.76.0.2/24", "dev", "fdb"],
+        vec!["-n", &a, "link", "set", "fda", "up"],
+        vec!["-n", &b, "link", "set", "fdb", "up"],
+        vec!["-n", &a, "link", "set", "lo", "up"],
+        vec!["-n", &b, "link", "set", "lo", "up"],
+    ];
+    for s in steps {
+        let o = Command::new("ip").args(&s).output().unwrap();
+        assert!(
+            o.status.success(),
+            "ip {s:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    let o = Command::new("ip")
+        .args(["netns", "exec", &a, env!("CARGO_BIN_EXE_ferroce")])
+        .args(["doctor", "10.76.0.1", "10.76.0.2"])
+        .env("FERROCE_DEVICES", "10.76.0.1")
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(!o.status.success(), "{out}");
+    assert!(
+        out.contains("ok   interface MTU 9000: RoCE path MTU 4096"),
+        "{out}"
+    );
+    assert!(
+        out.contains("FAIL 10.76.0.2 answers small datagrams but not one of 4156 bytes"),
+        "{out}"
+    );
+}
