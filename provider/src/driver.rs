@@ -325,7 +325,11 @@ pub(crate) fn member_registry(
 
 /// Sends the ACKs this thread's polls held ([`Flush::Join`]) on every device.
 fn flush_held_all() {
-    let addrs = HELD_HERE.with(|h| std::mem::take(&mut *h.borrow_mut()));
+    // At exit (a destructor of the C library, after this thread's locals are gone) there is
+    // nothing held here to find.
+    let addrs = HELD_HERE
+        .try_with(|h| std::mem::take(&mut *h.borrow_mut()))
+        .unwrap_or_default();
     let held: Vec<Arc<Shared>> = RUNTIMES
         .lock()
         .iter()
@@ -806,12 +810,17 @@ impl Shared {
             } else if built && st.acks_held.is_none() {
                 // Bare ACKs: they wait for the program's answer, at most ACK_HOLD.
                 st.acks_held = Some(now.as_nanos());
-                HELD_HERE.with(|h| {
+                let noted = HELD_HERE.try_with(|h| {
                     let mut h = h.borrow_mut();
                     if !h.contains(&self.local) {
                         h.push(self.local);
                     }
                 });
+                if noted.is_err() {
+                    // This thread's locals are gone (the process is exiting): nobody would
+                    // send them on its next poll.
+                    Self::flush_tx(st);
+                }
                 let due = now.as_nanos() + ACK_HOLD.as_nanos() as u64;
                 if self.wakes_at.load(Ordering::SeqCst) > due + HOLD_SLACK.as_nanos() as u64 {
                     // The progress thread sleeps past the hold (it is not in its short sleeps
@@ -1056,7 +1065,11 @@ impl Shared {
             .store(self.now().as_nanos(), Ordering::Relaxed);
         if let Some(mut rx) = self.rx.try_lock() {
             BUSY.with(|b| b.set(0));
-            if self.receive_inline(&mut **rx) == 0 && HELD_HERE.with(|h| !h.borrow().is_empty()) {
+            if self.receive_inline(&mut **rx) == 0
+                && HELD_HERE
+                    .try_with(|h| !h.borrow().is_empty())
+                    .unwrap_or(false)
+            {
                 // Nothing new, and the program did not answer what it got: the ACKs its
                 // polls held leave now (on every device this thread polled).
                 drop(rx);

@@ -186,9 +186,12 @@ fn trains_longer_than_the_kernel_takes_go_again_in_trains_of_64() {
     let mut s = SendBatch::new(n, 64);
     s.set_segmentation(Segmentation::RoceV2);
     s.set_max_segments(200);
+    // Byte 0 (the opcode) a WRITE's: a FLUSH would start a message of its own.
+    let body = |i: usize| [0x0A, i as u8];
     for i in 0..n {
         let buf = &mut s.next_buf()[..40];
         buf.fill(i as u8);
+        buf[..2].copy_from_slice(&body(i));
         ctx(0).fill(buf);
         s.commit(40, dst);
     }
@@ -198,7 +201,7 @@ fn trains_longer_than_the_kernel_takes_go_again_in_trains_of_64() {
     let mut buf = [0u8; 100];
     for i in 0..n {
         let got = b.recv(&mut buf).unwrap();
-        assert_eq!((got, buf[0]), (40, i as u8));
+        assert_eq!((got, [buf[0], buf[1]]), (40, body(i)));
         let id = (i % FALLBACK_SEGMENTS) as u16;
         assert!(
             ctx(id).verify(&buf[..got]),
