@@ -9,8 +9,9 @@
 #              READ and WRITE over rdma_cm connects and disconnects (rping -V) and four CM
 #              connections at once (ucmatose) everywhere; RC SENDs (ibv_rc_pingpong -c), SRQ
 #              (ibv_srq_pingpong -c) and UD (ibv_ud_pingpong -c) between the hosts whose links
-#              neither drop nor get cut; every byte is checked by the programs (-c, -V),
-#              every run must pass
+#              neither drop nor get cut; Open MPI over UCX, 4 ranks on host 7 (mpi_peer.c:
+#              ping-pong, Allreduce, Bcast, Alltoall, Put/Get); every byte is checked by the
+#              programs (-c, -V, mpi_peer), every run must pass
 #   victims    one loop per host, started first on each address (so the role holder of every
 #              address, the process that routes its QP1, is a victim): long RC and rping pairs
 #   chaos      every CHAOS_PERIOD: SIGKILL a victim (the address's role holder when a victim
@@ -65,6 +66,21 @@ echo "soak: building the libraries and the tool (release)"
     "$OUT/lib/librdmacm.so.1"
 FERROCE=$TOP/target/release/ferroce
 LIB=$OUT/lib
+# MPI collectives (Open MPI over UCX's verbs transports, 4 ranks) on one host, beside the
+# chaos there: tests/c/mpi_peer.c checks every byte of a ping-pong, Allreduce, Bcast, Alltoall
+# and one-sided Put/Get. UCX takes a verbs device only beside its uverbs node.
+MPI=""
+if command -v mpicc.openmpi >/dev/null && command -v mpirun.openmpi >/dev/null; then
+    mpicc.openmpi -O2 -o "$OUT/mpi_peer" "$TOP/ibverbs/tests/c/mpi_peer.c" ||
+        { echo "soak: FAILED: mpicc.openmpi"; exit 1; }
+    "$FERROCE" devnode >/dev/null || { echo "soak: FAILED: ferroce devnode"; exit 1; }
+    MPI=$OUT/mpi_peer
+elif [ "${CI:-}" = true ]; then
+    echo "soak: FAILED: no Open MPI under CI (apt-get install openmpi-bin libopenmpi-dev)"
+    exit 1
+else
+    echo "SKIPPED: soak: the MPI witness: apt-get install openmpi-bin libopenmpi-dev"
+fi
 
 # ---- the fabric ----
 cleanup() {
@@ -205,6 +221,21 @@ pair() {
     fi
 }
 
+# One Open MPI run of 4 ranks on host $1 (all on its address). Prints "ok" or "fail".
+mpi_run() {
+    local h=$1 tag=$2 log="$OUT/runs/$2"
+    prog "$h" env UCX_TLS=self,rc_verbs,ud_verbs timeout -s KILL 240 mpirun.openmpi \
+        --allow-run-as-root --oversubscribe -np 4 --mca pml ucx --mca osc ucx \
+        -x LD_LIBRARY_PATH -x FERROCE_DEVICES -x FERROCE_FAULTS -x UCX_TLS "$MPI" >"$log" 2>&1
+    local rc=$?
+    if [ $rc = 0 ] && grep -q "ok mpi 4 ranks" "$log"; then
+        rm -f "$log"
+        echo "ok 0"
+    else
+        echo "fail (rc $rc: $log)"
+    fi
+}
+
 END=$(($(date +%s) + SECONDS_WANTED))
 
 # Victims first: the first process on each address holds its QP1 role.
@@ -232,11 +263,17 @@ witness() {
     # lost nobody is left to answer the retransmissions (as on any RoCE NIC). rping and
     # ucmatose end with a CM disconnect, so they run everywhere.
     case $a in 6 | 7 | 8) kinds+=(rc srq ud) ;; esac
+    # Host 7 (clean) also runs the MPI ranks, on its own address.
+    [ "$a" = 7 ] && [ -n "$MPI" ] && kinds+=(mpi)
     while [ "$(date +%s)" -lt "$END" ]; do
         local kind=${kinds[$((n % ${#kinds[@]}))]}
         local r
-        r=$(pair "$kind" "$a" "$b" $((20000 + a * 100 + n % 100)) 120 "w$a-$n-$kind" $n \
-            2>>"$OUT/shell.txt")
+        if [ "$kind" = mpi ]; then
+            r=$(mpi_run "$a" "w$a-$n-mpi" 2>>"$OUT/shell.txt")
+        else
+            r=$(pair "$kind" "$a" "$b" $((20000 + a * 100 + n % 100)) 120 "w$a-$n-$kind" $n \
+                2>>"$OUT/shell.txt")
+        fi
         echo "$kind $a->$b $r" >>"$OUT/witnesses.txt"
         n=$((n + 1))
     done
