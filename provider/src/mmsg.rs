@@ -733,23 +733,33 @@ mod tests {
         );
     }
 
-    /// RoCEv2 trains: each segment's ICRC is right for the ID the kernel gives it.
-    #[test]
-    fn roce_trains_carry_icrcs_for_their_ids() {
+    /// A sender that lets the kernel fragment (so IDs advance) and a GRO receiver, on loopback.
+    fn roce_sockets() -> (UdpSocket, UdpSocket) {
         let a = UdpSocket::bind("127.0.0.1:0").unwrap();
         crate::sys::set_dont_fragment(a.as_raw_fd(), false).unwrap();
         let b = UdpSocket::bind("127.0.0.1:0").unwrap();
         enable_gro(b.as_raw_fd()).unwrap();
+        (a, b)
+    }
+
+    /// The ICRC context of a datagram from `a` to `b` with IPv4 Identification `id`.
+    fn icrc_ctx(a: &UdpSocket, b: &UdpSocket, id: u16) -> IcrcContext {
         let (src, dst) = (a.local_addr().unwrap(), b.local_addr().unwrap());
-        let ctx = |id| {
-            IcrcContext::v4(
-                [127, 0, 0, 1].into(),
-                [127, 0, 0, 1].into(),
-                id,
-                src.port(),
-                dst.port(),
-            )
-        };
+        IcrcContext::v4(
+            [127, 0, 0, 1].into(),
+            [127, 0, 0, 1].into(),
+            id,
+            src.port(),
+            dst.port(),
+        )
+    }
+
+    /// RoCEv2 trains: each segment's ICRC is right for the ID the kernel gives it.
+    #[test]
+    fn roce_trains_carry_icrcs_for_their_ids() {
+        let (a, b) = roce_sockets();
+        let dst = b.local_addr().unwrap();
+        let ctx = |id| icrc_ctx(&a, &b, id);
         let mut s = SendBatch::new(8, 600);
         s.set_segmentation(Segmentation::RoceV2);
         for i in 0..5u8 {
@@ -773,20 +783,9 @@ mod tests {
     /// right after datagrams of its length to the same peer (an ATOMIC WRITE has its length).
     #[test]
     fn a_flush_starts_its_own_message() {
-        let a = UdpSocket::bind("127.0.0.1:0").unwrap();
-        crate::sys::set_dont_fragment(a.as_raw_fd(), false).unwrap();
-        let b = UdpSocket::bind("127.0.0.1:0").unwrap();
-        enable_gro(b.as_raw_fd()).unwrap();
-        let (src, dst) = (a.local_addr().unwrap(), b.local_addr().unwrap());
-        let ctx = |id| {
-            IcrcContext::v4(
-                [127, 0, 0, 1].into(),
-                [127, 0, 0, 1].into(),
-                id,
-                src.port(),
-                dst.port(),
-            )
-        };
+        let (a, b) = roce_sockets();
+        let dst = b.local_addr().unwrap();
+        let ctx = |id| icrc_ctx(&a, &b, id);
         let mut s = SendBatch::new(8, 64);
         s.set_segmentation(Segmentation::RoceV2);
         let flushes = [false, false, true, true, false];

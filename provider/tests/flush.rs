@@ -13,7 +13,10 @@ use ferroce::transport::{
     BringUp, FlushSpec, Mtu, QpCap, QpType, RemoteAddr, SendWr, Service, WcOpcode, WcStatus,
     WorkCompletion,
 };
-use ferroce::{AccessFlags, CompletionQueue, Device, Error, OpenOptions, QpInitAttr, QueuePair};
+use ferroce::{
+    AccessFlags, CompletionQueue, Context, Device, Error, OpenOptions, ProtectionDomain,
+    QpInitAttr, QueuePair,
+};
 
 fn wait(cq: &CompletionQueue) -> WorkCompletion {
     let end = Instant::now() + Duration::from_secs(20);
@@ -56,22 +59,28 @@ fn bring_up(q: &QueuePair, peer: [u8; 4], dest: u32) {
     }
 }
 
-#[test]
-fn flushes_of_a_range_and_of_a_region_complete_and_persistence_is_refused() {
-    let open = |a: [u8; 4]| {
-        Device::for_addr(IpAddr::from(a))
+/// Two devices of this process at `a` and `b` (opened with `opts`), a PD, a CQ of `cqe`
+/// entries and an RC QP on each, connected to each other.
+struct Pair {
+    pa: ProtectionDomain,
+    pb: ProtectionDomain,
+    qa: QueuePair,
+    qa_cq: CompletionQueue,
+    _b: (QueuePair, CompletionQueue, Context, Context),
+}
+
+fn pair(a: [u8; 4], b: [u8; 4], opts: impl Fn(usize) -> OpenOptions, cqe: u32) -> Pair {
+    let open = |addr: [u8; 4], i| {
+        Device::for_addr(IpAddr::from(addr))
             .unwrap()
-            .open_with(OpenOptions {
-                memory: Some(true),
-                ..OpenOptions::default()
-            })
+            .open_with(opts(i))
             .unwrap()
     };
-    let (ca, cb) = (open([127, 0, 96, 1]), open([127, 0, 96, 2]));
+    let (ca, cb) = (open(a, 0), open(b, 1));
     let (pa, pb) = (ca.alloc_pd(), cb.alloc_pd());
     let (qa_cq, qb_cq) = (
-        ca.create_cq(16, None).unwrap(),
-        cb.create_cq(16, None).unwrap(),
+        ca.create_cq(cqe, None).unwrap(),
+        cb.create_cq(cqe, None).unwrap(),
     );
     let attr = |cq| QpInitAttr {
         qp_type: QpType::Rc,
@@ -89,10 +98,26 @@ fn flushes_of_a_range_and_of_a_region_complete_and_persistence_is_refused() {
     };
     let qa = pa.create_qp(&attr(&qa_cq)).unwrap();
     let qb = pb.create_qp(&attr(&qb_cq)).unwrap();
-    bring_up(&qa, [127, 0, 96, 2], qb.qp_num());
-    bring_up(&qb, [127, 0, 96, 1], qa.qp_num());
+    bring_up(&qa, b, qb.qp_num());
+    bring_up(&qb, a, qa.qp_num());
+    Pair {
+        pa,
+        pb,
+        qa,
+        qa_cq,
+        _b: (qb, qb_cq, ca, cb),
+    }
+}
 
-    let persistent = pb.reg_mr(
+#[test]
+fn flushes_of_a_range_and_of_a_region_complete_and_persistence_is_refused() {
+    let opts = |_| OpenOptions {
+        memory: Some(true),
+        ..OpenOptions::default()
+    };
+    let p = pair([127, 0, 96, 1], [127, 0, 96, 2], opts, 16);
+
+    let persistent = p.pb.reg_mr(
         4096,
         AccessFlags::LOCAL_WRITE | AccessFlags::FLUSH_PERSISTENT,
     );
@@ -100,8 +125,8 @@ fn flushes_of_a_range_and_of_a_region_complete_and_persistence_is_refused() {
         matches!(persistent, Err(Error::InvalidArgument(_))),
         "{persistent:?}"
     );
-    let mr = pb
-        .reg_mr(
+    let mr =
+        p.pb.reg_mr(
             1 << 16,
             AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::FLUSH_GLOBAL,
         )
@@ -115,16 +140,16 @@ fn flushes_of_a_range_and_of_a_region_complete_and_persistence_is_refused() {
         (2, 0, FlushSpec::RANGE),
         (3, 9_999_999, FlushSpec::MR),
     ] {
-        qa.post_send(&SendWr::flush(id, remote, len, FlushSpec::GLOBAL, level))
+        p.qa.post_send(&SendWr::flush(id, remote, len, FlushSpec::GLOBAL, level))
             .unwrap();
-        let wc = wait(&qa_cq);
+        let wc = wait(&p.qa_cq);
         assert_eq!(
             (wc.wr_id, wc.status, wc.opcode),
             (id, WcStatus::Success, WcOpcode::Flush)
         );
     }
     // Persistence the region does not grant: the peer NAKs remote access.
-    qa.post_send(&SendWr::flush(
+    p.qa.post_send(&SendWr::flush(
         4,
         remote,
         64,
@@ -132,7 +157,7 @@ fn flushes_of_a_range_and_of_a_region_complete_and_persistence_is_refused() {
         FlushSpec::RANGE,
     ))
     .unwrap();
-    let wc = wait(&qa_cq);
+    let wc = wait(&p.qa_cq);
     assert_eq!((wc.wr_id, wc.status), (4, WcStatus::RemAccessErr));
 }
 
@@ -140,44 +165,16 @@ fn flushes_of_a_range_and_of_a_region_complete_and_persistence_is_refused() {
 /// way (the lab's lossy matrix does this against rxe): every round completes, in order.
 #[test]
 fn write_and_flushes_back_to_back_under_loss() {
-    let open = |a: [u8; 4], seed: u64| {
-        Device::for_addr(IpAddr::from(a))
-            .unwrap()
-            .open_with(OpenOptions {
-                faults: Some(
-                    ferroce::faults::FaultConfig::parse(&format!("loss=0.1,seed={seed}")).unwrap(),
-                ),
-                ..OpenOptions::default()
-            })
-            .unwrap()
+    let opts = |i| OpenOptions {
+        faults: Some(
+            ferroce::faults::FaultConfig::parse(&format!("loss=0.1,seed={}", 11 + i)).unwrap(),
+        ),
+        ..OpenOptions::default()
     };
-    let (ca, cb) = (open([127, 0, 96, 5], 11), open([127, 0, 96, 6], 12));
-    let (pa, pb) = (ca.alloc_pd(), cb.alloc_pd());
-    let (qa_cq, qb_cq) = (
-        ca.create_cq(64, None).unwrap(),
-        cb.create_cq(64, None).unwrap(),
-    );
-    let attr = |cq| QpInitAttr {
-        qp_type: QpType::Rc,
-        send_cq: cq,
-        recv_cq: cq,
-        srq: None,
-        cap: QpCap {
-            max_send_wr: 16,
-            max_recv_wr: 16,
-            max_send_sge: 1,
-            max_recv_sge: 1,
-            max_inline_data: 0,
-        },
-        sq_sig_all: false,
-    };
-    let qa = pa.create_qp(&attr(&qa_cq)).unwrap();
-    let qb = pb.create_qp(&attr(&qb_cq)).unwrap();
-    bring_up(&qa, [127, 0, 96, 6], qb.qp_num());
-    bring_up(&qb, [127, 0, 96, 5], qa.qp_num());
-    let src = pa.reg_mr(4096, AccessFlags::LOCAL_WRITE).unwrap();
-    let mr = pb
-        .reg_mr(
+    let p = pair([127, 0, 96, 5], [127, 0, 96, 6], opts, 64);
+    let src = p.pa.reg_mr(4096, AccessFlags::LOCAL_WRITE).unwrap();
+    let mr =
+        p.pb.reg_mr(
             1 << 16,
             AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::FLUSH_GLOBAL,
         )
@@ -189,8 +186,8 @@ fn write_and_flushes_back_to_back_under_loss() {
     for round in 0..40u64 {
         let mut w = SendWr::write(round * 10, src.sge(0, 4096), remote);
         w.send_flags = ferroce::SendFlags::SIGNALED;
-        qa.post_send(&w).unwrap();
-        qa.post_send(&SendWr::flush(
+        p.qa.post_send(&w).unwrap();
+        p.qa.post_send(&SendWr::flush(
             round * 10 + 1,
             remote,
             4096,
@@ -198,7 +195,7 @@ fn write_and_flushes_back_to_back_under_loss() {
             FlushSpec::RANGE,
         ))
         .unwrap();
-        qa.post_send(&SendWr::flush(
+        p.qa.post_send(&SendWr::flush(
             round * 10 + 2,
             remote,
             0,
@@ -210,7 +207,7 @@ fn write_and_flushes_back_to_back_under_loss() {
             .into_iter()
             .enumerate()
         {
-            let wc = wait(&qa_cq);
+            let wc = wait(&p.qa_cq);
             assert_eq!(
                 (wc.wr_id, wc.status, wc.opcode),
                 (round * 10 + k as u64, WcStatus::Success, op),
