@@ -1,5 +1,5 @@
 //! Fault injection at the socket layer for tests and demos: `FERROCE_FAULTS=loss=0.05,dup=0.01,
-//! reorder=0.02,corrupt=0.001[,seed=N]`.
+//! reorder=0.02,corrupt=0.001[,seed=N][,droprx=OPCODE]`.
 //!
 //! Every probability is per packet, end to end between two ferroce devices that both inject:
 //! a packet is lost with probability `loss` in all, split evenly between the sender's socket
@@ -24,6 +24,9 @@ pub struct FaultConfig {
     pub ce: f64,
     /// Seed of the fault generator (default: from the clock).
     pub seed: Option<u64>,
+    /// The first received packet with this BTH opcode is dropped, once (`droprx=0x10`: a
+    /// READ's first RDMA READ Response Only): one loss exactly where a test wants it.
+    pub drop_rx_opcode: Option<u8>,
 }
 
 /// A malformed `FERROCE_FAULTS` value.
@@ -55,6 +58,14 @@ impl FaultConfig {
                 .ok_or_else(|| FaultSpecError(item.to_owned()))?;
             if k == "seed" {
                 c.seed = Some(v.parse().map_err(|_| FaultSpecError(item.to_owned()))?);
+                continue;
+            }
+            if k == "droprx" {
+                let op = match v.strip_prefix("0x") {
+                    Some(hex) => u8::from_str_radix(hex, 16),
+                    None => v.parse(),
+                };
+                c.drop_rx_opcode = Some(op.map_err(|_| FaultSpecError(item.to_owned()))?);
                 continue;
             }
             let p: f64 = v.parse().map_err(|_| FaultSpecError(item.to_owned()))?;
@@ -97,6 +108,8 @@ pub(crate) fn seed_from_clock() -> u64 {
 pub(crate) struct Faults {
     cfg: FaultConfig,
     state: u64,
+    /// Whether the packet `drop_rx_opcode` names has been dropped.
+    dropped_rx: bool,
 }
 
 impl Faults {
@@ -104,6 +117,7 @@ impl Faults {
         Faults {
             cfg,
             state: seed | 1,
+            dropped_rx: false,
         }
     }
 
@@ -124,6 +138,15 @@ impl Faults {
     pub(crate) fn lose(&mut self) -> bool {
         let p = 1.0 - (1.0 - self.cfg.loss).sqrt();
         self.chance(p)
+    }
+
+    /// Whether this received packet (a UDP payload, BTH first) is the one `droprx` drops.
+    pub(crate) fn drop_rx(&mut self, packet: &[u8]) -> bool {
+        let hit = !self.dropped_rx
+            && self.cfg.drop_rx_opcode.is_some()
+            && packet.first().copied() == self.cfg.drop_rx_opcode;
+        self.dropped_rx |= hit;
+        hit
     }
 
     pub(crate) fn duplicate(&mut self) -> bool {
@@ -167,7 +190,24 @@ mod tests {
         assert!(FaultConfig::parse("loss=2").is_err());
         assert!(FaultConfig::parse("lose=0.1").is_err());
         assert!(FaultConfig::parse("loss").is_err());
+        assert_eq!(
+            FaultConfig::parse("droprx=0x10").unwrap().drop_rx_opcode,
+            Some(0x10)
+        );
+        assert_eq!(
+            FaultConfig::parse("droprx=17").unwrap().drop_rx_opcode,
+            Some(17)
+        );
+        assert!(FaultConfig::parse("droprx=0x100").is_err());
         assert_eq!(FaultConfig::parse("").unwrap(), FaultConfig::default());
+    }
+
+    #[test]
+    fn droprx_drops_the_first_packet_of_its_opcode_once() {
+        let mut f = Faults::new(FaultConfig::parse("droprx=0x10").unwrap(), 1);
+        let packets: [&[u8]; 5] = [&[0x11, 0], &[0x10, 1], &[0x10, 2], &[], &[0x10]];
+        let seen: Vec<bool> = packets.iter().map(|p| f.drop_rx(p)).collect();
+        assert_eq!(seen, vec![false, true, false, false, false]);
     }
 
     #[test]

@@ -181,6 +181,40 @@ fn implied_nak_reissues_the_read() {
     assert_eq!(p.bytes(0)[..500], p.bytes(1)[1000..1500]);
 }
 
+/// A zero-length READ whose response is lost is replayed on its retry. Its RETH carries R_Key 0
+/// on every transmission (C9-88: the responder must not look at it), since kernel rxe 6.x
+/// records 0 as the R_Key of such a READ and drops a duplicate with any other (class D); the
+/// address is the posted one.
+#[test]
+fn zero_length_read_carries_rkey_0_and_is_replayed() {
+    let mut p = pair(61, lossless(), Opts::default());
+    let sc = Script::install(&mut p.net);
+    sc.borrow_mut().drop(1, |s| {
+        s.from == 1 && s.opcode == Opcode::RC_RDMA_READ_RESPONSE_ONLY
+    });
+    let w = p.wr(1, WrOpcode::RdmaRead, 0, 0, 1000);
+    let (va, rkey) = (w.remote.remote_addr, w.remote.rkey);
+    assert_ne!(rkey, 0);
+    p.post_send(0, w);
+    assert!(p.run_until_send_wcs(1, STEPS));
+    assert_eq!(statuses(&p.send_wcs(0)), vec![WcStatus::Success]);
+    let s = sc.borrow();
+    let reqs: Vec<_> = s
+        .log
+        .iter()
+        .filter(|x| x.opcode == Opcode::RC_RDMA_READ_REQUEST)
+        .collect();
+    assert_eq!(reqs.len(), 2, "the request and its retry");
+    for r in reqs {
+        let reth = r.reth.expect("a READ request has a RETH");
+        assert_eq!((reth.va, reth.rkey, reth.dma_len), (va, 0, 0));
+    }
+    assert_eq!(
+        s.count(|x| x.opcode == Opcode::RC_RDMA_READ_RESPONSE_ONLY && !x.dropped),
+        1
+    );
+}
+
 /// RNR: with no receive posted the responder sends RNR NAKs carrying its min_rnr_timer; the
 /// requester waits that long each time and gives up after rnr_retry retries (0..6).
 #[test]

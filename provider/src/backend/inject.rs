@@ -105,7 +105,7 @@ impl<R: Receiver> Receiver for FaultyReceiver<R> {
             stats,
         } = self;
         inner.deliver(&mut |from, bytes, ident, ecn| {
-            if faults.lose() {
+            if faults.lose() || faults.drop_rx(bytes) {
                 DatapathStats::add(&stats.injected_losses, 1);
                 return;
             }

@@ -446,13 +446,17 @@ impl Qp {
         let boundary = (from / mtu / READ_CHUNK_PKTS + 1) * READ_CHUNK_PKTS * mtu;
         let chunk = boundary.min(w.len) - from;
         let psn = w.first_psn + from / mtu;
+        // A zero-length READ carries R_Key 0: the responder must not look at it (C9-88), and
+        // kernel rxe since 6.x records 0 as such a READ's R_Key and silently drops a duplicate
+        // whose R_Key differs, so with the posted one a lost response could never be replayed.
+        let rkey = if w.len == 0 { 0 } else { w.wr.remote.rkey };
         let repr = PacketRepr {
             bth: BthRepr::new(Opcode::RC_RDMA_READ_REQUEST, self.attr.dest_qp_num, psn)
                 .with_ack_req(true),
             ext: ExtHeaders {
                 reth: Some(RethRepr {
                     va: w.wr.remote.remote_addr + u64::from(from),
-                    rkey: w.wr.remote.rkey,
+                    rkey,
                     dma_len: chunk,
                 }),
                 ..Default::default()
