@@ -50,6 +50,13 @@ enum Command {
         /// (what the host's QP1 routes REQs by).
         #[arg(long)]
         services: bool,
+        /// Every process's QPs on the device: type, state, peer, PSNs, and for a failed QP
+        /// its first error and why (like `rdma res show qp`, plus the reason).
+        #[arg(long)]
+        qps: bool,
+        /// One QP by number (e.g. 0x10011), whichever process has it, and why its work failed.
+        #[arg(long, value_name = "QPN", value_parser = parse_qpn)]
+        why: Option<u32>,
     },
     /// Check a device and the way to a peer, as the verbs checklist says: the address and its
     /// interface, the MTU, the GID, who holds UDP 4791, the drop counters; with PEER, the
@@ -446,7 +453,19 @@ fn main() -> ExitCode {
             verbose,
             counters,
             services,
-        } => devinfo::run(out, device.as_deref(), verbose, counters, services),
+            qps,
+            why,
+        } => devinfo::run(
+            out,
+            device.as_deref(),
+            devinfo::Sections {
+                verbose,
+                counters,
+                services,
+                qps,
+                why,
+            },
+        ),
         Command::RcPingpong(a) => pingpong::run(
             &pingpong::Options {
                 port: a.port,
@@ -475,6 +494,15 @@ fn main() -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// A QP number in hex (`0x10011`) or decimal.
+fn parse_qpn(s: &str) -> Result<u32, String> {
+    match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(hex) => u32::from_str_radix(hex, 16),
+        None => s.parse(),
+    }
+    .map_err(|e| format!("{s:?} is not a QP number ({e}): e.g. 0x10011"))
 }
 
 fn mtu_of(bytes: u32) -> ferroce::Result<Mtu> {

@@ -223,6 +223,49 @@ impl Device {
             .collect())
     }
 
+    /// The QPs of every process using this device on `port` (4791), as each process last
+    /// published them (every 200 ms while it runs), read from the address's registry without
+    /// opening the device: what `rdma res show qp` lists for a kernel device, and for a QP that
+    /// failed, its first error and why ([`crate::transport::QpError`]). Each process lists at
+    /// most 31 QPs, its failed ones first; [`ProcessQps::total`] says how many it has. Empty if
+    /// no process uses the device.
+    ///
+    /// # Errors
+    /// [`Error::Io`] if the registry belongs to another user or cannot be read.
+    pub fn live_qps(&self, port: u16) -> crate::Result<Vec<ProcessQps>> {
+        let Some((reg, mine)) = self.registry(port)? else {
+            return Ok(Vec::new());
+        };
+        Ok(reg
+            .qp_tables(mine)
+            .into_iter()
+            .map(|t| ProcessQps {
+                pid: t.pid,
+                slot: t.slot,
+                total: t.total,
+                qps: t
+                    .qps
+                    .into_iter()
+                    .map(|q| LiveQp {
+                        qp_num: q.qpn,
+                        qp_type: ferroce_transport::QpType::from_raw(u32::from(q.qp_type)),
+                        qp_state: ferroce_transport::QpState::from_raw(u32::from(q.state)),
+                        path_mtu: Mtu::from_raw(u32::from(q.path_mtu)),
+                        dest_qp_num: q.dest_qp_num,
+                        sq_psn: q.sq_psn,
+                        rq_psn: q.rq_psn,
+                        peer: q.peer,
+                        error: q.error.map(|(status, wr_id, reason)| LiveQpError {
+                            status: ferroce_transport::WcStatus::from_raw(u32::from(status)),
+                            wr_id,
+                            reason,
+                        }),
+                    })
+                    .collect(),
+            })
+            .collect())
+    }
+
     /// The live counters of every process using this device on `port` (4791 unless a program
     /// chose another), read from their shared-memory pages without opening the device: what
     /// `/sys/class/infiniband/<dev>/ports/1/hw_counters/` shows for a kernel device, per
@@ -336,6 +379,54 @@ pub struct ProcessCounters {
     pub published: std::time::SystemTime,
     /// The engine's counters (named as rxe's `hw_counters`), then the runtime's.
     pub counters: Vec<(&'static str, u64)>,
+}
+
+/// One process's QPs on a device ([`Device::live_qps`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcessQps {
+    /// The process.
+    pub pid: u32,
+    /// Its slot on the address (bits 23:16 of its QP numbers).
+    pub slot: u8,
+    /// How many QPs it has (QP1 aside); `qps` lists at most 31 of them.
+    pub total: u32,
+    /// Its QPs, the failed ones first, then by QP number.
+    pub qps: Vec<LiveQp>,
+}
+
+/// A QP as its process last published it: `ibv_query_qp`'s main attributes and, if it failed,
+/// its first error.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LiveQp {
+    /// `qp_num`.
+    pub qp_num: u32,
+    /// `qp_type` (`None`: a value this build does not know).
+    pub qp_type: Option<ferroce_transport::QpType>,
+    /// `qp_state`.
+    pub qp_state: Option<ferroce_transport::QpState>,
+    /// `path_mtu`.
+    pub path_mtu: Option<Mtu>,
+    /// `dest_qp_num` (connected QPs).
+    pub dest_qp_num: u32,
+    /// `sq_psn`: the next PSN it sends.
+    pub sq_psn: u32,
+    /// `rq_psn`: the next PSN it expects.
+    pub rq_psn: u32,
+    /// The peer's address (connected QPs from RTR on).
+    pub peer: Option<IpAddr>,
+    /// The first error of its work, if any.
+    pub error: Option<LiveQpError>,
+}
+
+/// A QP's first error as its process published it ([`crate::transport::QpError`] as text).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LiveQpError {
+    /// The failed completion's `status`.
+    pub status: Option<ferroce_transport::WcStatus>,
+    /// Its `wr_id`.
+    pub wr_id: u64,
+    /// Why, with the facts that decide it (at most 456 bytes).
+    pub reason: String,
 }
 
 /// The character-device node middleware looks for before it uses a verbs device: UCX lists a

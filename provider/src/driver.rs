@@ -444,7 +444,10 @@ impl Shared {
             let _ = ready.send(());
             return;
         };
+        // The QP table is rewritten every tenth period (200 ms): it walks every QP.
+        const QP_TABLE_PERIODS: u32 = 10;
         let mut first = true;
+        let mut period = 0u32;
         while !self.shutdown.load(Ordering::SeqCst) {
             if first || membership.changed() {
                 // Joining, this process waits its turn; a change others may be handling
@@ -459,6 +462,10 @@ impl Shared {
                 }
             }
             self.publish_counters(membership);
+            if period % QP_TABLE_PERIODS == 0 {
+                self.publish_qps(membership);
+            }
+            period = period.wrapping_add(1);
             std::thread::sleep(KEEPER_PERIOD);
         }
     }
@@ -472,6 +479,52 @@ impl Shared {
         };
         let values = e.named().into_iter().chain(r.named()).map(|(_, v)| v);
         membership.registry.publish(membership.slot, values);
+    }
+
+    /// Copies this process's QPs (its failed ones first, then by QPN; QP1 left out) to its
+    /// table in the registry, where `ferroce devinfo --qps` reads them.
+    fn publish_qps(&self, membership: &crate::host::group::Membership) {
+        use crate::host::qptable::{QpRecord, RECORDS};
+        let (total, records) = {
+            let st = self.engine.lock();
+            let mut qpns: Vec<(bool, u32)> = st
+                .ep
+                .qpns()
+                .filter(|&q| q > 1)
+                .map(|q| (st.ep.qp_error(q).is_none(), q))
+                .collect();
+            let total = qpns.len();
+            qpns.sort_unstable();
+            let records: Vec<QpRecord> = qpns
+                .iter()
+                .take(RECORDS)
+                .filter_map(|&(_, qpn)| {
+                    let a = st.ep.query_qp(qpn)?;
+                    // RTR and later (ERR included) have a peer, if ever connected.
+                    let connected = a.qp_state as u32 >= ferroce_transport::QpState::Rtr as u32;
+                    Some(QpRecord {
+                        qpn,
+                        qp_type: st.ep.qp_type(qpn).map_or(0, |t| t as u8),
+                        state: a.qp_state as u8,
+                        path_mtu: a.path_mtu as u8,
+                        dest_qp_num: a.dest_qp_num,
+                        sq_psn: a.sq_psn,
+                        rq_psn: a.rq_psn,
+                        peer: a.ah_attr.filter(|_| connected).map(|ah| ah.dest),
+                        error: st
+                            .ep
+                            .qp_error(qpn)
+                            .map(|e| (e.status as u8, e.wr_id, e.to_string())),
+                    })
+                })
+                .collect();
+            (total, records)
+        };
+        membership.registry.publish_qps(
+            membership.slot,
+            u32::try_from(total).unwrap_or(u32::MAX),
+            &records,
+        );
     }
 
     /// The device's address and UDP port.

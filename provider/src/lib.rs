@@ -77,7 +77,8 @@ pub use context::{
 };
 pub use cq::{CompletionChannel, CompletionQueue};
 pub use device::{
-    Device, GsiService, ProcessCounters, UVERBS_NODE, create_uverbs_node, device_list, devices,
+    Device, GsiService, LiveQp, LiveQpError, ProcessCounters, ProcessQps, UVERBS_NODE,
+    create_uverbs_node, device_list, devices,
 };
 pub use driver::RuntimeCounters;
 pub use error::{Error, Result};

@@ -160,7 +160,7 @@ fn rxe_peer_matrix() {
         .collect();
     // With `FERROCE_FAULTS=droprx=0x10` (the lossless matrix) ferroce drops the first READ
     // response it receives, the one answering the zero-length READ: that scenario then needs
-    // rxe to replay a duplicate zero-length READ (ferroce sends R_Key 0 in its RETH for this).
+    // rxe to replay a duplicate zero-length READ (docs/interop.md: "rxe's zero-length READ").
     let drop_first_read_response = std::env::var("FERROCE_FAULTS")
         .is_ok_and(|f| f.split(',').any(|i| i.trim() == "droprx=0x10"));
     // ferroce -> rxe.

@@ -634,6 +634,11 @@ impl Endpoint {
         Ok(())
     }
 
+    /// The type of QP `qpn` (`ibv_qp.qp_type`).
+    pub fn qp_type(&self, qpn: u32) -> Option<QpType> {
+        self.qps.get(&qpn).map(|q| q.qp_type)
+    }
+
     /// `ibv_query_qp`.
     pub fn query_qp(&self, qpn: u32) -> Option<QpAttr> {
         self.qps.get(&qpn).map(Qp::query)

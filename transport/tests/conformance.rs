@@ -181,38 +181,55 @@ fn implied_nak_reissues_the_read() {
     assert_eq!(p.bytes(0)[..500], p.bytes(1)[1000..1500]);
 }
 
-/// A zero-length READ whose response is lost is replayed on its retry. Its RETH carries R_Key 0
-/// on every transmission (C9-88: the responder must not look at it), since kernel rxe 6.x
-/// records 0 as the R_Key of such a READ and drops a duplicate with any other (class D); the
-/// address is the posted one.
+/// A zero-length READ whose response is lost is replayed on a retry. Its first request carries
+/// the posted R_Key and its retries 0 and the posted key in turn (C9-88: the responder must not
+/// look at it), since kernel rxe compares a duplicate's key with the one it recorded: 6.12
+/// records 0, 6.1 the key sent, and each drops a duplicate with another key silently. Here the
+/// responder plays 6.12 (the retry with the posted key is dropped, as 6.12 would) and then 6.1
+/// (the one with 0 is dropped).
 #[test]
-fn zero_length_read_carries_rkey_0_and_is_replayed() {
-    let mut p = pair(61, lossless(), Opts::default());
-    let sc = Script::install(&mut p.net);
-    sc.borrow_mut().drop(1, |s| {
-        s.from == 1 && s.opcode == Opcode::RC_RDMA_READ_RESPONSE_ONLY
-    });
-    let w = p.wr(1, WrOpcode::RdmaRead, 0, 0, 1000);
-    let (va, rkey) = (w.remote.remote_addr, w.remote.rkey);
-    assert_ne!(rkey, 0);
-    p.post_send(0, w);
-    assert!(p.run_until_send_wcs(1, STEPS));
-    assert_eq!(statuses(&p.send_wcs(0)), vec![WcStatus::Success]);
-    let s = sc.borrow();
-    let reqs: Vec<_> = s
-        .log
-        .iter()
-        .filter(|x| x.opcode == Opcode::RC_RDMA_READ_REQUEST)
-        .collect();
-    assert_eq!(reqs.len(), 2, "the request and its retry");
-    for r in reqs {
-        let reth = r.reth.expect("a READ request has a RETH");
-        assert_eq!((reth.va, reth.rkey, reth.dma_len), (va, 0, 0));
+fn zero_length_read_retries_alternate_rkey_0_and_the_posted_one() {
+    for (case, drop_retry_with_0) in [(0, false), (1, true)] {
+        let mut p = pair(61 + case, lossless(), Opts::default());
+        let sc = Script::install(&mut p.net);
+        sc.borrow_mut().drop(1, |s| {
+            s.from == 1 && s.opcode == Opcode::RC_RDMA_READ_RESPONSE_ONLY
+        });
+        if drop_retry_with_0 {
+            sc.borrow_mut().drop(1, |s| {
+                s.from == 0
+                    && s.opcode == Opcode::RC_RDMA_READ_REQUEST
+                    && s.reth.is_some_and(|r| r.rkey == 0)
+            });
+        }
+        let w = p.wr(1, WrOpcode::RdmaRead, 0, 0, 1000);
+        let (va, rkey) = (w.remote.remote_addr, w.remote.rkey);
+        assert_ne!(rkey, 0);
+        p.post_send(0, w);
+        assert!(p.run_until_send_wcs(1, STEPS));
+        assert_eq!(statuses(&p.send_wcs(0)), vec![WcStatus::Success]);
+        let s = sc.borrow();
+        let keys: Vec<u32> = s
+            .log
+            .iter()
+            .filter(|x| x.opcode == Opcode::RC_RDMA_READ_REQUEST)
+            .map(|r| {
+                let reth = r.reth.expect("a READ request has a RETH");
+                assert_eq!((reth.va, reth.dma_len), (va, 0));
+                reth.rkey
+            })
+            .collect();
+        let want = if drop_retry_with_0 {
+            vec![rkey, 0, rkey]
+        } else {
+            vec![rkey, 0]
+        };
+        assert_eq!(keys, want, "case {case}");
+        assert_eq!(
+            s.count(|x| x.opcode == Opcode::RC_RDMA_READ_RESPONSE_ONLY && !x.dropped),
+            1
+        );
     }
-    assert_eq!(
-        s.count(|x| x.opcode == Opcode::RC_RDMA_READ_RESPONSE_ONLY && !x.dropped),
-        1
-    );
 }
 
 /// RNR: with no receive posted the responder sends RNR NAKs carrying its min_rnr_timer; the

@@ -1,13 +1,13 @@
 //! Errors that explain themselves: each failed work request keeps the facts that decide it
 //! (`Endpoint::qp_error`), for the verbs pitfalls people hit — a wrong dest QPN, a peer gone
 //! after answering, receives posted late with `rnr_retry` 0, a wrong rkey, a SEND larger than
-//! the receive.
+//! the receive, a path MTU larger than the peer's.
 #![allow(clippy::unwrap_used)]
 
 mod common;
 
 use common::*;
-use ferroce_transport::{ErrorCause, QpState, WcStatus, WrOpcode};
+use ferroce_transport::{ErrorCause, Mtu, QpState, WcStatus, WrOpcode};
 use ferroce_wire::NakCode;
 
 const STEPS: u64 = 200_000;
@@ -156,6 +156,43 @@ fn a_send_larger_than_the_receive_names_both_sizes() {
             ..
         }
     ));
+}
+
+/// A requester whose path_mtu (4096) is larger than its peer's (1024): the peer refuses the
+/// first packet longer than its MTU with NAK invalid request, and the reason names the packet's
+/// size and this QP's path_mtu.
+#[test]
+fn a_path_mtu_larger_than_the_peers_is_named() {
+    let mut p = pair(59, lossless(), opts());
+    let (qb, psn_a, psn_b) = (p.qb, p.opts.psn_a, p.opts.psn_b);
+    p.opts.mtu = Mtu::Mtu4096;
+    reconnect_a(&mut p, qb, psn_a, psn_b);
+    p.post_send(0, p.wr(6, WrOpcode::RdmaWrite, 0, 3000, 0));
+    p.net.drive(STEPS);
+    assert_eq!(p.send_wcs(0)[0].status, WcStatus::RemInvReqErr);
+    let e = p.net.nodes[0].endpoint.qp_error(p.qa).unwrap();
+    match e.cause {
+        ErrorCause::Nak {
+            code: NakCode::InvalidRequest,
+            packet_bytes,
+            path_mtu,
+            ..
+        } => assert_eq!((packet_bytes, path_mtu), (3000, 4096)),
+        other => panic!("{other:?}"),
+    }
+    let text = e.to_string();
+    assert!(
+        text.contains("carried 3000 bytes (this QP's path_mtu is 4096)")
+            && text.contains("both sides must use the same path_mtu"),
+        "{text}"
+    );
+    // A refusal with nothing to do with the MTU does not mention it.
+    let mut p = pair(60, lossless(), opts());
+    p.post_recv(1, 30, 0, 10);
+    p.post_send(0, p.wr(5, WrOpcode::Send, 0, 200, 0));
+    p.net.drive(STEPS);
+    let e = p.net.nodes[0].endpoint.qp_error(p.qa).unwrap();
+    assert!(!e.to_string().contains("path_mtu"), "{e}");
 }
 
 #[test]

@@ -4,20 +4,33 @@ use std::io::Write;
 
 use ferroce::{Device, Result};
 
-/// Prints every device (or the named one); `verbose` adds the device attributes (opening a
-/// context beside any program's), `counters` the live counters of every process using the
-/// device, read from their shared pages; `services` the CM service IDs (rdma_cm ports) that
-/// processes listen on, from the address's registry.
+/// What `ferroce devinfo` prints besides each device's port.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Sections {
+    /// The device attributes (opening a context beside any program's).
+    pub verbose: bool,
+    /// The live counters of every process using the device, read from their shared pages.
+    pub counters: bool,
+    /// The CM service IDs (rdma_cm ports) processes listen on, from the address's registry.
+    pub services: bool,
+    /// Every process's QPs: state, peer, PSNs and, for a failed one, its first error.
+    pub qps: bool,
+    /// One QP by number, whichever process has it, with its error's reason in full.
+    pub why: Option<u32>,
+}
+
+/// Prints every device (or the named one) with the `sections` asked for.
 ///
 /// # Errors
-/// Enumeration failure, or an unknown device name.
-pub fn run(
-    out: &mut dyn Write,
-    device: Option<&str>,
-    verbose: bool,
-    counters: bool,
-    services: bool,
-) -> Result<()> {
+/// Enumeration failure, an unknown device name, or (`why`) a QP no process on the device has.
+pub fn run(out: &mut dyn Write, device: Option<&str>, sections: Sections) -> Result<()> {
+    let Sections {
+        verbose,
+        counters,
+        services,
+        qps,
+        why,
+    } = sections;
     let devs = match device {
         Some(d) => vec![Device::find(d)?],
         None => ferroce::devices()?,
@@ -53,6 +66,12 @@ pub fn run(
                     let _ = writeln!(out, "\t\t{k}:\t{v}");
                 }
             }
+        }
+        if qps {
+            print_qps(out, &d)?;
+        }
+        if let Some(qpn) = why {
+            print_why(out, &d, qpn)?;
         }
         if services {
             let listened = d.gsi_services(ferroce::wire::ROCE_UDP_PORT)?;
@@ -110,5 +129,91 @@ pub fn run(
         }
         let _ = writeln!(out);
     }
+    Ok(())
+}
+
+/// One line per QP of every process on `d`: number, type, state, peer and PSNs, and for a failed
+/// QP its status and reason.
+fn print_qps(out: &mut dyn Write, d: &Device) -> Result<()> {
+    let procs = d.live_qps(ferroce::wire::ROCE_UDP_PORT)?;
+    if procs.is_empty() {
+        let _ = writeln!(out, "\tqps:\t\t\t\t(no process uses the device)");
+    }
+    for p in procs {
+        let _ = writeln!(
+            out,
+            "\tprocess {} (slot {}): {} QP{}{}",
+            p.pid,
+            p.slot,
+            p.total,
+            if p.total == 1 { "" } else { "s" },
+            if p.total as usize > p.qps.len() {
+                format!(", the first {} listed (failed ones first)", p.qps.len())
+            } else {
+                String::new()
+            }
+        );
+        for q in &p.qps {
+            let _ = writeln!(out, "\t\t{}", qp_line(q));
+            if let Some(e) = &q.error {
+                let _ = writeln!(out, "\t\t\twhy: {}", e.reason);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `QPN 0x10011 RC RTS mtu 1024 peer 10.0.0.2 dest_qp_num 0x10022 sq_psn 0x.. rq_psn 0x..`.
+fn qp_line(q: &ferroce::LiveQp) -> String {
+    let mut s = format!(
+        "QPN {:#x} {} {}",
+        q.qp_num,
+        q.qp_type.map_or("?", |t| match t {
+            ferroce::QpType::Rc => "RC",
+            ferroce::QpType::Uc => "UC",
+            ferroce::QpType::Ud => "UD",
+        }),
+        q.qp_state
+            .map_or_else(|| "?".to_owned(), |st| format!("{st:?}").to_uppercase()),
+    );
+    if let Some(m) = q.path_mtu {
+        s += &format!(" mtu {}", m.bytes());
+    }
+    if let Some(p) = q.peer {
+        s += &format!(" peer {p} dest_qp_num {:#x}", q.dest_qp_num);
+    }
+    s += &format!(" sq_psn {:#x} rq_psn {:#x}", q.sq_psn, q.rq_psn);
+    if let Some(e) = &q.error {
+        s += &format!(
+            " error {} (wr_id {})",
+            e.status.map_or_else(|| "?".to_owned(), |st| st.to_string()),
+            e.wr_id
+        );
+    }
+    s
+}
+
+/// QP `qpn` of whichever process on `d` has it, and why it failed (or that it has not).
+fn print_why(out: &mut dyn Write, d: &Device, qpn: u32) -> Result<()> {
+    let procs = d.live_qps(ferroce::wire::ROCE_UDP_PORT)?;
+    let found = procs
+        .iter()
+        .find_map(|p| p.qps.iter().find(|q| q.qp_num == qpn).map(|q| (p, q)));
+    let Some((p, q)) = found else {
+        let listed: u32 = procs.iter().map(|p| p.qps.len() as u32).sum();
+        let total: u32 = procs.iter().map(|p| p.total).sum();
+        return Err(ferroce::Error::Invalid(format!(
+            "QPN {qpn:#x} is not a QP of any process on {} ({} processes, {total} QPs, {listed} \
+             of them listed: a process lists at most 31, its failed ones first)",
+            d.addr,
+            procs.len()
+        )));
+    };
+    let _ = writeln!(out, "\tprocess {} (slot {}):", p.pid, p.slot);
+    let _ = writeln!(out, "\t\t{}", qp_line(q));
+    let _ = match &q.error {
+        Some(e) => writeln!(out, "\t\twhy: {}", e.reason),
+        None => writeln!(out, "\t\twhy: no work of this QP has failed"),
+    };
     Ok(())
 }

@@ -29,7 +29,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// Bytes of the registry file.
-const FILE_LEN: usize = super::pages::PAGES_END;
+const FILE_LEN: usize = super::qptable::TABLES_END;
 const MAGIC: u64 = u64::from_le_bytes(*b"FERROCE2");
 const SLOTS: usize = 256;
 const SLOT_LEN: usize = 64;
@@ -244,6 +244,7 @@ impl Registry {
             // A dead former owner's GSI routes and counters are not this process's.
             self.clear_routes(s);
             self.clear_page(s);
+            self.clear_qps(s);
             return Ok(Some(s));
         }
         Err(crate::Error::Busy(

@@ -1,13 +1,14 @@
 //! One address shared by many processes of a host, around any backend: the address's group
 //! and its registry file ([`group`]: slots, membership, the steering table, the keeper's
-//! rebalance), the QP1 routing point ([`gsi`]), the per-process counter pages ([`pages`]),
-//! and the receive path's routing of probes, MADs and forwards ([`route`], [`member`]). The
+//! rebalance), the QP1 routing point ([`gsi`]), the per-process counter pages ([`pages`]) and
+//! QP tables ([`qptable`]), and the receive path's routing of probes, MADs and forwards ([`route`], [`member`]). The
 //! backend underneath is only a socket; the driver sees a [`crate::backend::Receiver`].
 
 pub(crate) mod group;
 pub(crate) mod gsi;
 pub(crate) mod member;
 pub(crate) mod pages;
+pub(crate) mod qptable;
 pub(crate) mod route;
 
 use std::net::SocketAddr;

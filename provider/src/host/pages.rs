@@ -11,7 +11,7 @@ use super::group::Registry;
 /// Words per page: the publication time (ns since the Unix epoch), then the counters.
 const PAGE_WORDS: usize = 64;
 const PAGES_AT: usize = super::gsi::TABLES_END;
-/// Where the registry's last area ends: its file's length.
+/// Where the counter pages end (the QP tables follow, see `qptable`).
 pub(crate) const PAGES_END: usize = PAGES_AT + 256 * PAGE_WORDS * 8;
 /// The most counters a page holds.
 pub(crate) const MAX_COUNTERS: usize = PAGE_WORDS - 1;

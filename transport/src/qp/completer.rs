@@ -208,7 +208,29 @@ impl Qp {
                 // messages asked for no ACK of their own.
                 self.retire_done(ctx);
                 let idx = self.sq.iter().position(|w| w.status.is_none()).unwrap_or(0);
-                self.fail_because(ctx, idx, status, super::ErrorCause::Nak { code, psn });
+                let mtu = self.mtu();
+                let packet_bytes = self.sq.get(idx).map_or(0, |w| {
+                    let k = w.first_psn.distance_to(psn);
+                    let carries = matches!(
+                        w.wr.opcode,
+                        WrOpcode::Send
+                            | WrOpcode::SendWithImm
+                            | WrOpcode::SendWithInv
+                            | WrOpcode::RdmaWrite
+                            | WrOpcode::RdmaWriteWithImm
+                    );
+                    match u32::try_from(k) {
+                        Ok(k) if carries && k < w.npkts(mtu) => (w.len - k * mtu).min(mtu),
+                        _ => 0,
+                    }
+                });
+                let cause = super::ErrorCause::Nak {
+                    code,
+                    psn,
+                    packet_bytes,
+                    path_mtu: mtu,
+                };
+                self.fail_because(ctx, idx, status, cause);
             }
         }
     }

@@ -133,6 +133,8 @@ pub(crate) struct SendWqe {
     pub(crate) started: bool,
     /// READ: bytes of response data placed so far.
     pub(crate) read_done: u32,
+    /// A zero-length READ: how many times its request has gone out.
+    pub(crate) sends: u8,
     /// Set when the WQE is finished; it retires (and completes) once it reaches the head.
     pub(crate) status: Option<WcStatus>,
 }
@@ -527,6 +529,7 @@ impl Qp {
             last_psn: Psn::new(0),
             started: false,
             read_done: 0,
+            sends: 0,
             status: None,
         });
         if matches!(self.state, QpState::Err | QpState::Sqe) {

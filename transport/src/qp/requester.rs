@@ -446,10 +446,21 @@ impl Qp {
         let boundary = (from / mtu / READ_CHUNK_PKTS + 1) * READ_CHUNK_PKTS * mtu;
         let chunk = boundary.min(w.len) - from;
         let psn = w.first_psn + from / mtu;
-        // A zero-length READ carries R_Key 0: the responder must not look at it (C9-88), and
-        // kernel rxe since 6.x records 0 as such a READ's R_Key and silently drops a duplicate
-        // whose R_Key differs, so with the posted one a lost response could never be replayed.
-        let rkey = if w.len == 0 { 0 } else { w.wr.remote.rkey };
+        // A zero-length READ's R_Key is not looked at (C9-88), but kernel rxe's duplicate
+        // detection compares it with the one it recorded, which its versions record
+        // differently: 6.12 records 0 (and drops a duplicate with any other key silently),
+        // 6.1 the key sent (and drops a duplicate with another silently; replaying it, it
+        // looks the key up, so 0 draws a NAK). Its first request carries the posted key, its
+        // retries 0 and the posted key in turn: each version replays one of every two.
+        let rkey = if w.len == 0 && w.sends % 2 == 1 {
+            0
+        } else {
+            w.wr.remote.rkey
+        };
+        if w.len == 0 {
+            self.sq[idx].sends = self.sq[idx].sends.wrapping_add(1);
+        }
+        let w = &self.sq[idx];
         let repr = PacketRepr {
             bth: BthRepr::new(Opcode::RC_RDMA_READ_REQUEST, self.attr.dest_qp_num, psn)
                 .with_ack_req(true),

@@ -52,6 +52,10 @@ pub enum ErrorCause {
         code: NakCode,
         /// The PSN it NAKed.
         psn: Psn,
+        /// The payload bytes of the SEND or WRITE packet at that PSN (0 for other requests).
+        packet_bytes: u32,
+        /// This QP's `path_mtu`, in bytes.
+        path_mtu: u32,
     },
     /// `IBV_WC_LOC_LEN_ERR`: a message longer than the buffer it lands in.
     LocalLength {
@@ -107,8 +111,9 @@ impl fmt::Display for QpError {
                 let each = 4.096e-6 * f64::from(1u32 << timeout.min(31));
                 write!(
                     f,
-                    "{retries} retransmissions of PSN {:#x} to {peer} QPN {qpn:#x}, no answer \
-                     within {each:.3} s after each (timeout {timeout}); ",
+                    "{retries} retransmission{} of PSN {:#x} to {peer} QPN {qpn:#x}, no \
+                     answer within {each:.3} s after each (timeout {timeout}); ",
+                    if retries == 1 { "" } else { "s" },
                     psn.value()
                 )?;
                 if heard_since_rts {
@@ -153,7 +158,12 @@ impl fmt::Display for QpError {
                     ""
                 }
             ),
-            ErrorCause::Nak { code, psn } => {
+            ErrorCause::Nak {
+                code,
+                psn,
+                packet_bytes,
+                path_mtu,
+            } => {
                 let what = match code {
                     NakCode::RemoteAccessError => {
                         "remote access error: the rkey is unknown to it (deregistered, \
@@ -175,7 +185,17 @@ impl fmt::Display for QpError {
                     f,
                     "{peer} QPN {qpn:#x} answered PSN {:#x} with a NAK: {what}",
                     psn.value()
-                )
+                )?;
+                // 256 is the smallest path MTU: a packet of more may be more than the peer's.
+                if code == NakCode::InvalidRequest && packet_bytes > 256 {
+                    write!(
+                        f,
+                        "; the packet at that PSN carried {packet_bytes} bytes (this QP's \
+                         path_mtu is {path_mtu}): a peer whose path_mtu is smaller refuses \
+                         longer packets, so both sides must use the same path_mtu"
+                    )?;
+                }
+                Ok(())
             }
             ErrorCause::LocalLength { message, buffer } => write!(
                 f,
