@@ -1,7 +1,8 @@
 //! `ferroce devinfo --qps` and `--why QPN` read the QPs of another process (this test's) from
 //! the address's registry: a QP whose SENDs went unanswered is listed in ERR with its peer, its
 //! status and the reason the engine gave, and `--why` finds it by number; a QP no process has is
-//! a clear error.
+//! a clear error. The peer's `--counters` shows the packets it could not place (`no_qp`) with
+//! what that means.
 
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
@@ -31,6 +32,12 @@ fn qps_and_why_show_a_failed_qp_with_its_reason() {
         .unwrap()
         .open()
         .unwrap();
+    // The peer's address has a device of this process, but no QP 0x10099: it counts the
+    // packets as no_qp and answers nothing.
+    let peer = Device::for_addr("127.0.57.2".parse().unwrap())
+        .unwrap()
+        .open()
+        .unwrap();
     let pd = ctx.alloc_pd();
     let cq = ctx.create_cq(16, None).unwrap();
     let qp = pd
@@ -39,7 +46,7 @@ fn qps_and_why_show_a_failed_qp_with_its_reason() {
         .max_recv_wr(4)
         .build()
         .unwrap();
-    // A peer address nobody serves; timeout 8 (1 ms) and one retry: the SEND fails at once.
+    // A QP number nobody has; timeout 8 (1 ms) and one retry: the SEND fails at once.
     let up = BringUp {
         peer: IpAddr::from([127, 0, 57, 2]),
         dest_qp_num: 0x10099,
@@ -104,6 +111,27 @@ fn qps_and_why_show_a_failed_qp_with_its_reason() {
         why.contains(&format!("why: {reason}")),
         "{reason} not in:\n{why}"
     );
+
+    // The peer's counters say what they counted and what it means.
+    let end = Instant::now() + Duration::from_secs(10);
+    let counters = loop {
+        let o = devinfo(&["-d", "127.0.57.2", "--counters"]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let out = text(&o);
+        if out.contains("no_qp:\t2") || Instant::now() > end {
+            break out;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(
+        counters.contains("no_qp:\t2\n\t\t\t# packets for a QP number no QP here has"),
+        "{counters}"
+    );
+    assert!(
+        !counters.contains("sent_pkts:\t0\n\t\t\t#"),
+        "an ordinary counter explained:\n{counters}"
+    );
+    drop(peer);
 
     // A QP number no process has.
     let o = devinfo(&["-d", addr, "--why", "0x77"]);

@@ -46,7 +46,7 @@ fn report(c: &Ctx, rec: AsyncEventRecord) -> Option<(Element, c_int)> {
         AsyncEventRecord::Engine(AsyncEvent::QpLastWqeReached { qpn }) => {
             qp(qpn, IBV_EVENT_QP_LAST_WQE_REACHED)
         }
-        AsyncEventRecord::Engine(AsyncEvent::SrqLimitReached { srqn }) => {
+        AsyncEventRecord::Engine(AsyncEvent::SrqLimitReached { srqn, .. }) => {
             let t = c.srqs.lock();
             t.get(&srqn).map(|&p| {
                 let p = p as *mut ibv_srq;
@@ -107,6 +107,8 @@ pub unsafe extern "C" fn ibv_get_async_event(
             log::debug!("ibv_get_async_event: {rec:?} of a destroyed object dropped");
             continue;
         };
+        // What it means, with its facts (a LAST_WQE_REACHED with its QP's first error).
+        log::info!("async event: {}", c.ctx.async_event_reason(&rec));
         let element = match element {
             Element::Qp(p) => p.cast::<c_void>(),
             Element::Srq(p) => p.cast(),

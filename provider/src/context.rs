@@ -435,6 +435,28 @@ impl Context {
         self.inner.events.get(timeout)
     }
 
+    /// What an event of this context means, with its facts, in a sentence: an SRQ's limit and
+    /// the receives left, the first error of a QP whose LAST_WQE_REACHED it is, a CQ's size
+    /// (a ferroce extension: `ibv_async_event` carries only the object).
+    pub fn async_event_reason(&self, e: &AsyncEventRecord) -> String {
+        match *e {
+            AsyncEventRecord::Engine(ev) => {
+                let qp_error = match ev {
+                    ferroce_transport::AsyncEvent::QpLastWqeReached { qpn } => {
+                        self.shared.qp_error(qpn)
+                    }
+                    _ => None,
+                };
+                ev.explain(qp_error.as_ref())
+            }
+            AsyncEventRecord::CqErr { cq } => format!(
+                "CQ {cq}: a completion found it full (IBV_EVENT_CQ_ERR): the program polls it \
+                 more slowly than its QPs complete work, or its cqe is smaller than the work \
+                 those QPs can have outstanding; the CQ and its QPs are in error"
+            ),
+        }
+    }
+
     /// `ibv_get_async_event` as rdma-core blocks in it: in a `read(2)`, so a signal whose
     /// handler lacks SA_RESTART ends the wait (the errno, EINTR), as the C ABI must.
     ///

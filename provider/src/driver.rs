@@ -108,6 +108,9 @@ pub struct RuntimeCounters {
     pub udp_rcvd: u64,
     /// Datagrams the kernel refused to send.
     pub udp_send_errors: u64,
+    /// Of those, datagrams longer than the interface's MTU allows (EMSGSIZE): a `path_mtu`
+    /// above what the interface carries.
+    pub udp_send_too_long: u64,
     /// Datagrams dropped by fault injection.
     pub injected_losses: u64,
     /// Completions dropped because a CQ was full.
@@ -199,11 +202,12 @@ pub(crate) struct Runtime {
 
 impl RuntimeCounters {
     /// Every counter with its name, in a fixed order.
-    pub fn named(&self) -> [(&'static str, u64); 11] {
+    pub fn named(&self) -> [(&'static str, u64); 12] {
         [
             ("udp_sent", self.udp_sent),
             ("udp_rcvd", self.udp_rcvd),
             ("udp_send_errors", self.udp_send_errors),
+            ("udp_send_too_long", self.udp_send_too_long),
             ("injected_losses", self.injected_losses),
             ("cq_overflows", self.cq_overflows),
             ("wakeups", self.wakeups),
@@ -1094,6 +1098,7 @@ impl Shared {
             udp_sent: DatapathStats::get(&self.stats.sent),
             udp_rcvd: DatapathStats::get(&self.stats.rcvd),
             udp_send_errors: DatapathStats::get(&self.stats.send_errors),
+            udp_send_too_long: DatapathStats::get(&self.stats.send_too_long),
             injected_losses: DatapathStats::get(&self.stats.injected_losses),
             send_calls: DatapathStats::get(&self.stats.send_calls),
             trains: DatapathStats::get(&self.stats.trains),

@@ -113,7 +113,7 @@ impl EventRouter {
                 | AsyncEvent::SqDrained { qpn }
                 | AsyncEvent::QpLastWqeReached { qpn },
             ) => Owned::Qp(qpn),
-            AsyncEventRecord::Engine(AsyncEvent::SrqLimitReached { srqn }) => Owned::Srq(srqn),
+            AsyncEventRecord::Engine(AsyncEvent::SrqLimitReached { srqn, .. }) => Owned::Srq(srqn),
             AsyncEventRecord::CqErr { cq } => Owned::Cq(cq),
         };
         let to = self.owners.lock().get(&what).and_then(Weak::upgrade);

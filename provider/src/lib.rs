@@ -57,6 +57,7 @@ mod driver;
 mod encap;
 mod error;
 mod events;
+mod explain;
 pub mod faults;
 pub mod fork;
 pub mod gsi;
@@ -83,6 +84,7 @@ pub use device::{
 pub use driver::RuntimeCounters;
 pub use error::{Error, Result};
 pub use events::AsyncEventRecord;
+pub use explain::explain_counter;
 pub use ferroce_transport as transport;
 /// The verbs vocabulary, at the crate root: what a program needs besides the handles.
 pub use ferroce_transport::{

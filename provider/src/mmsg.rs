@@ -326,7 +326,7 @@ pub struct SendBatch {
     iovs: Vec<libc::iovec>,
     hdrs: Vec<libc::mmsghdr>,
     /// `sendmmsg` calls made and trains sent, since the last [`SendBatch::take_counts`].
-    counts: (u64, u64),
+    counts: (u64, u64, u64),
     /// Bytes of the datagrams queued.
     bytes: usize,
     /// Segments per train: [`MAX_SEGMENTS`] until the kernel refuses a train longer than
@@ -353,7 +353,7 @@ impl SendBatch {
             runs: Vec::with_capacity(n),
             iovs: Vec::with_capacity(n),
             hdrs: Vec::with_capacity(n),
-            counts: (0, 0),
+            counts: (0, 0, 0),
             max_segments: MAX_SEGMENTS,
             bytes: 0,
         }
@@ -370,8 +370,9 @@ impl SendBatch {
         self.max_segments = n.max(1);
     }
 
-    /// (`sendmmsg` calls, trains sent) since the last call.
-    pub fn take_counts(&mut self) -> (u64, u64) {
+    /// (`sendmmsg` calls, trains sent, datagrams refused as too long: EMSGSIZE) since the
+    /// last call.
+    pub fn take_counts(&mut self) -> (u64, u64, u64) {
         std::mem::take(&mut self.counts)
     }
 
@@ -587,8 +588,18 @@ impl SendBatch {
                     _ => {
                         // This datagram cannot be sent (no route, message too long, ...): skip it.
                         failures += 1;
+                        let len = self.lens[self.runs[sent].first];
+                        if e.raw_os_error() == Some(libc::EMSGSIZE) {
+                            self.counts.2 += 1;
+                            log::debug!(
+                                "sendmmsg: a datagram of {len} bytes is longer than the \
+                                 interface MTU allows (EMSGSIZE): dropped; a path_mtu above \
+                                 what the interface carries?"
+                            );
+                        } else {
+                            log::debug!("sendmmsg: {e}");
+                        }
                         sent += 1;
-                        log::debug!("sendmmsg: {e}");
                     }
                 }
             }

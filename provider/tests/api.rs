@@ -274,3 +274,71 @@ fn advise_mr_prefetches_and_checks_its_sges() {
     );
     assert_eq!(mr.to_vec(), vec![0u8; 1 << 20], "prefetch changes no byte");
 }
+
+/// An async event says what it means with its facts (`Context::async_event_reason`): an SRQ's
+/// limit and the receives left; for a QP of the SRQ that failed (a SEND larger than the
+/// receive it took), LAST_WQE_REACHED with the QP's first error.
+#[test]
+fn async_events_explain_themselves() {
+    use ferroce::AsyncEventRecord;
+    use ferroce::transport::AsyncEvent;
+    let mut sides = Vec::new();
+    for addr in ["127.89.3.1", "127.89.3.2"] {
+        let ctx = Device::find(addr).unwrap().open().unwrap();
+        let pd = ctx.alloc_pd();
+        let cq = ctx.create_cq(16, None).unwrap();
+        let srq = pd
+            .create_srq(ferroce::transport::SrqAttr {
+                max_wr: 8,
+                max_sge: 1,
+                srq_limit: 0,
+            })
+            .unwrap();
+        let qp = pd.qp(QpType::Rc, &cq).srq(&srq).build().unwrap();
+        let mr = pd.reg_mr(8192, AccessFlags::LOCAL_WRITE).unwrap();
+        sides.push((ctx, cq, srq, qp, mr));
+    }
+    let (a, b) = (&sides[0], &sides[1]);
+    a.3.connect(7, &b.3.endpoint(9)).unwrap();
+    b.3.connect(9, &a.3.endpoint(7)).unwrap();
+    for i in 0..3usize {
+        b.2.post_recv(&ferroce::RecvWr {
+            wr_id: i as u64,
+            sg_list: vec![b.4.sge(i * 100, 100)].into(),
+        })
+        .unwrap();
+    }
+    b.2.arm_limit(3).unwrap();
+    // A SEND of 100 bytes takes one receive: 2 left, below 3.
+    a.3.post_send(&SendWr::send(1, a.4.sge(0, 100))).unwrap();
+    assert_eq!(a.1.wait(T).unwrap().status, WcStatus::Success);
+    let e = b.0.get_async_event(T).expect("the SRQ limit event");
+    assert!(matches!(
+        e,
+        AsyncEventRecord::Engine(AsyncEvent::SrqLimitReached {
+            limit: 3,
+            left: 2,
+            ..
+        })
+    ));
+    let why = b.0.async_event_reason(&e);
+    assert!(
+        why.contains("2 receive WQEs left, below the limit 3"),
+        "{why}"
+    );
+    // A SEND of 1000 bytes into a 100-byte receive: B's QP fails and leaves the SRQ.
+    a.3.post_send(&SendWr::send(2, a.4.sge(0, 1000))).unwrap();
+    assert_eq!(a.1.wait(T).unwrap().status, WcStatus::RemInvReqErr);
+    let e = b.0.get_async_event(T).expect("LAST_WQE_REACHED");
+    assert_eq!(
+        e,
+        AsyncEventRecord::Engine(AsyncEvent::QpLastWqeReached { qpn: b.3.qp_num() })
+    );
+    let why = b.0.async_event_reason(&e);
+    assert!(
+        why.contains("takes no more receive WQEs from it")
+            && why.contains("its first error:")
+            && why.contains("does not fit the 100 bytes"),
+        "{why}"
+    );
+}

@@ -69,7 +69,43 @@ pub enum AsyncEvent {
     SrqLimitReached {
         /// The SRQ.
         srqn: u32,
+        /// The limit it was armed with (`srq_limit`).
+        limit: u32,
+        /// Receive WQEs left in it when the event fired.
+        left: u32,
     },
+}
+
+impl AsyncEvent {
+    /// What the event means, with its facts, in a sentence; `qp_error` is the QP's first error
+    /// ([`Endpoint::qp_error`]), which a LAST_WQE_REACHED reports as its cause.
+    pub fn explain(&self, qp_error: Option<&crate::QpError>) -> String {
+        match *self {
+            AsyncEvent::CommEst { qpn } => format!(
+                "QP {qpn:#x}: the first packet from its peer arrived while it was in RTR \
+                 (IBV_EVENT_COMM_EST): the peer is sending; move the QP to RTS if it is not \
+                 there yet"
+            ),
+            AsyncEvent::SqDrained { qpn } => format!(
+                "QP {qpn:#x}: in SQD, every send work request posted before the transition has \
+                 completed (IBV_EVENT_SQ_DRAINED): its attributes may be modified now"
+            ),
+            AsyncEvent::QpLastWqeReached { qpn } => format!(
+                "QP {qpn:#x} of an SRQ is in ERR and takes no more receive WQEs from it \
+                 (IBV_EVENT_QP_LAST_WQE_REACHED): {}",
+                qp_error.map_or_else(
+                    || { "no work request of it failed: ibv_modify_qp moved it to ERR".to_owned() },
+                    |e| format!("its first error: {e}")
+                )
+            ),
+            AsyncEvent::SrqLimitReached { srqn, limit, left } => format!(
+                "SRQ {srqn}: {left} receive WQE{} left, below the limit {limit} armed with \
+                 ibv_modify_srq (IBV_EVENT_SRQ_LIMIT_REACHED): post more receives; the limit \
+                 stays disarmed until it is armed again",
+                if left == 1 { "" } else { "s" }
+            ),
+        }
+    }
 }
 
 /// Per-device counters, named as rxe's `hw_counters` where rxe has them.
@@ -107,6 +143,9 @@ pub struct Counters {
     pub no_qp: u64,
     /// UD packets with the wrong Q_Key.
     pub qkey_violations: u64,
+    /// Packets of a partition other than the default one (P_Key's low 15 bits not all ones;
+    /// rxe drops the same).
+    pub pkey_violations: u64,
     /// Responses for PSNs never sent (ghost ACKs).
     pub ghost_responses: u64,
     /// Duplicate responses.
@@ -131,7 +170,7 @@ pub struct Counters {
 impl Counters {
     /// Every counter with its name, in a fixed order (what a kernel device lists under
     /// `/sys/class/infiniband/<dev>/ports/1/hw_counters/`).
-    pub fn named(&self) -> [(&'static str, u64); 24] {
+    pub fn named(&self) -> [(&'static str, u64); 25] {
         [
             ("sent_pkts", self.sent_pkts),
             ("rcvd_pkts", self.rcvd_pkts),
@@ -149,6 +188,7 @@ impl Counters {
             ("malformed", self.malformed),
             ("no_qp", self.no_qp),
             ("qkey_violations", self.qkey_violations),
+            ("pkey_violations", self.pkey_violations),
             ("ghost_responses", self.ghost_responses),
             ("duplicate_responses", self.duplicate_responses),
             ("dropped", self.dropped),
@@ -771,7 +811,13 @@ impl Endpoint {
         };
         // P_Key: only the default partition exists (low 15 bits all ones; rxe checks the same).
         if pkt.bth.pkey & 0x7FFF != 0x7FFF {
-            self.counters.dropped += 1;
+            self.counters.pkey_violations += 1;
+            log::debug!(
+                "packet from {src} for QP {:#x} dropped: P_Key {:#06x} is not the default \
+                 partition's (0xffff), the only one here",
+                pkt.bth.dest_qp,
+                pkt.bth.pkey
+            );
             return;
         }
         let qpn = pkt.bth.dest_qp;

@@ -55,7 +55,11 @@ impl Srq {
         let w = self.queue.pop_front();
         if self.armed && (self.queue.len() as u32) < self.attr.srq_limit {
             self.armed = false;
-            events.push_back(AsyncEvent::SrqLimitReached { srqn: self.srqn });
+            events.push_back(AsyncEvent::SrqLimitReached {
+                srqn: self.srqn,
+                limit: self.attr.srq_limit,
+                left: self.queue.len() as u32,
+            });
         }
         w
     }

@@ -496,6 +496,37 @@ fn unexpected_opcode_is_nak_invalid_request() {
     assert_eq!(log[0].psn, Psn::new(p.opts.psn_a));
 }
 
+/// A packet of another partition (P_Key not the default one) is dropped silently and counted
+/// as such; the QP is untouched and the next packet of the default partition is taken.
+#[test]
+fn another_partitions_packet_is_a_pkey_violation() {
+    let mut p = pair(17, lossless(), Opts::default());
+    let sc = Script::install(&mut p.net);
+    let payload = [0u8; 8];
+    let mut bth = BthRepr::new(Opcode::RC_SEND_ONLY, p.qb, Psn::new(p.opts.psn_a));
+    bth.pkey = 0x8001;
+    bth.ack_req = true;
+    inject(
+        &mut p.net,
+        0,
+        1,
+        PacketRepr {
+            bth,
+            ext: ExtHeaders::default(),
+            payload: &payload,
+        },
+    );
+    p.net.drive(10);
+    assert_eq!(p.counters(1).pkey_violations, 1);
+    assert_eq!(p.counters(1).rcvd_pkts, 0);
+    assert!(sc.borrow().log.is_empty(), "no answer");
+    assert_eq!(p.state(1), QpState::Rts);
+    p.post_recv(1, 9, 0, 100);
+    p.post_send(0, p.wr(1, WrOpcode::Send, 0, 8, 0));
+    assert!(p.run_until_send_wcs(1, STEPS));
+    assert_eq!(statuses(&p.send_wcs(0)), vec![WcStatus::Success]);
+}
+
 /// A WRITE that loses a middle packet resumes at that packet (a MIDDLE, no RETH), not at the
 /// start of the message.
 #[test]

@@ -379,12 +379,27 @@ fn srq_shared_by_two_qps_with_limit_event() {
     assert!(net.nodes[1].endpoint.cq_in_use(41) && !net.nodes[1].endpoint.cq_in_use(20));
     net.nodes[1].endpoint.destroy_qp(pairs[1].1).unwrap();
     assert!(!net.nodes[1].endpoint.cq_in_use(41) && net.nodes[1].endpoint.cq_in_use(40));
-    let limit_events = net.nodes[1]
+    let limit_events: Vec<_> = net.nodes[1]
         .events
         .iter()
         .filter(|e| matches!(e, AsyncEvent::SrqLimitReached { .. }))
-        .count();
-    assert_eq!(limit_events, 1);
+        .collect();
+    // Six receives, armed at 3, four taken: it fires as the queue falls to 2.
+    assert_eq!(
+        limit_events,
+        vec![&AsyncEvent::SrqLimitReached {
+            srqn,
+            limit: 3,
+            left: 2
+        }]
+    );
+    let why = limit_events[0].explain(None);
+    assert!(
+        why.contains(&format!(
+            "SRQ {srqn}: 2 receive WQEs left, below the limit 3"
+        )),
+        "{why}"
+    );
     assert_eq!(
         net.nodes[1].endpoint.destroy_srq(srqn),
         Err(VerbError::Busy)

@@ -64,6 +64,10 @@ pub fn run(out: &mut dyn Write, device: Option<&str>, sections: Sections) -> Res
                 let _ = writeln!(out, "\tprocess {} (slot {}):", p.pid, p.slot);
                 for (k, v) in p.counters {
                     let _ = writeln!(out, "\t\t{k}:\t{v}");
+                    // A drop, refusal or failure counted: what it means, on a line of its own.
+                    if let Some(why) = ferroce::explain_counter(k).filter(|_| v > 0) {
+                        let _ = writeln!(out, "\t\t\t# {why}");
+                    }
                 }
             }
         }

@@ -178,9 +178,19 @@ fn counters(r: &mut Report<'_>, dev: &Device) {
     let mut drops: Vec<(&'static str, u64)> = Vec::new();
     for p in &live {
         for &(k, v) in &p.counters {
-            let dropish = ["drop", "bad", "err", "malformed", "unknown"]
-                .iter()
-                .any(|w| k.contains(w));
+            let dropish = [
+                "drop",
+                "bad",
+                "err",
+                "malformed",
+                "unknown",
+                "no_qp",
+                "violation",
+                "ghost",
+                "too_long",
+            ]
+            .iter()
+            .any(|w| k.contains(w));
             if dropish && v > 0 {
                 match drops.iter_mut().find(|(n, _)| *n == k) {
                     Some(d) => d.1 += v,
@@ -209,6 +219,11 @@ fn counters(r: &mut Report<'_>, dev: &Device) {
                 dev.addr
             ),
         );
+        for (k, _) in &drops {
+            if let Some(why) = ferroce::explain_counter(k) {
+                r.line(Verdict::Warn, &format!("  {k}: {why}"));
+            }
+        }
     }
 }
 

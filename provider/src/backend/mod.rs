@@ -104,6 +104,8 @@ pub(crate) struct DatapathStats {
     pub(crate) rcvd: AtomicU64,
     /// Datagrams the network refused to send.
     pub(crate) send_errors: AtomicU64,
+    /// Of those, datagrams longer than the interface's MTU (EMSGSIZE).
+    pub(crate) send_too_long: AtomicU64,
     /// Datagrams fault injection dropped.
     pub(crate) injected_losses: AtomicU64,
     /// Datagrams fault injection marked CE.

@@ -124,9 +124,10 @@ impl Transmitter for UdpTransmitter {
             Ok(failed) => DatapathStats::add(&self.stats.send_errors, failed as u64),
             Err(e) => log::warn!("sendmmsg: {e}"),
         }
-        let (calls, trains) = self.batch.take_counts();
+        let (calls, trains, too_long) = self.batch.take_counts();
         DatapathStats::add(&self.stats.send_calls, calls);
         DatapathStats::add(&self.stats.trains, trains);
+        DatapathStats::add(&self.stats.send_too_long, too_long);
     }
 }
 
