@@ -38,6 +38,23 @@ fn a_healthy_pair() {
     drop(id);
 }
 
+/// A peer whose program uses only verbs (no rdma_cm: no connection manager, no QP1) answers
+/// the probe too, as a kernel device's MAD layer answers a Get no agent serves.
+#[test]
+fn a_verbs_only_peer_answers_the_probe() {
+    let peer = ferroce::Device::for_addr("127.0.77.4".parse().unwrap())
+        .unwrap()
+        .open()
+        .unwrap();
+    let (ok, out) = doctor(&["127.0.77.3", "127.0.77.4"]);
+    assert!(ok, "{out}");
+    assert!(
+        out.contains("ok   127.0.77.4 answers on UDP 4791: a RoCE stack"),
+        "{out}"
+    );
+    drop(peer);
+}
+
 /// Nothing on UDP 4791 at the peer: its ICMP says so, and the doctor fails naming it.
 #[test]
 fn a_peer_with_nothing_on_the_port() {

@@ -15,7 +15,9 @@ use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
 
 use ferroce_wire::icrc::{Ipv4IdentDelta, split_icrc};
-use ferroce_wire::{IcrcContext, Opcode, PacketRepr, Transport};
+use ferroce_wire::{
+    BthRepr, DethRepr, ExtHeaders, IcrcContext, Opcode, PacketRepr, Psn, Transport,
+};
 
 use crate::congestion::{CongestionConfig, Ecn};
 use crate::memory::Memory;
@@ -374,7 +376,14 @@ pub struct Endpoint {
     ident_deltas: Vec<(usize, Ipv4IdentDelta)>,
     /// The multicast groups UD QPs are attached to.
     mcast: crate::mcast::McastTable,
+    /// Answers to MADs for QP1 while this endpoint has none (no connection manager runs):
+    /// (peer, its QP, the GetResp), at most [`MAX_UNSERVED_MADS`] waiting.
+    unserved_mads: VecDeque<(IpAddr, u32, [u8; ferroce_wire::mad::MAD_LEN])>,
 }
+
+/// Answers to unserved MADs an endpoint holds before it sends them (more are dropped: a
+/// peer cannot make it hold more).
+const MAX_UNSERVED_MADS: usize = 16;
 
 /// Peers whose IPv4 IDs an endpoint remembers.
 const MAX_PEER_IDENTS: usize = 4096;
@@ -435,6 +444,7 @@ impl Endpoint {
             blocked: VecDeque::new(),
             peer_idents: HashMap::new(),
             ident_deltas: Vec::new(),
+            unserved_mads: VecDeque::new(),
             timer_heap: BinaryHeap::new(),
             deadlines: QpnMap::default(),
             due: Vec::new(),
@@ -830,6 +840,9 @@ impl Endpoint {
             return;
         }
         let Some(qp) = self.qps.get_mut(&qpn) else {
+            if qpn == 1 && self.answer_unserved_mad(src.ip(), &pkt) {
+                return;
+            }
             self.counters.no_qp += 1;
             return;
         };
@@ -864,6 +877,84 @@ impl Endpoint {
             qp.handle_response(&mut ctx, &pkt);
         }
         self.schedule(qpn);
+    }
+
+    /// A MAD for QP1 while this endpoint has none (no connection manager runs in this
+    /// process): a Get or Set is answered as the kernel's MAD layer answers one that no agent
+    /// serves, the MAD back to the sender's QP as a GetResp with status 0x000C (unsupported
+    /// method/attribute) — how a prober (`ferroce doctor`) finds a RoCE stack here. False for
+    /// anything else (counted as for no QP), or when [`MAX_UNSERVED_MADS`] answers wait.
+    fn answer_unserved_mad(&mut self, src: IpAddr, pkt: &PacketRepr<'_>) -> bool {
+        let Some(deth) = pkt.ext.deth else {
+            return false;
+        };
+        if pkt.bth.opcode != Opcode::UD_SEND_ONLY || deth.qkey != ferroce_wire::GSI_QKEY {
+            return false;
+        }
+        let Some(resp) = crate::cm::unmatched_response(pkt.payload) else {
+            return false;
+        };
+        if self.unserved_mads.len() >= MAX_UNSERVED_MADS {
+            log::debug!(
+                "a MAD from {src} QP {:#x} for QP1, which nothing here serves: dropped, \
+                 {MAX_UNSERVED_MADS} answers wait already",
+                deth.src_qp
+            );
+            return false;
+        }
+        log::debug!(
+            "a Get/Set of MAD class {:#04x} from {src} QP {:#x} for QP1, which no connection \
+             manager here serves: answered unsupported (status 0x000c), as the kernel's MAD \
+             layer does",
+            pkt.payload[1],
+            deth.src_qp
+        );
+        self.unserved_mads.push_back((src, deth.src_qp, resp));
+        true
+    }
+
+    /// The next answer to an unserved MAD, built into `buf`: a UD SEND from QP1 with the GSI
+    /// Q_Key to the asking QP.
+    fn next_unserved_mad(&mut self, buf: &mut [u8]) -> Option<Transmit> {
+        while let Some((dest, dest_qpn, mad)) = self.unserved_mads.pop_front() {
+            let repr = PacketRepr {
+                bth: BthRepr::new(Opcode::UD_SEND_ONLY, dest_qpn, Psn::new(0)),
+                ext: ExtHeaders {
+                    deth: Some(DethRepr {
+                        qkey: ferroce_wire::GSI_QKEY,
+                        src_qp: 1,
+                    }),
+                    ..ExtHeaders::default()
+                },
+                payload: &mad,
+            };
+            let len = repr.buffer_len();
+            let icrc = match (self.cfg.local, dest) {
+                (IpAddr::V4(s), IpAddr::V4(d)) => {
+                    IcrcContext::v4(s, d, 0, self.cfg.src_port, self.cfg.dst_port)
+                }
+                (IpAddr::V6(s), IpAddr::V6(d)) => {
+                    IcrcContext::v6(s, d, self.cfg.src_port, self.cfg.dst_port)
+                }
+                _ => {
+                    self.counters.dropped += 1;
+                    continue;
+                }
+            };
+            // `poll_transmit` takes no buffer shorter than MIN_TRANSMIT_BUF, above a MAD's.
+            let out = buf.get_mut(..len)?;
+            repr.emit(out);
+            icrc.fill(out);
+            self.counters.sent_pkts += 1;
+            return Some(Transmit {
+                dst: SocketAddr::new(dest, self.cfg.dst_port),
+                len,
+                hop_limit: 64,
+                traffic_class: 0,
+                qpn: 1,
+            });
+        }
+        None
     }
 
     /// A packet for QPN 0xFFFFFF: a UD send to the multicast group `dst`, delivered to each
@@ -1100,6 +1191,9 @@ impl Endpoint {
         buf: &mut [u8],
         mem: &M,
     ) -> Option<Transmit> {
+        if let Some(tx) = self.next_unserved_mad(buf) {
+            return Some(tx);
+        }
         while let Some(qpn) = self.active.pop_front() {
             let Some(qp) = self.qps.get_mut(&qpn) else {
                 continue;
@@ -1221,10 +1315,12 @@ impl Endpoint {
         self.qps.get(&qpn).map(Qp::state)
     }
 
-    /// Whether any QP has something to send right now.
+    /// Whether any QP (or QP1's stand-in, answering unserved MADs) has something to send now.
     pub fn has_transmit(&self) -> bool {
-        self.active
-            .iter()
-            .any(|q| self.qps.get(q).is_some_and(Qp::has_work))
+        !self.unserved_mads.is_empty()
+            || self
+                .active
+                .iter()
+                .any(|q| self.qps.get(q).is_some_and(Qp::has_work))
     }
 }

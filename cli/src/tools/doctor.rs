@@ -261,8 +261,8 @@ fn reach(r: &mut Report<'_>, dev: &Device, peer: IpAddr) {
                 ),
                 _ => format!(
                     "{peer} did not answer a CM MAD on UDP {ROCE_PORT}: a firewall drops UDP \
-                     {ROCE_PORT}, the host is down, or it is a ferroce device with no rdma_cm \
-                     user (which answers no MAD)"
+                     {ROCE_PORT} (or the answers), the host is down, or whatever holds the \
+                     port there is not a RoCE stack"
                 ),
             };
             r.line(Verdict::Fail, &verdict);

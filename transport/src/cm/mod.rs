@@ -9,6 +9,7 @@
 
 mod conn;
 mod incoming;
+pub(crate) use incoming::unmatched_response;
 pub mod param;
 
 use std::collections::{HashMap, VecDeque};
