@@ -253,6 +253,22 @@ cm_reject() { # ROLE
 # A REQ for a port nobody listens on: the other side's CM answers REJ "invalid service ID"
 # (8) at once, and the client reports REJECTED 8. CLIENT_SIDE ferroce | rxe; on ferroce's
 # address a ferroce rping server on another port keeps a CM running there.
+# ferroce doctor on the host against the guest's kernel rxe: the kernel's MAD layer must answer
+# the CM ClassPortInfo Get (no agent serves a Get: GetResp, status 0x000C), and a packet of the
+# path MTU must reach the guest. The same answer ferroce's QP1 gives (transport/tests/cm.rs,
+# qp1_stand_in.rs), checked here against the kernel it copies.
+doctor_rxe() {
+  local out rc name="doctor: kernel rxe answers the CM MAD probe mtu $mtu"
+  out=$(nsexec timeout 60 "$FERROCE" doctor 10.77.0.1 $G 2>&1); rc=$?
+  echo "$out" > "$OUT/doctor-mtu$mtu.txt"
+  if echo "$out" | grep -q "^ok   $G answers on UDP 4791: a RoCE stack (.*GetResp status 0x000c" \
+     && ! echo "$out" | grep -q '^FAIL'; then
+    result "$name" 1 ""
+  else
+    result "$name" 0 "(exit $rc; see $OUT/doctor-mtu$mtu.txt)"
+  fi
+}
+
 cm_closed_port() { # CLIENT_SIDE
   local side=$1 fo="$OUT/cmc.$$.ferroce" out ok=0 name="rdma_cm REQ to a closed port, $1 client"
   if [ -z "$IBV_DIR" ]; then result "$name" 0 "(no libraries)"; return; fi
@@ -481,6 +497,7 @@ for mtu_link in 1500 4200; do
     done
     cm_closed_port ferroce
     cm_closed_port rxe
+    doctor_rxe
     mc_pair ferroce-receiver
     mc_pair rxe-receiver
     # IPv6: an address of fd77::/64 on each end (rxe0 gets a GID for the guest's), the RC and
