@@ -122,6 +122,21 @@ fn binding_needs_mw_bind_on_the_region_and_fails_the_qp() {
     run_until_b_send_wcs(&mut p, 1);
     assert_eq!(b_send_wcs(&p)[0].status, WcStatus::MwBindErr);
     assert_eq!(p.state(1), ferroce_transport::QpState::Err);
+    // Why, with the rule: the region lacks MW_BIND.
+    let e = p.net.nodes[1].endpoint.qp_error(p.qb).unwrap();
+    assert_eq!(
+        e.cause,
+        ferroce_transport::ErrorCause::LocalOperation {
+            opcode: ferroce_transport::WrOpcode::BindMw,
+            error: ferroce_transport::MemError::AccessDenied
+        }
+    );
+    assert!(
+        e.to_string().contains(
+            "a memory window bind refused: the region does not grant it (a bind needs MW_BIND"
+        ),
+        "{e}"
+    );
 }
 
 /// A type 2 window bound to another QP of B refuses A's WRITE arriving on this one.

@@ -195,6 +195,22 @@ fn a_path_mtu_larger_than_the_peers_is_named() {
     assert!(!e.to_string().contains("path_mtu"), "{e}");
 }
 
+/// A READ on a QP whose max_rd_atomic is 0 fails locally, and says which attribute.
+#[test]
+fn a_read_with_max_rd_atomic_0_names_the_attribute() {
+    let o = Opts {
+        max_rd_atomic: 0,
+        ..opts()
+    };
+    let mut p = pair(62, lossless(), o);
+    p.post_send(0, p.wr(8, WrOpcode::RdmaRead, 0, 64, 0));
+    p.net.drive(STEPS);
+    assert_eq!(p.send_wcs(0)[0].status, WcStatus::LocQpOpErr);
+    let e = p.net.nodes[0].endpoint.qp_error(p.qa).unwrap();
+    assert_eq!((e.cause, e.wr_id), (ErrorCause::NoRdAtomic, 8));
+    assert!(e.to_string().contains("max_rd_atomic is 0"), "{e}");
+}
+
 #[test]
 fn reset_forgets_the_error() {
     let o = Opts {

@@ -168,7 +168,12 @@ impl Qp {
             }
         } else if w.wr.opcode.is_read_or_atomic() && self.attr.max_rd_atomic == 0 {
             // No READ/atomic may ever be outstanding: a local QP operation error.
-            self.fail(ctx, idx, WcStatus::LocQpOpErr);
+            self.fail_because(
+                ctx,
+                idx,
+                WcStatus::LocQpOpErr,
+                super::ErrorCause::NoRdAtomic,
+            );
             return None;
         } else if self.qp_type == QpType::Rc
             && !w.wr.opcode.is_read_or_atomic()
@@ -253,7 +258,11 @@ impl Qp {
                     w.wr.opcode,
                     w.wr.wr_id
                 );
-                self.fail(ctx, idx, WcStatus::MwBindErr);
+                let cause = super::ErrorCause::LocalOperation {
+                    opcode: w.wr.opcode,
+                    error: e,
+                };
+                self.fail_because(ctx, idx, WcStatus::MwBindErr, cause);
                 return false;
             }
             let w = &mut self.sq[idx];

@@ -7,7 +7,8 @@ use std::net::IpAddr;
 
 use ferroce_wire::{NakCode, Psn};
 
-use crate::verbs::WcStatus;
+use crate::memory::MemError;
+use crate::verbs::{WcStatus, WrOpcode};
 
 /// What made a work request fail, with the facts that decide it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,8 +69,17 @@ pub enum ErrorCause {
     LocalProtection,
     /// A response that does not match the request (`IBV_WC_BAD_RESP_ERR`).
     BadResponse,
-    /// The request itself was refused locally (an operation the QP cannot do, a bad bind).
+    /// The request itself was refused locally.
     LocalRequest,
+    /// `IBV_WC_LOC_QP_OP_ERR`: a READ or atomic on a QP whose `max_rd_atomic` is 0.
+    NoRdAtomic,
+    /// `IBV_WC_MW_BIND_ERR`: a memory window bind or a local invalidate the memory refused.
+    LocalOperation {
+        /// `IBV_WR_BIND_MW` or `IBV_WR_LOCAL_INV`.
+        opcode: WrOpcode,
+        /// Why the memory refused it.
+        error: MemError,
+    },
     /// A request from the peer this QP refused as a responder: it sent NAK `code` for `psn`
     /// and went to ERR (what the peer then completes with).
     RemoteRequest {
@@ -212,6 +222,31 @@ impl fmt::Display for QpError {
             ),
             ErrorCause::LocalRequest => {
                 f.write_str("the work request was refused by the local QP or its memory")
+            }
+            ErrorCause::NoRdAtomic => f.write_str(
+                "a READ or atomic on a QP whose max_rd_atomic is 0: none may be outstanding \
+                 (set max_rd_atomic, IBV_QP_MAX_QP_RD_ATOMIC, in the RTR to RTS transition; \
+                 rdma_cm sets it from initiator_depth)",
+            ),
+            ErrorCause::LocalOperation { opcode, error } => {
+                let op = if opcode == WrOpcode::LocalInv {
+                    "a local invalidate"
+                } else {
+                    "a memory window bind"
+                };
+                let why = match error {
+                    MemError::InvalidKey => {
+                        "no region or window of this QP's PD has the key (deregistered, of \
+                         another PD, already invalidated, or a window bound elsewhere)"
+                    }
+                    MemError::OutOfBounds => "the bound range is not inside the region",
+                    MemError::AccessDenied => {
+                        "the region does not grant it (a bind needs MW_BIND on the region, and \
+                         remote write or atomic rights need LOCAL_WRITE on it)"
+                    }
+                    MemError::Misaligned => "a misaligned address",
+                };
+                write!(f, "{op} refused: {why}")
             }
             ErrorCause::RemoteRequest { code, psn } => write!(
                 f,
