@@ -174,16 +174,20 @@ pub unsafe extern "C" fn ibv_get_cq_event(
     }
     // SAFETY: `channel` is a channel of this library the program has not destroyed.
     let ch = unsafe { ch_of(channel) };
+    // A handle of its own (an Arc): the program may destroy the channel while this thread
+    // waits (rdma-core's blocked read(2) keeps the file); the wait never touches the freed
+    // object.
+    let waiter = ch.ch.clone();
     // SAFETY: a live channel's `fd` and `context` are written only at creation; the context outlives the channel.
     let (fd, c) = unsafe { ((*channel).fd, ctx_of((*channel).context)) };
     let nb = nonblocking(fd);
     loop {
         let got = if nb {
-            ch.ch.get_event_timeout(Duration::ZERO)
+            waiter.get_event_timeout(Duration::ZERO)
         } else {
             // rdma-core's wait is a read(2): a signal without SA_RESTART ends it with EINTR
             // (qperf ends its ping-pong loops with an alarm that way).
-            match ch.ch.wait_event() {
+            match waiter.wait_event() {
                 Ok(e) => Some(e),
                 Err(e) => {
                     log::debug!("ibv_get_cq_event: the wait ended: errno {e}");

@@ -221,3 +221,17 @@ fn a_process_signal_reaches_the_program() {
     }
     run("127.0.73.13", &["process_signal"]);
 }
+
+/// rping's main thread destroys the event channel while its event thread waits in
+/// rdma_get_cm_event (a crash of rping's server at exit in the soak): the wait goes on without
+/// touching the freed channel, and an event of an ID still on it reaches the waiter.
+#[test]
+fn a_channel_destroyed_under_a_waiting_thread() {
+    if program().is_none() {
+        return;
+    }
+    run(
+        "127.0.73.14",
+        &["destroy_while_waiting", "127.0.73.14", "7514"],
+    );
+}

@@ -302,8 +302,12 @@ fn to_c(e: CmEvent) -> Option<*mut rdma_cm_event> {
 /// # Safety
 /// `ch` is a live channel of ours.
 unsafe fn next_event(ch: *mut rdma_event_channel) -> Result<*mut rdma_cm_event, c_int> {
+    // A handle of its own (an Arc): a program may destroy the channel while this thread waits
+    // in it (rping's main thread does, its event thread blocked here), and librdmacm's blocked
+    // read(2) keeps the file, so this wait keeps the queue and goes on waiting, never
+    // touching the freed object.
     // SAFETY: the caller's contract.
-    let chan = unsafe { Chan::rust(ch) };
+    let chan = unsafe { Chan::rust(ch) }.clone();
     // SAFETY: `fd` of a live channel is written only at creation.
     let fd = unsafe { (*ch).fd };
     // SAFETY: F_GETFL on the channel's own descriptor reads its flags.

@@ -11,6 +11,7 @@
 #include <rdma/rdma_cma.h>
 #include <signal.h>
 #include <sys/signalfd.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -643,6 +644,83 @@ static void process_signal(void)
 	ibv_free_device_list(list);
 }
 
+struct waiter {
+	struct rdma_event_channel *ch;
+	volatile pid_t tid;
+	int rc;
+	struct rdma_cm_event *e;
+};
+
+static void *wait_event_thread(void *arg)
+{
+	struct waiter *w = arg;
+	w->tid = (pid_t)syscall(SYS_gettid);
+	w->rc = rdma_get_cm_event(w->ch, &w->e);
+	return NULL;
+}
+
+/* Whether thread `tid` of this process is asleep (state S in its stat). */
+static int task_sleeping(pid_t tid)
+{
+	char path[64], buf[512];
+	snprintf(path, sizeof path, "/proc/self/task/%d/stat", (int)tid);
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return 0;
+	size_t n = fread(buf, 1, sizeof buf - 1, f);
+	fclose(f);
+	buf[n] = 0;
+	char *r = strrchr(buf, ')');
+	return r && r[1] == ' ' && r[2] == 'S';
+}
+
+/* rping's exit: the main thread destroys the event channel while its event thread waits in
+ * rdma_get_cm_event. librdmacm's blocked read(2) keeps the file, so the wait goes on; here it
+ * must touch nothing of the freed channel (its memory is reused and overwritten at once),
+ * and an event of an ID still on the channel (a connect request for its listener) reaches
+ * the waiter. */
+static void destroy_while_waiting(const char *addr, int port)
+{
+	struct sockaddr_storage ss;
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	CHECK(ch);
+	struct rdma_cm_id *listener, *client;
+	CHECK(rdma_create_id(ch, &listener, NULL, RDMA_PS_TCP) == 0);
+	CHECK(rdma_bind_addr(listener, addr_of(addr, port, &ss)) == 0);
+	CHECK(rdma_listen(listener, 1) == 0);
+	struct waiter w = { .ch = ch };
+	pthread_t t;
+	CHECK(pthread_create(&t, NULL, wait_event_thread, &w) == 0);
+	for (int i = 0; i < 1000 && !(w.tid && task_sleeping(w.tid)); i++)
+		usleep(5000);
+	CHECK(w.tid && task_sleeping(w.tid));
+	rdma_destroy_event_channel(ch);
+	void *junk[64];
+	for (int i = 0; i < 64; i++) {
+		junk[i] = malloc(16);
+		CHECK(junk[i]);
+		memset(junk[i], 0xff, 16);
+	}
+	CHECK(rdma_create_id(NULL, &client, NULL, RDMA_PS_TCP) == 0);
+	CHECK(rdma_resolve_addr(client, NULL, addr_of(addr, port, &ss), 2000) == 0);
+	CHECK(rdma_resolve_route(client, 2000) == 0);
+	struct ibv_qp_init_attr a = qp_attr();
+	CHECK(rdma_create_qp(client, NULL, &a) == 0);
+	struct rdma_event_channel *cch = rdma_create_event_channel();
+	CHECK(cch && rdma_migrate_id(client, cch) == 0);
+	CHECK(rdma_connect(client, NULL) == 0);
+	pthread_join(t, NULL);
+	CHECK(w.rc == 0 && w.e->event == RDMA_CM_EVENT_CONNECT_REQUEST && w.e->listen_id == listener);
+	CHECK(rdma_reject(w.e->id, NULL, 0) == 0);
+	rdma_ack_cm_event(w.e);
+	rdma_ack_cm_event(next_event(cch, RDMA_CM_EVENT_REJECTED));
+	rdma_destroy_qp(client);
+	CHECK(rdma_destroy_id(client) == 0);
+	rdma_destroy_event_channel(cch);
+	for (int i = 0; i < 64; i++)
+		free(junk[i]);
+}
+
 /* SYSFS_PATH, as rdma-core reads it (trailing slashes dropped). */
 static void sysfs_path(const char *want)
 {
@@ -699,6 +777,8 @@ int main(int argc, char **argv)
 		eintr();
 	else if (!strcmp(c, "sysfs_path") && argc == 3)
 		sysfs_path(argv[2]);
+	else if (!strcmp(c, "destroy_while_waiting") && argc == 4)
+		destroy_while_waiting(argv[2], atoi(argv[3]));
 	else {
 		fprintf(stderr, "unknown case or arguments: %s\n", c);
 		return 2;
