@@ -216,6 +216,13 @@ pair() {
     if [ $crc = 0 ] && [ $src = 0 ]; then
         rm -f "$log.srv" "$log.cli"
         echo "ok $bytes"
+    elif [ "${kind#rping}" != "$kind" ] && [ $crc = 0 ] && [ $src = 255 ] &&
+        [ "$(tail -n 1 "$log.srv")" = "rdma_get_cm_event: Bad file descriptor" ]; then
+        # rdma-core 44's rping: its event thread calls rdma_get_cm_event once more after the
+        # main thread destroyed the channel, and exits 255 on the EBADF (on the kernel's
+        # librdmacm too); upstream fixed it in rping (rdma-core 61, f3ae6534a). The data
+        # checks (-V) had passed.
+        echo "ok $bytes rping-exit-race"
     else
         echo "fail (client rc $crc, server rc $src: $log.{srv,cli})"
     fi
@@ -336,6 +343,9 @@ vruns=$(wc -l <"$OUT/victims.txt" 2>/dev/null || echo 0)
 echo "soak: $runs witness runs ($(cut -d' ' -f1 "$OUT/witnesses.txt" | sort | uniq -c | tr -s ' ' |
     paste -sd, -)), $oks passed, $bytes bytes checked by the programs; $vruns victim runs," \
     "$kills SIGKILLs ($role_kills of a role holder), $flaps link flaps"
+races=$(grep -c 'rping-exit-race' "$OUT/witnesses.txt")
+[ "$races" = 0 ] || echo "soak: $races of the rping servers exited 255 on rping's own exit race" \
+    "(rdma_get_cm_event after its channel's destroy: EBADF; fixed upstream in rdma-core 61)"
 if [ "$oks" != "$runs" ] || [ "$runs" = 0 ]; then
     echo "soak: FAILED: witness runs that did not pass:"
     grep -v ' ok ' "$OUT/witnesses.txt" | head -20

@@ -297,19 +297,31 @@ fn to_c(e: CmEvent) -> Option<*mut rdma_cm_event> {
     Some(b.cast())
 }
 
-/// Reads the next event of `ch` (blocking unless its fd is O_NONBLOCK).
+/// Reads the next event of `ch` (blocking unless its fd is O_NONBLOCK); EBADF if `ch` is not a
+/// live channel (destroyed).
 ///
 /// # Safety
-/// `ch` is a live channel of ours.
+/// `ch` was returned by `rdma_create_event_channel` (destroyed since, or not).
 unsafe fn next_event(ch: *mut rdma_event_channel) -> Result<*mut rdma_cm_event, c_int> {
     // A handle of its own (an Arc): a program may destroy the channel while this thread waits
     // in it (rping's main thread does, its event thread blocked here), and librdmacm's blocked
     // read(2) keeps the file, so this wait keeps the queue and goes on waiting, never
     // touching the freed object.
-    // SAFETY: the caller's contract.
-    let chan = unsafe { Chan::rust(ch) }.clone();
-    // SAFETY: `fd` of a live channel is written only at creation.
-    let fd = unsafe { (*ch).fd };
+    let (chan, fd) = {
+        let live = LIVE_CHANNELS.lock();
+        if !live.contains(&(ch as usize)) {
+            log::debug!(
+                "rdma_get_cm_event: {ch:p} is not a live channel (destroyed): EBADF, as \
+                 librdmacm's read of its closed descriptor"
+            );
+            return Err(libc::EBADF);
+        }
+        // SAFETY: the channel is live (in the set, which its destroy leaves under this lock
+        // before freeing it).
+        let chan = unsafe { Chan::rust(ch) }.clone();
+        // SAFETY: as above; `fd` of a live channel is written only at creation.
+        (chan, unsafe { (*ch).fd })
+    };
     // SAFETY: F_GETFL on the channel's own descriptor reads its flags.
     let nonblock = unsafe { libc::fcntl(fd, libc::F_GETFL) } & libc::O_NONBLOCK != 0;
     loop {
@@ -394,12 +406,23 @@ unsafe fn complete(id: *mut rdma_cm_id, want: CmEventType) -> c_int {
     }
 }
 
+/// The event channels not destroyed, by address: `rdma_get_cm_event` on a destroyed one fails
+/// with EBADF, as librdmacm's read(2) of the closed descriptor does, instead of reading freed
+/// memory (rdma-core 44's rping calls it after its main thread destroyed the channel, a race
+/// upstream fixed in rping, rdma-core 61).
+static LIVE_CHANNELS: std::sync::LazyLock<Mutex<std::collections::HashSet<usize>>> =
+    std::sync::LazyLock::new(|| Mutex::new(std::collections::HashSet::new()));
+
 /// `rdma_create_event_channel`.
 #[unsafe(no_mangle)]
 pub extern "C" fn ferroce_rdma_create_event_channel() -> *mut rdma_event_channel {
     cm_init();
     match EventChannel::new() {
-        Ok(ch) => Chan::into_raw(rdma_event_channel { fd: ch.fd() }, ch),
+        Ok(ch) => {
+            let p = Chan::into_raw(rdma_event_channel { fd: ch.fd() }, ch);
+            LIVE_CHANNELS.lock().insert(p as usize);
+            p
+        }
         Err(e) => {
             set_errno(e.errno());
             core::ptr::null_mut()
@@ -413,10 +436,17 @@ pub extern "C" fn ferroce_rdma_create_event_channel() -> *mut rdma_event_channel
 /// `ch` is a live channel of ours with no IDs left.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ferroce_rdma_destroy_event_channel(ch: *mut rdma_event_channel) {
-    if !ch.is_null() {
-        // SAFETY: the program gives the channel up with this call (verbs' rule).
-        unsafe { Chan::free(ch) };
+    if ch.is_null() {
+        return;
     }
+    let mut live = LIVE_CHANNELS.lock();
+    if !live.remove(&(ch as usize)) {
+        log::debug!("rdma_destroy_event_channel: {ch:p} is not a live channel (destroyed twice?)");
+        return;
+    }
+    // SAFETY: the program gives the channel up with this call (verbs' rule), and it was live
+    // (in the set, removed under its lock, so no `next_event` is taking a handle of it).
+    unsafe { Chan::free(ch) };
 }
 
 /// `rdma_create_id`: `channel` NULL makes a synchronous ID.
