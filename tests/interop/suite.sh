@@ -612,10 +612,11 @@ bench_ecn() { # FE_ENV
 # server whose second listen comes late: late_listen.so in the server, which is kernel rxe in
 # g1). On the kernel's rdma_cm (client in g2) it crashes: its retry uses the IDs it has just
 # destroyed (rdma_resolve_addr on a freed ID; fixed upstream in perftest 3d9d8d0, Dec 2025).
-# On ferroce's libraries (client in the host's namespace) it must end the same way, no better
-# and no worse: both see REJ 8, both die of a signal.
+# On ferroce's libraries (client in the host's namespace) it must see the same REJ 8 and fail
+# too; how it fails is up to perftest's use of freed IDs (a signal, or an error exit when
+# ferroce's checks refuse a call on a destroyed object).
 late_listen() {
-  local name="rdma_cm ib_send_lat -R after a late data listen: the same end on the kernel's rdma_cm and on ferroce"
+  local name="rdma_cm ib_send_lat -R after a late data listen: REJ 8 and a failed client on the kernel's rdma_cm and on ferroce"
   if [ -z "$LATE_SO" ] || [ -z "$IBV_DIR" ]; then result "$name" 0 "(late_listen.so or the libraries did not build)"; return; fi
   cp "$LATE_SO" "$RUN/g1/late_listen.so"
   local sid kout krc fout frc
@@ -631,7 +632,7 @@ late_listen() {
   { echo "== kernel client g2 (rc=$krc)"; echo "$kout"; echo "== ferroce client (rc=$frc)"; echo "$fout"; } > "$OUT/late-listen.txt"
   echo "late listen: kernel rdma_cm client rc=$krc, ferroce client rc=$frc (see $OUT/late-listen.txt)"
   result "$name" $(echo "$kout" | grep -q "RDMA_CM_EVENT_REJECTED; error: 8" && echo "$fout" | grep -q "RDMA_CM_EVENT_REJECTED; error: 8" \
-    && [ "${krc:-0}" -gt 128 ] && [ "$frc" -gt 128 ] && echo 1 || echo 0) "(see $OUT/late-listen.txt)"
+    && [ "${krc:-0}" -gt 128 ] && [ "$frc" != 0 ] && echo 1 || echo 0) "(see $OUT/late-listen.txt)"
 }
 
 bench() {
