@@ -913,6 +913,25 @@ impl Endpoint {
         true
     }
 
+    /// The ICRC context of a packet from this endpoint to `dest` (IP ID 0: the sender's
+    /// correction for the kernel's IDs comes later); `None` across address families.
+    #[inline]
+    fn icrc_to(&self, dest: IpAddr) -> Option<IcrcContext> {
+        match (self.cfg.local, dest) {
+            (IpAddr::V4(s), IpAddr::V4(d)) => Some(IcrcContext::v4(
+                s,
+                d,
+                0,
+                self.cfg.src_port,
+                self.cfg.dst_port,
+            )),
+            (IpAddr::V6(s), IpAddr::V6(d)) => {
+                Some(IcrcContext::v6(s, d, self.cfg.src_port, self.cfg.dst_port))
+            }
+            _ => None,
+        }
+    }
+
     /// The next answer to an unserved MAD, built into `buf`: a UD SEND from QP1 with the GSI
     /// Q_Key to the asking QP.
     fn next_unserved_mad(&mut self, buf: &mut [u8]) -> Option<Transmit> {
@@ -929,17 +948,9 @@ impl Endpoint {
                 payload: &mad,
             };
             let len = repr.buffer_len();
-            let icrc = match (self.cfg.local, dest) {
-                (IpAddr::V4(s), IpAddr::V4(d)) => {
-                    IcrcContext::v4(s, d, 0, self.cfg.src_port, self.cfg.dst_port)
-                }
-                (IpAddr::V6(s), IpAddr::V6(d)) => {
-                    IcrcContext::v6(s, d, self.cfg.src_port, self.cfg.dst_port)
-                }
-                _ => {
-                    self.counters.dropped += 1;
-                    continue;
-                }
+            let Some(icrc) = self.icrc_to(dest) else {
+                self.counters.dropped += 1;
+                continue;
             };
             // `poll_transmit` takes no buffer shorter than MIN_TRANSMIT_BUF, above a MAD's.
             let out = buf.get_mut(..len)?;
@@ -1234,17 +1245,9 @@ impl Endpoint {
                 // More may follow: back to the end of the rotation.
                 self.active.push_back(qpn);
                 let dst = SocketAddr::new(tx.dest, self.cfg.dst_port);
-                let icrc = match (self.cfg.local, tx.dest) {
-                    (IpAddr::V4(s), IpAddr::V4(d)) => {
-                        IcrcContext::v4(s, d, 0, self.cfg.src_port, self.cfg.dst_port)
-                    }
-                    (IpAddr::V6(s), IpAddr::V6(d)) => {
-                        IcrcContext::v6(s, d, self.cfg.src_port, self.cfg.dst_port)
-                    }
-                    _ => {
-                        self.counters.dropped += 1;
-                        continue;
-                    }
+                let Some(icrc) = self.icrc_to(tx.dest) else {
+                    self.counters.dropped += 1;
+                    continue;
                 };
                 if buf[0] == Opcode::RC_FLUSH.0 && self.cfg.flush_icrc == FlushIcrc::Rxe {
                     icrc.fill_rxe_flush(&mut buf[..tx.len]);

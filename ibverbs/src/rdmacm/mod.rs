@@ -316,8 +316,8 @@ unsafe fn next_event(ch: *mut rdma_event_channel) -> Result<*mut rdma_cm_event, 
             );
             return Err(libc::EBADF);
         }
-        // SAFETY: the channel is live (in the set, which its destroy leaves under this lock
-        // before freeing it).
+        // The channel is in the set, which its destroy leaves under this lock before freeing.
+        // SAFETY: `ch` is a live channel of ours: in the set, and its destroy waits for this lock.
         let chan = unsafe { Chan::rust(ch) }.clone();
         // SAFETY: as above; `fd` of a live channel is written only at creation.
         (chan, unsafe { (*ch).fd })
@@ -444,8 +444,8 @@ pub unsafe extern "C" fn ferroce_rdma_destroy_event_channel(ch: *mut rdma_event_
         log::debug!("rdma_destroy_event_channel: {ch:p} is not a live channel (destroyed twice?)");
         return;
     }
-    // SAFETY: the program gives the channel up with this call (verbs' rule), and it was live
-    // (in the set, removed under its lock, so no `next_event` is taking a handle of it).
+    // It was live (in the set, removed under its lock, so no `next_event` is taking a handle).
+    // SAFETY: `ch` is a live channel of ours the program gives up with this call (verbs' rule).
     unsafe { Chan::free(ch) };
 }
 
