@@ -31,7 +31,7 @@ pub use endpoint::{
     MIN_TRANSMIT_BUF, Transmit, VerbError, WcQueue,
 };
 pub use mcast::{MULTICAST_QPN, McastError};
-pub use memory::{AtomicOp, MemError, Memory, VecMemory};
+pub use memory::{AtomicOp, MemError, Memory, ScatterError, SgeFault, VecMemory};
 pub use modify::QpModify;
 pub use qp::{ErrorCause, PostError, QpError, QpInitAttr};
 pub use smallvec::SmallVec;

@@ -159,14 +159,15 @@ pub trait Memory {
 /// Copies bytes `[offset, offset + out.len())` of the message an SGE list describes.
 ///
 /// # Errors
-/// [`MemError`] from the memory, or `OutOfBounds` if the SGEs are too short.
+/// [`ScatterError::Memory`] naming the SGE the memory refused, or [`ScatterError::TooLong`]
+/// if the SGEs hold fewer bytes.
 pub fn gather<M: Memory + ?Sized>(
     mem: &M,
     pd: u32,
     sges: &[Sge],
     mut offset: u64,
     mut out: &mut [u8],
-) -> Result<(), MemError> {
+) -> Result<(), ScatterError> {
     for s in sges {
         if out.is_empty() {
             return Ok(());
@@ -178,24 +179,50 @@ pub fn gather<M: Memory + ?Sized>(
         }
         let n = (len - offset).min(out.len() as u64) as usize;
         let (head, rest) = out.split_at_mut(n);
-        mem.read_local(pd, s.lkey, s.addr + offset, head)?;
+        mem.read_local(pd, s.lkey, s.addr + offset, head)
+            .map_err(|error| ScatterError::Memory(SgeFault::of(s, error)))?;
         out = rest;
         offset = 0;
     }
     if out.is_empty() {
         Ok(())
     } else {
-        Err(MemError::OutOfBounds)
+        Err(ScatterError::TooLong)
     }
 }
 
-/// Why a scatter failed.
+/// Why a gather or a scatter failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ScatterError {
     /// The data does not fit in the SGEs (a local length error).
     TooLong,
-    /// The memory refused the write (a local protection error).
-    Memory(MemError),
+    /// The memory refused one SGE (a local protection error).
+    Memory(SgeFault),
+}
+
+/// The scatter/gather element (`struct ibv_sge`) the memory refused, and why: the facts of an
+/// `IBV_WC_LOC_PROT_ERR`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct SgeFault {
+    /// The SGE's `lkey`.
+    pub lkey: u32,
+    /// The SGE's `addr`.
+    pub addr: u64,
+    /// The SGE's `length`.
+    pub length: u32,
+    /// Why the memory refused it.
+    pub error: MemError,
+}
+
+impl SgeFault {
+    fn of(s: &Sge, error: MemError) -> SgeFault {
+        SgeFault {
+            lkey: s.lkey,
+            addr: s.addr,
+            length: s.length,
+            error,
+        }
+    }
 }
 
 /// Writes `data` at byte `offset` of the message an SGE list describes.
@@ -220,7 +247,7 @@ pub fn scatter<M: Memory + ?Sized>(
         }
         let n = (len - offset).min(data.len() as u64) as usize;
         mem.write_local(pd, s.lkey, s.addr + offset, &data[..n])
-            .map_err(ScatterError::Memory)?;
+            .map_err(|error| ScatterError::Memory(SgeFault::of(s, error)))?;
         data = &data[n..];
         offset = 0;
     }
@@ -652,7 +679,24 @@ mod tests {
         assert_eq!(out, [2, 3, 10, 11, 12, 13, 14, 15]);
         assert_eq!(
             gather(&m, 1, &sges, 15, &mut out),
-            Err(MemError::OutOfBounds)
+            Err(ScatterError::TooLong)
+        );
+        // A refused SGE is named with its lkey, address and length.
+        let bad = [
+            a.sge(0, 4),
+            Sge {
+                lkey: 0x77,
+                ..a.sge(4, 4)
+            },
+        ];
+        assert_eq!(
+            gather(&m, 1, &bad, 0, &mut out),
+            Err(ScatterError::Memory(SgeFault {
+                lkey: 0x77,
+                addr: a.addr + 4,
+                length: 4,
+                error: MemError::InvalidKey
+            }))
         );
         scatter(&m, 1, &sges, 3, &[0xAA, 0xBB, 0xCC]).unwrap();
         let b = m.bytes(a.lkey).unwrap();

@@ -6,9 +6,13 @@
 
 mod common;
 
+use common::script::inject;
 use common::*;
-use ferroce_transport::{ErrorCause, Mtu, QpState, WcStatus, WrOpcode};
-use ferroce_wire::NakCode;
+use ferroce_transport::{
+    AccessFlags, ErrorCause, MemError, Mtu, QpState, QpType, RecvWr, SendWr, SgeFault, WcStatus,
+    WrOpcode,
+};
+use ferroce_wire::{AethRepr, BthRepr, ExtHeaders, NakCode, Opcode, PacketRepr, Psn};
 
 const STEPS: u64 = 200_000;
 
@@ -277,4 +281,251 @@ fn psns_that_disagree_are_named_as_such() {
         }
         assert!(e.to_string().contains("PSNs disagree"), "{e}");
     }
+}
+
+/// A send whose SGE names an lkey that is no longer registered: LOC_PROT_ERR at the requester,
+/// naming the SGE (lkey, range) and that the key is unknown, and that it was read for a send.
+#[test]
+fn a_send_from_a_deregistered_lkey_names_the_sge() {
+    let mut p = pair(63, lossless(), opts());
+    let mr = p.net.nodes[0]
+        .mem
+        .register(PD, vec![0; 256], AccessFlags::LOCAL_WRITE);
+    assert!(p.net.nodes[0].mem.deregister(mr.lkey));
+    let mut w = p.wr(11, WrOpcode::RdmaWrite, 0, 100, 0);
+    w.sg_list = vec![mr.sge(16, 100)].into();
+    p.post_send(0, w);
+    p.net.drive(STEPS);
+    assert_eq!(p.send_wcs(0)[0].status, WcStatus::LocProtErr);
+    let e = p.net.nodes[0].endpoint.qp_error(p.qa).unwrap();
+    let sge = SgeFault {
+        lkey: mr.lkey,
+        addr: mr.addr + 16,
+        length: 100,
+        error: MemError::InvalidKey,
+    };
+    assert_eq!(
+        (e.wr_id, e.cause),
+        (11, ErrorCause::LocalProtection { sge, write: false })
+    );
+    let text = e.to_string();
+    assert!(
+        text.contains(&format!("lkey {:#x}", mr.lkey))
+            && text.contains("100 bytes, read for a send")
+            && text.contains("no region of this QP's PD has that lkey"),
+        "{text}"
+    );
+}
+
+/// A receive buffer registered without LOCAL_WRITE: the responder's receive completes with
+/// LOC_PROT_ERR naming the missing flag, and the requester hears remote operational error.
+#[test]
+fn a_receive_buffer_without_local_write_names_the_flag() {
+    let mut p = pair(64, lossless(), opts());
+    let ro = p.net.nodes[1]
+        .mem
+        .register(PD, vec![0; 4096], AccessFlags::REMOTE_READ);
+    let qb = p.qb;
+    let n = &mut p.net.nodes[1];
+    n.endpoint
+        .post_recv(
+            qb,
+            RecvWr {
+                wr_id: 40,
+                sg_list: vec![ro.sge(0, 4096)].into(),
+            },
+            &n.mem,
+            p.net.now,
+        )
+        .unwrap();
+    p.post_send(0, p.wr(12, WrOpcode::Send, 0, 300, 0));
+    p.net.drive(STEPS);
+    assert_eq!(p.send_wcs(0)[0].status, WcStatus::RemOpErr);
+    assert_eq!(p.recv_wcs(1)[0].status, WcStatus::LocProtErr);
+    let r = p.net.nodes[1].endpoint.qp_error(p.qb).unwrap();
+    assert_eq!((r.status, r.wr_id), (WcStatus::LocProtErr, 40));
+    match r.cause {
+        ErrorCause::LocalProtection { sge, write: true } => {
+            assert_eq!((sge.lkey, sge.error), (ro.lkey, MemError::AccessDenied));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(
+        r.to_string().contains("without IBV_ACCESS_LOCAL_WRITE"),
+        "{r}"
+    );
+    let e = p.net.nodes[0].endpoint.qp_error(p.qa).unwrap();
+    assert!(matches!(
+        e.cause,
+        ErrorCause::Nak {
+            code: NakCode::RemoteOperationalError,
+            ..
+        }
+    ));
+}
+
+/// A READ whose local buffer lacks LOCAL_WRITE fails at the requester when the data arrives.
+#[test]
+fn a_read_into_a_buffer_without_local_write_is_local_protection() {
+    let mut p = pair(65, lossless(), opts());
+    let ro = p.net.nodes[0]
+        .mem
+        .register(PD, vec![0; 4096], AccessFlags::EMPTY);
+    let mut w = p.wr(13, WrOpcode::RdmaRead, 0, 64, 0);
+    w.sg_list = vec![ro.sge(8, 64)].into();
+    p.post_send(0, w);
+    p.net.drive(STEPS);
+    assert_eq!(p.send_wcs(0)[0].status, WcStatus::LocProtErr);
+    let e = p.net.nodes[0].endpoint.qp_error(p.qa).unwrap();
+    match e.cause {
+        ErrorCause::LocalProtection { sge, write: true } => assert_eq!(
+            sge,
+            SgeFault {
+                lkey: ro.lkey,
+                addr: ro.addr + 8,
+                length: 64,
+                error: MemError::AccessDenied
+            }
+        ),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// A READ answered with a response of the wrong size: BAD_RESP_ERR naming the request, the
+/// response and both sizes. An AETH syndrome the IBTA reserves is told apart.
+#[test]
+fn a_response_that_does_not_match_names_both_sides() {
+    let mut p = pair(66, lossless(), opts());
+    p.post_send(0, p.wr(14, WrOpcode::RdmaRead, 0, 100, 0));
+    // Put the READ on the wire, deliver nothing, and answer it with 52 bytes.
+    let mut buf = vec![0u8; 8192];
+    let n = &mut p.net.nodes[0];
+    assert!(
+        n.endpoint
+            .poll_transmit(p.net.now, &mut buf, &n.mem)
+            .unwrap()
+            .is_some()
+    );
+    let psn = Psn::new(p.opts.psn_a);
+    let aeth = Some(AethRepr {
+        syndrome: 0x1F,
+        msn: 1,
+    });
+    let short = PacketRepr {
+        bth: BthRepr::new(Opcode::RC_RDMA_READ_RESPONSE_ONLY, p.qa, psn),
+        ext: ExtHeaders {
+            aeth,
+            ..Default::default()
+        },
+        payload: &[7; 52],
+    };
+    inject(&mut p.net, 1, 0, short);
+    assert_eq!(first_completion(&mut p), WcStatus::BadRespErr);
+    let e = p.net.nodes[0].endpoint.qp_error(p.qa).unwrap();
+    assert_eq!(
+        e.cause,
+        ErrorCause::BadResponse {
+            psn,
+            request: WrOpcode::RdmaRead,
+            response: Opcode::RC_RDMA_READ_RESPONSE_ONLY,
+            bytes: 52,
+            expected: 100,
+        }
+    );
+    assert!(e.to_string().contains("52 bytes where 100 were due"), "{e}");
+
+    let mut p = pair(67, lossless(), opts());
+    p.post_send(0, p.wr(15, WrOpcode::RdmaWrite, 0, 100, 0));
+    let n = &mut p.net.nodes[0];
+    assert!(
+        n.endpoint
+            .poll_transmit(p.net.now, &mut buf, &n.mem)
+            .unwrap()
+            .is_some()
+    );
+    let psn = Psn::new(p.opts.psn_a);
+    let reserved = PacketRepr {
+        bth: BthRepr::new(Opcode::RC_ACKNOWLEDGE, p.qa, psn),
+        ext: ExtHeaders {
+            aeth: Some(AethRepr {
+                syndrome: 0x70,
+                msn: 0,
+            }),
+            ..Default::default()
+        },
+        payload: &[],
+    };
+    inject(&mut p.net, 1, 0, reserved);
+    assert_eq!(first_completion(&mut p), WcStatus::BadRespErr);
+    let e = p.net.nodes[0].endpoint.qp_error(p.qa).unwrap();
+    assert_eq!(
+        e.cause,
+        ErrorCause::ReservedSyndrome {
+            psn,
+            syndrome: 0x70
+        }
+    );
+    assert!(e.to_string().contains("syndrome 0x70"), "{e}");
+}
+
+/// The status of A's next completion, taken from its engine directly (no simulator step).
+fn first_completion(p: &mut Pair) -> WcStatus {
+    let c = p.net.nodes[0].endpoint.poll_completion().unwrap();
+    assert_eq!(c.qpn, p.qa);
+    c.wc.status
+}
+
+/// A SEND with invalidate of a key the responder has no window for: the responder's receive
+/// fails with REM_INV_REQ_ERR naming the key, the requester's with the NAK.
+#[test]
+fn a_send_with_invalidate_of_an_unknown_key_names_the_key() {
+    let mut p = pair(68, lossless(), opts());
+    p.post_recv(1, 41, 0, 4096);
+    p.post_send(0, SendWr::send_with_inv(16, p.mra.sge(0, 100), 0x1234_5678));
+    p.net.drive(STEPS);
+    assert_eq!(p.send_wcs(0)[0].status, WcStatus::RemInvReqErr);
+    let r = p.net.nodes[1].endpoint.qp_error(p.qb).unwrap();
+    assert_eq!((r.status, r.wr_id), (WcStatus::RemInvReqErr, 41));
+    match r.cause {
+        ErrorCause::RemoteInvalidate { rkey, error, psn } => {
+            assert_eq!((rkey, error), (0x1234_5678, MemError::InvalidKey));
+            assert_eq!(psn, Psn::new(p.opts.psn_a));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(r.to_string().contains("rkey 0x12345678"), "{r}");
+}
+
+/// A UD datagram longer than the receive (GRH included): the receive completes with
+/// LOC_LEN_ERR, the QP keeps both sizes and stays in RTS.
+#[test]
+fn a_ud_receive_too_short_names_both_sizes() {
+    let o = Opts {
+        qp_type: QpType::Ud,
+        ..opts()
+    };
+    let mut p = pair(69, lossless(), o);
+    p.post_recv(1, 42, 0, 100);
+    let mut w = SendWr::send(17, p.mra.sge(0, 200));
+    w.send_flags = ferroce_transport::SendFlags::SIGNALED;
+    w.ud = Some(ferroce_transport::UdDest {
+        ah: ferroce_transport::AhAttr::new(p.net.nodes[1].addr),
+        remote_qpn: p.qb,
+        remote_qkey: 0x1111_1111,
+    });
+    p.post_send(0, w);
+    p.net.drive(STEPS);
+    assert_eq!(p.recv_wcs(1)[0].status, WcStatus::LocLenErr);
+    let r = p.net.nodes[1].endpoint.qp_error(p.qb).unwrap();
+    assert_eq!(
+        (r.wr_id, r.cause),
+        (
+            42,
+            ErrorCause::LocalLength {
+                message: 240,
+                buffer: 100
+            }
+        )
+    );
+    assert_eq!(p.state(1), QpState::Rts);
 }

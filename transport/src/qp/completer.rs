@@ -6,8 +6,8 @@
 use ferroce_wire::{AckType, NakCode, Opcode, PacketRepr, Psn, timer};
 
 use super::timers::Timer;
-use super::{Ctx, Qp};
-use crate::memory::{self, Memory, ScatterError};
+use super::{Ctx, ErrorCause, Qp};
+use crate::memory::{self, Memory};
 use crate::verbs::{QpState, WcStatus, WrOpcode};
 
 /// The completer's state: the oldest unacknowledged PSN and the retry budgets. Only this file
@@ -224,11 +224,17 @@ impl Qp {
                         _ => 0,
                     }
                 });
-                let cause = super::ErrorCause::Nak {
-                    code,
-                    psn,
-                    packet_bytes,
-                    path_mtu: mtu,
+                let cause = match code {
+                    NakCode::Unknown(v) => ErrorCause::ReservedSyndrome {
+                        psn,
+                        syndrome: 0x60 | v,
+                    },
+                    _ => ErrorCause::Nak {
+                        code,
+                        psn,
+                        packet_bytes,
+                        path_mtu: mtu,
+                    },
                 };
                 self.fail_because(ctx, idx, status, cause);
             }
@@ -249,7 +255,7 @@ impl Qp {
             // As for a NAK: what the RNR NAK implicitly acknowledged completes first.
             self.retire_done(ctx);
             let idx = self.sq.iter().position(|w| w.status.is_none()).unwrap_or(0);
-            let cause = super::ErrorCause::RnrExhausted {
+            let cause = ErrorCause::RnrExhausted {
                 psn,
                 rnr_naks: self.rnr_naks,
                 rnr_retry: self.attr.rnr_retry,
@@ -276,13 +282,13 @@ impl Qp {
             let idx = self.sq.iter().position(|w| w.status.is_none()).unwrap_or(0);
             // Answered, never for anything sent, and never any progress: the PSNs disagree.
             let cause = if !self.progressed && self.strays.0 > 0 {
-                super::ErrorCause::PsnMismatch {
+                ErrorCause::PsnMismatch {
                     psn: self.comp.psn(),
                     strays: self.strays.0,
                     peer_psn: self.strays.1,
                 }
             } else {
-                super::ErrorCause::NoAnswer {
+                ErrorCause::NoAnswer {
                     psn: self.comp.psn(),
                     retries: self.attr.retry_cnt,
                     timeout: self.attr.timeout,
@@ -335,7 +341,12 @@ impl Qp {
                 self.comp.psn = psn + 1;
                 self.on_progress(ctx);
             }
-            Err(_) => self.fail(ctx, idx, WcStatus::LocProtErr),
+            Err(e) => {
+                // Any failure to place an atomic's result is a protection error, as rxe's
+                // completer reports it (a too-short buffer keeps its length facts).
+                let (_, cause) = ErrorCause::of_scatter(e, 8, &w.wr.sg_list);
+                self.fail_because(ctx, idx, WcStatus::LocProtErr, cause);
+            }
         }
     }
 
@@ -361,14 +372,14 @@ impl Qp {
             // An ATOMIC WRITE or a FLUSH is answered by one zero-length READ response (IBTA
             // 1.5 §9.4.6).
             if pkt.bth.opcode != Opcode::RC_RDMA_READ_RESPONSE_ONLY || !pkt.payload.is_empty() {
-                log::debug!(
-                    "QP {:#x}: {:?} at PSN {psn} answered by {:?} with {} bytes: bad response",
-                    self.qpn,
-                    w.wr.opcode,
-                    pkt.bth.opcode,
-                    pkt.payload.len()
-                );
-                return self.fail(ctx, idx, WcStatus::BadRespErr);
+                let cause = ErrorCause::BadResponse {
+                    psn,
+                    request: w.wr.opcode,
+                    response: pkt.bth.opcode,
+                    bytes: pkt.payload.len() as u32,
+                    expected: 0,
+                };
+                return self.fail_because(ctx, idx, WcStatus::BadRespErr, cause);
             }
             self.sq[idx].status = Some(WcStatus::Success);
             self.comp.psn = psn + 1;
@@ -405,8 +416,14 @@ impl Qp {
             _ => false,
         };
         if !pos_ok || pkt.payload.len() != expect as usize {
-            self.fail(ctx, idx, WcStatus::BadRespErr);
-            return;
+            let cause = ErrorCause::BadResponse {
+                psn: w.first_psn,
+                request: w.wr.opcode,
+                response: op,
+                bytes: pkt.payload.len() as u32,
+                expected: expect,
+            };
+            return self.fail_because(ctx, idx, WcStatus::BadRespErr, cause);
         }
         let res = memory::scatter(
             ctx.mem,
@@ -415,16 +432,9 @@ impl Qp {
             u64::from(w.read_done),
             pkt.payload,
         );
-        match res {
-            Ok(()) => {}
-            Err(ScatterError::TooLong) => {
-                let cause = super::ErrorCause::LocalLength {
-                    message: u64::from(w.len),
-                    buffer: w.wr.sg_list.iter().map(|s| u64::from(s.length)).sum(),
-                };
-                return self.fail_because(ctx, idx, WcStatus::LocLenErr, cause);
-            }
-            Err(ScatterError::Memory(_)) => return self.fail(ctx, idx, WcStatus::LocProtErr),
+        if let Err(e) = res {
+            let (status, cause) = ErrorCause::of_scatter(e, u64::from(w.len), &w.wr.sg_list);
+            return self.fail_because(ctx, idx, status, cause);
         }
         let w = &mut self.sq[idx];
         w.read_done += expect;

@@ -608,22 +608,7 @@ impl Qp {
     }
 
     /// Moves the QP to ERR because of a transport error: the send WQE at `idx` completes with
-    /// `status`, everything else is flushed.
-    pub(crate) fn fail<M: Memory + ?Sized>(
-        &mut self,
-        ctx: &mut Ctx<'_, M>,
-        idx: usize,
-        status: WcStatus,
-    ) {
-        let cause = match status {
-            WcStatus::LocProtErr => ErrorCause::LocalProtection,
-            WcStatus::BadRespErr => ErrorCause::BadResponse,
-            _ => ErrorCause::LocalRequest,
-        };
-        self.fail_because(ctx, idx, status, cause);
-    }
-
-    /// As [`Qp::fail`], with the cause the QP's first error keeps.
+    /// `status`, everything else is flushed; `cause` is what the QP's first error keeps.
     pub(crate) fn fail_because<M: Memory + ?Sized>(
         &mut self,
         ctx: &mut Ctx<'_, M>,

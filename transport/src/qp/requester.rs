@@ -10,9 +10,14 @@ use ferroce_wire::{
 };
 
 use super::timers::Timer;
-use super::{Ctx, MAX_PKTS_PER_ACK, MAX_UNACKED_PSNS, Qp, READ_CHUNK_PKTS, READ_WINDOW_PKTS};
-use crate::memory::{self, Memory};
+use super::{
+    Ctx, ErrorCause, MAX_PKTS_PER_ACK, MAX_UNACKED_PSNS, Qp, READ_CHUNK_PKTS, READ_WINDOW_PKTS,
+};
+use crate::memory::{self, Memory, ScatterError};
 use crate::verbs::{QpState, QpType, SendFlags, WcStatus, WrOpcode};
+
+/// Why a request packet could not be built: the status its WQE completes with and why.
+type BuildError = (WcStatus, ErrorCause);
 
 /// Zeros standing in for payload while headers are emitted; the payload is then copied in place.
 static ZEROS: [u8; 4096] = [0; 4096];
@@ -168,12 +173,7 @@ impl Qp {
             }
         } else if w.wr.opcode.is_read_or_atomic() && self.attr.max_rd_atomic == 0 {
             // No READ/atomic may ever be outstanding: a local QP operation error.
-            self.fail_because(
-                ctx,
-                idx,
-                WcStatus::LocQpOpErr,
-                super::ErrorCause::NoRdAtomic,
-            );
+            self.fail_because(ctx, idx, WcStatus::LocQpOpErr, ErrorCause::NoRdAtomic);
             return None;
         } else if self.qp_type == QpType::Rc
             && !w.wr.opcode.is_read_or_atomic()
@@ -215,8 +215,8 @@ impl Qp {
                 }
                 Some(tx)
             }
-            Err(status) => {
-                self.fail(ctx, idx, status);
+            Err((status, cause)) => {
+                self.fail_because(ctx, idx, status, cause);
                 None
             }
         }
@@ -258,7 +258,7 @@ impl Qp {
                     w.wr.opcode,
                     w.wr.wr_id
                 );
-                let cause = super::ErrorCause::LocalOperation {
+                let cause = ErrorCause::LocalOperation {
                     opcode: w.wr.opcode,
                     error: e,
                 };
@@ -321,7 +321,7 @@ impl Qp {
         &mut self,
         ctx: &mut Ctx<'_, M>,
         buf: &mut [u8],
-    ) -> Result<Tx, WcStatus> {
+    ) -> Result<Tx, BuildError> {
         let idx = self.req.idx;
         let mtu = self.mtu();
         let w = &self.sq[idx];
@@ -408,7 +408,19 @@ impl Qp {
         match &w.inline {
             Some(data) => payload.copy_from_slice(&data[off as usize..(off + plen) as usize]),
             None => memory::gather(ctx.mem, self.pd, &w.wr.sg_list, u64::from(off), payload)
-                .map_err(|_| WcStatus::LocProtErr)?,
+                .map_err(|e| match e {
+                    ScatterError::Memory(sge) => (
+                        WcStatus::LocProtErr,
+                        ErrorCause::LocalProtection { sge, write: false },
+                    ),
+                    ScatterError::TooLong => (
+                        WcStatus::LocLenErr,
+                        ErrorCause::LocalLength {
+                            message: u64::from(w.len),
+                            buffer: w.wr.sg_list.iter().map(|g| u64::from(g.length)).sum(),
+                        },
+                    ),
+                })?,
         }
         self.req.next_psn = psn + 1;
         if last {
@@ -441,7 +453,7 @@ impl Qp {
         !burst_goes_on || self.comp.psn().distance_to(psn + 1) >= MAX_UNACKED_PSNS / 2 || budget_low
     }
 
-    fn build_read(&mut self, buf: &mut [u8]) -> Result<Tx, WcStatus> {
+    fn build_read(&mut self, buf: &mut [u8]) -> Result<Tx, BuildError> {
         let idx = self.req.idx;
         let mtu = self.mtu();
         let w = &self.sq[idx];
@@ -495,7 +507,7 @@ impl Qp {
         Ok(tx)
     }
 
-    fn build_atomic(&mut self, buf: &mut [u8]) -> Result<Tx, WcStatus> {
+    fn build_atomic(&mut self, buf: &mut [u8]) -> Result<Tx, BuildError> {
         let idx = self.req.idx;
         let w = &self.sq[idx];
         let (opcode, swap_add, compare) = match w.wr.opcode {
@@ -524,11 +536,16 @@ impl Qp {
 
     /// An RC FLUSH: FETH (placement type, selectivity level) and RETH (the range), no payload,
     /// asking for its response (a zero-length READ response).
-    fn build_flush(&mut self, buf: &mut [u8]) -> Result<Tx, WcStatus> {
+    fn build_flush(&mut self, buf: &mut [u8]) -> Result<Tx, BuildError> {
         let idx = self.req.idx;
         let w = &self.sq[idx];
         // post_send refuses a FLUSH without its operands.
-        let spec = w.wr.flush.ok_or(WcStatus::LocQpOpErr)?;
+        let spec = w.wr.flush.ok_or((
+            WcStatus::LocQpOpErr,
+            ErrorCause::MissingOperands {
+                opcode: w.wr.opcode,
+            },
+        ))?;
         let repr = PacketRepr {
             bth: BthRepr::new(Opcode::RC_FLUSH, self.attr.dest_qp_num, w.first_psn)
                 .with_ack_req(true),

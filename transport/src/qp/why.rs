@@ -5,10 +5,10 @@
 use core::fmt;
 use std::net::IpAddr;
 
-use ferroce_wire::{NakCode, Psn};
+use ferroce_wire::{NakCode, Opcode, Psn};
 
-use crate::memory::MemError;
-use crate::verbs::{WcStatus, WrOpcode};
+use crate::memory::{MemError, ScatterError, SgeFault};
+use crate::verbs::{Sge, WcStatus, WrOpcode};
 
 /// What made a work request fail, with the facts that decide it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,12 +65,45 @@ pub enum ErrorCause {
         /// Bytes of the buffer's scatter list.
         buffer: u64,
     },
-    /// `IBV_WC_LOC_PROT_ERR`: an lkey of the work request does not grant the access.
-    LocalProtection,
-    /// A response that does not match the request (`IBV_WC_BAD_RESP_ERR`).
-    BadResponse,
-    /// The request itself was refused locally.
-    LocalRequest,
+    /// `IBV_WC_LOC_PROT_ERR`: an SGE of the work request that its memory refused.
+    LocalProtection {
+        /// The SGE and why its memory refused it.
+        sge: SgeFault,
+        /// Whether the access was a write into local memory (a receive buffer, a READ's or an
+        /// atomic's result: it needs `IBV_ACCESS_LOCAL_WRITE`) rather than a read for a send.
+        write: bool,
+    },
+    /// `IBV_WC_BAD_RESP_ERR`: the peer answered a request with a response that does not
+    /// match it (IBTA C9-138: a response of the wrong kind or size).
+    BadResponse {
+        /// The request's first PSN.
+        psn: Psn,
+        /// What was requested.
+        request: WrOpcode,
+        /// The response's opcode.
+        response: Opcode,
+        /// The response's payload bytes.
+        bytes: u32,
+        /// The payload bytes this response should have carried.
+        expected: u32,
+    },
+    /// `IBV_WC_BAD_RESP_ERR`: the peer answered with an AETH syndrome the IBTA reserves.
+    ReservedSyndrome {
+        /// The PSN it answered.
+        psn: Psn,
+        /// The AETH syndrome byte.
+        syndrome: u8,
+    },
+    /// `IBV_WC_REM_INV_REQ_ERR` on a receive: the peer's SEND with invalidate named a key this
+    /// QP could not invalidate (IBTA 9.4.1.1.5); this QP NAKed it (invalid request).
+    RemoteInvalidate {
+        /// The SEND's PSN.
+        psn: Psn,
+        /// The key in its IETH.
+        rkey: u32,
+        /// Why the memory refused.
+        error: MemError,
+    },
     /// `IBV_WC_LOC_QP_OP_ERR`: a READ or atomic on a QP whose `max_rd_atomic` is 0.
     NoRdAtomic,
     /// `IBV_WC_MW_BIND_ERR`: a memory window bind or a local invalidate the memory refused.
@@ -80,6 +113,13 @@ pub enum ErrorCause {
         /// Why the memory refused it.
         error: MemError,
     },
+    /// `IBV_WC_LOC_QP_OP_ERR`: a work request without the operands its opcode needs (a FLUSH
+    /// without its placement type and selectivity level); `post_send` refuses these, so only a
+    /// caller of the engine that skips its checks meets it.
+    MissingOperands {
+        /// The work request's opcode.
+        opcode: WrOpcode,
+    },
     /// A request from the peer this QP refused as a responder: it sent NAK `code` for `psn`
     /// and went to ERR (what the peer then completes with).
     RemoteRequest {
@@ -88,6 +128,27 @@ pub enum ErrorCause {
         /// The request's PSN.
         psn: Psn,
     },
+}
+
+impl ErrorCause {
+    /// The status and cause of a failed placement into a work request's buffers (a receive,
+    /// a READ's or an atomic's result) of a `message` of that many bytes: `LOC_LEN_ERR` if it
+    /// is longer than the buffers, `LOC_PROT_ERR` if the memory refused an SGE.
+    pub(crate) fn of_scatter(e: ScatterError, message: u64, sges: &[Sge]) -> (WcStatus, Self) {
+        match e {
+            ScatterError::TooLong => (
+                WcStatus::LocLenErr,
+                ErrorCause::LocalLength {
+                    message,
+                    buffer: sges.iter().map(|g| u64::from(g.length)).sum(),
+                },
+            ),
+            ScatterError::Memory(sge) => (
+                WcStatus::LocProtErr,
+                ErrorCause::LocalProtection { sge, write: true },
+            ),
+        }
+    }
 }
 
 /// The first error of a QP: the work request it failed and why.
@@ -212,17 +273,68 @@ impl fmt::Display for QpError {
                 "a message of {message} bytes or more does not fit the {buffer} bytes of the \
                  work request's scatter list"
             ),
-            ErrorCause::LocalProtection => f.write_str(
-                "an SGE's lkey does not grant the access (unknown lkey, another PD, outside \
-                 the region, or LOCAL_WRITE missing for a receive or READ buffer)",
-            ),
-            ErrorCause::BadResponse => write!(
-                f,
-                "{peer} QPN {qpn:#x} sent a response that does not match the request"
-            ),
-            ErrorCause::LocalRequest => {
-                f.write_str("the work request was refused by the local QP or its memory")
+            ErrorCause::LocalProtection { sge, write } => {
+                let end = sge.addr.wrapping_add(u64::from(sge.length));
+                write!(
+                    f,
+                    "the SGE lkey {:#x} [{:#x}, {end:#x}) ({} bytes, {}) was refused: ",
+                    sge.lkey,
+                    sge.addr,
+                    sge.length,
+                    if write {
+                        "written: a receive, READ or atomic result buffer"
+                    } else {
+                        "read for a send"
+                    }
+                )?;
+                f.write_str(match sge.error {
+                    MemError::InvalidKey => {
+                        "no region of this QP's PD has that lkey (deregistered, of another PD, \
+                         or not an lkey)"
+                    }
+                    MemError::OutOfBounds => {
+                        "the range is not inside the region the lkey names (address or length \
+                         wrong, or the region smaller than meant)"
+                    }
+                    MemError::AccessDenied => {
+                        "the region was registered without IBV_ACCESS_LOCAL_WRITE, which a \
+                         buffer the device writes needs"
+                    }
+                    MemError::Misaligned => "a misaligned address",
+                })
             }
+            ErrorCause::BadResponse {
+                psn,
+                request,
+                response,
+                bytes,
+                expected,
+            } => write!(
+                f,
+                "{peer} QPN {qpn:#x} answered the {request:?} at PSN {:#x} with {response:?} \
+                 carrying {bytes} bytes where {expected} were due: a response that does not \
+                 match the request (a peer bug, or two requesters on one connection)",
+                psn.value()
+            ),
+            ErrorCause::ReservedSyndrome { psn, syndrome } => write!(
+                f,
+                "{peer} QPN {qpn:#x} answered PSN {:#x} with AETH syndrome {syndrome:#04x}, \
+                 which the IBTA reserves: the peer is not speaking RC as this QP does",
+                psn.value()
+            ),
+            ErrorCause::RemoteInvalidate { psn, rkey, error } => write!(
+                f,
+                "{peer} QPN {qpn:#x} sent a SEND with invalidate at PSN {:#x} for rkey \
+                 {rkey:#x}, which this QP could not invalidate ({}); it NAKed it (invalid \
+                 request) and went to ERR",
+                psn.value(),
+                if error == MemError::InvalidKey {
+                    "no memory window of this QP's PD has that key bound to this QP: a \
+                     region's key, a window bound elsewhere, or one already invalid"
+                } else {
+                    "refused by the memory"
+                }
+            ),
             ErrorCause::NoRdAtomic => f.write_str(
                 "a READ or atomic on a QP whose max_rd_atomic is 0: none may be outstanding \
                  (set max_rd_atomic, IBV_QP_MAX_QP_RD_ATOMIC, in the RTR to RTS transition; \
@@ -247,6 +359,9 @@ impl fmt::Display for QpError {
                     MemError::Misaligned => "a misaligned address",
                 };
                 write!(f, "{op} refused: {why}")
+            }
+            ErrorCause::MissingOperands { opcode } => {
+                write!(f, "a {opcode:?} work request without the operands it needs")
             }
             ErrorCause::RemoteRequest { code, psn } => write!(
                 f,

@@ -3,10 +3,10 @@
 
 use ferroce_wire::{NakCode, Opcode, PacketRepr, Position, Psn};
 
-use super::super::{Ctx, Qp, wc};
+use super::super::{Ctx, ErrorCause, Qp, wc};
 use super::*;
 use crate::endpoint::WcQueue;
-use crate::memory::{self, AtomicOp, MemError, Memory, ScatterError};
+use crate::memory::{self, AtomicOp, MemError, Memory};
 use crate::verbs::{AccessFlags, WcFlags, WcOpcode, WcStatus};
 
 impl Qp {
@@ -27,23 +27,23 @@ impl Qp {
         let Some(cur) = self.resp.in_send.as_mut() else {
             return Err(Fault::Nak(NakCode::InvalidRequest));
         };
-        match memory::scatter(
+        if let Err(e) = memory::scatter(
             ctx.mem,
             self.pd,
             &cur.wqe.sg_list,
             u64::from(cur.offset),
             pkt.payload,
         ) {
-            Ok(()) => {}
-            Err(ScatterError::TooLong) => {
-                return Err(Fault::Recv(WcStatus::LocLenErr, NakCode::InvalidRequest));
-            }
-            Err(ScatterError::Memory(_)) => {
-                return Err(Fault::Recv(
-                    WcStatus::LocProtErr,
-                    NakCode::RemoteOperationalError,
-                ));
-            }
+            let arrived = u64::from(cur.offset) + pkt.payload.len() as u64;
+            let (status, cause) = ErrorCause::of_scatter(e, arrived, &cur.wqe.sg_list);
+            // A message longer than the receive is the requester's invalid request; a receive
+            // buffer its memory refuses is this side's operational error.
+            let nak = if status == WcStatus::LocLenErr {
+                NakCode::InvalidRequest
+            } else {
+                NakCode::RemoteOperationalError
+            };
+            return Err(Fault::Recv(status, cause, nak));
         }
         // The SEND so far is within max_msg_sz (so the u32 cannot overflow): a peer cannot
         // push a receive past the device's limit, even into a huge receive buffer.
@@ -54,7 +54,16 @@ impl Qp {
                 self.qpn,
                 pkt.bth.psn
             );
-            return Err(Fault::Recv(WcStatus::LocLenErr, NakCode::InvalidRequest));
+            let buffer: u64 = cur.wqe.sg_list.iter().map(|g| u64::from(g.length)).sum();
+            let cause = ErrorCause::LocalLength {
+                message: total,
+                buffer: buffer.min(MAX_MSG_LEN),
+            };
+            return Err(Fault::Recv(
+                WcStatus::LocLenErr,
+                cause,
+                NakCode::InvalidRequest,
+            ));
         }
         cur.offset = total as u32;
         if matches!(pos, Position::Last | Position::Only) {
@@ -66,7 +75,16 @@ impl Qp {
                         self.qpn,
                         ieth.rkey
                     );
-                    return Err(Fault::Recv(WcStatus::RemInvReqErr, NakCode::InvalidRequest));
+                    let cause = ErrorCause::RemoteInvalidate {
+                        psn: pkt.bth.psn,
+                        rkey: ieth.rkey,
+                        error: e,
+                    };
+                    return Err(Fault::Recv(
+                        WcStatus::RemInvReqErr,
+                        cause,
+                        NakCode::InvalidRequest,
+                    ));
                 }
             }
             let Some(done) = self.resp.in_send.take() else {
@@ -390,21 +408,10 @@ impl Qp {
         &mut self,
         ctx: &mut Ctx<'_, M>,
         status: WcStatus,
-        arrived: usize,
+        cause: ErrorCause,
     ) {
-        if let Some(s) = &self.resp.in_send {
-            let cause = match status {
-                WcStatus::LocLenErr => super::super::ErrorCause::LocalLength {
-                    message: u64::from(s.offset) + arrived as u64,
-                    buffer: s.wqe.sg_list.iter().map(|g| u64::from(g.length)).sum(),
-                },
-                WcStatus::LocProtErr => super::super::ErrorCause::LocalProtection,
-                _ => super::super::ErrorCause::LocalRequest,
-            };
-            let wr_id = s.wqe.wr_id;
-            self.note_error(status, wr_id, cause);
-        }
         if let Some(s) = self.resp.in_send.take() {
+            self.note_error(status, s.wqe.wr_id, cause);
             self.report(
                 ctx,
                 WcQueue::Recv,

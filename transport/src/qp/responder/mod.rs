@@ -126,8 +126,9 @@ pub(crate) struct Responder {
 #[derive(Debug, Clone, Copy)]
 enum Fault {
     Nak(NakCode),
-    /// A receive-side failure: the receive WQE completes with this status, then the NAK.
-    Recv(WcStatus, NakCode),
+    /// A receive-side failure: the receive WQE completes with this status (the QP's first
+    /// error keeps the cause), then the NAK.
+    Recv(WcStatus, super::ErrorCause, NakCode),
 }
 
 impl Responder {

@@ -77,8 +77,8 @@ impl Qp {
                         self.note_error(status, 0, ErrorCause::RemoteRequest { code, psn });
                         code
                     }
-                    Fault::Recv(status, code) => {
-                        self.complete_recv_error(ctx, status, pkt.payload.len());
+                    Fault::Recv(status, cause, code) => {
+                        self.complete_recv_error(ctx, status, cause);
                         code
                     }
                 };

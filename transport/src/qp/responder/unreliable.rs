@@ -8,7 +8,7 @@ use ferroce_wire::{Operation, PacketRepr, Position};
 use super::super::{Ctx, Qp, wc};
 use super::*;
 use crate::endpoint::WcQueue;
-use crate::memory::{self, Memory, ScatterError};
+use crate::memory::{self, Memory};
 use crate::verbs::{AccessFlags, WcFlags, WcOpcode, WcStatus};
 
 impl Qp {
@@ -65,8 +65,8 @@ impl Qp {
                 self.uc_abort_message();
             }
             Err(fault) => {
-                if let Fault::Recv(status, _) = fault {
-                    self.complete_recv_error(ctx, status, pkt.payload.len());
+                if let Fault::Recv(status, cause, _) = fault {
+                    self.complete_recv_error(ctx, status, cause);
                 }
                 ctx.counters.dropped += 1;
                 self.uc_abort_message();
@@ -104,10 +104,12 @@ impl Qp {
         let placed = memory::scatter(ctx.mem, self.pd, &wqe.sg_list, 0, &grh).and_then(|()| {
             memory::scatter(ctx.mem, self.pd, &wqe.sg_list, GRH_LEN as u64, pkt.payload)
         });
-        match placed {
-            Ok(()) => {}
-            Err(ScatterError::TooLong) => status = WcStatus::LocLenErr,
-            Err(ScatterError::Memory(_)) => status = WcStatus::LocProtErr,
+        if let Err(e) = placed {
+            // A UD receive that fails completes in error; the QP stays in RTS (rxe's too).
+            let message = (GRH_LEN + pkt.payload.len()) as u64;
+            let (s, cause) = super::super::ErrorCause::of_scatter(e, message, &wqe.sg_list);
+            status = s;
+            self.note_error(status, wqe.wr_id, cause);
         }
         let mut c = wc(
             self.qpn,
