@@ -191,6 +191,13 @@ fn abi_test_program() {
                 && l.contains("with a NAK")),
         "no info line for the bad rkey's REM_ACCESS_ERR:\n{out}"
     );
+    // So is every async event the program takes (the SRQ limit it arms).
+    assert!(
+        out.lines().any(|l| l.contains("async event: SRQ ")
+            && l.contains("below the limit")
+            && l.contains("IBV_EVENT_SRQ_LIMIT_REACHED")),
+        "no info line for the SRQ_LIMIT_REACHED event:\n{out}"
+    );
 }
 
 #[test]
