@@ -31,39 +31,147 @@ impl Service {
     }
 }
 
-/// Why a modify was refused (verbs returns EINVAL for all of them).
+/// Why a modify was refused (verbs returns EINVAL for all of them); each names the rule.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ModifyQpError {
     /// There is no such transition for this QP type.
     InvalidTransition {
+        /// The QP's service.
+        service: Service,
         /// The current state.
         from: QpState,
         /// The requested state.
         to: QpState,
     },
-    /// Required attributes are missing from the mask.
-    MissingAttr(QpAttrMask),
+    /// Attributes the transition requires are missing from the mask.
+    MissingAttr {
+        /// The QP's service.
+        service: Service,
+        /// The current state.
+        from: QpState,
+        /// The requested state.
+        to: QpState,
+        /// The required bits not in the mask.
+        missing: QpAttrMask,
+    },
     /// The mask has attributes this transition does not accept.
-    AttrNotAllowed(QpAttrMask),
+    AttrNotAllowed {
+        /// The QP's service.
+        service: Service,
+        /// The current state.
+        from: QpState,
+        /// The requested state.
+        to: QpState,
+        /// The bits it does not accept.
+        extra: QpAttrMask,
+    },
     /// An attribute value is out of range.
     InvalidAttr {
         /// The attribute at fault.
         attr: QpAttrMask,
         /// Why.
         reason: &'static str,
+        /// The value given and the largest allowed, where the rule is a bound.
+        values: Option<(u64, u64)>,
     },
+}
+
+/// `IBV_QP_A | IBV_QP_B`, or `none`.
+struct MaskNames(QpAttrMask);
+
+impl fmt::Display for MaskNames {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut sep = "";
+        for n in self.0.names() {
+            write!(f, "{sep}IBV_QP_{n}")?;
+            sep = " | ";
+        }
+        if sep.is_empty() {
+            f.write_str("none")?;
+        }
+        Ok(())
+    }
+}
+
+impl Service {
+    fn name(self) -> &'static str {
+        match self {
+            Service::Rc => "RC",
+            Service::Uc => "UC",
+            Service::Ud => "UD",
+            Service::Gsi => "QP1 (GSI)",
+        }
+    }
+}
+
+fn state_name(s: QpState) -> String {
+    format!("{s:?}").to_uppercase()
 }
 
 impl fmt::Display for ModifyQpError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ModifyQpError::InvalidTransition { from, to } => {
-                write!(f, "invalid QP state transition {from:?} -> {to:?}")
+        match *self {
+            ModifyQpError::InvalidTransition { service, from, to } => write!(
+                f,
+                "{} QP: no transition {} -> {} (a QP goes RESET -> INIT -> RTR -> RTS, RTS \
+                 <-> SQD, SQE -> RTS, and to RESET or ERR from any state)",
+                service.name(),
+                state_name(from),
+                state_name(to)
+            ),
+            ModifyQpError::MissingAttr {
+                service,
+                from,
+                to,
+                missing,
+            } => {
+                let (req, _) = transition(service, from, to).unwrap_or_default();
+                write!(
+                    f,
+                    "{} QP {} -> {} requires {} in attr_mask; missing {}",
+                    service.name(),
+                    state_name(from),
+                    state_name(to),
+                    MaskNames(req | QpAttrMask::STATE),
+                    MaskNames(missing)
+                )
             }
-            ModifyQpError::MissingAttr(m) => write!(f, "required attributes missing: {m:?}"),
-            ModifyQpError::AttrNotAllowed(m) => write!(f, "attributes not allowed here: {m:?}"),
-            ModifyQpError::InvalidAttr { attr, reason } => write!(f, "invalid {attr:?}: {reason}"),
+            ModifyQpError::AttrNotAllowed {
+                service,
+                from,
+                to,
+                extra,
+            } => {
+                let (req, opt) = transition(service, from, to).unwrap_or_default();
+                write!(
+                    f,
+                    "{} QP {} -> {} does not take {} (it takes {}",
+                    service.name(),
+                    state_name(from),
+                    state_name(to),
+                    MaskNames(extra),
+                    MaskNames(req | QpAttrMask::STATE),
+                )?;
+                if !opt.is_empty() {
+                    write!(f, ", and optionally {}", MaskNames(opt))?;
+                }
+                if extra.contains(QpAttrMask::CUR_STATE) {
+                    f.write_str("; IBV_QP_CUR_STATE only from RTR, RTS, SQD or SQE")?;
+                }
+                f.write_str(")")
+            }
+            ModifyQpError::InvalidAttr {
+                attr,
+                reason,
+                values,
+            } => {
+                write!(f, "invalid {}: {reason}", MaskNames(attr))?;
+                if let Some((given, max)) = values {
+                    write!(f, " (given {given}, at most {max})")?;
+                }
+                Ok(())
+            }
         }
     }
 }
@@ -286,28 +394,45 @@ pub fn check_modify(
             QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
         )
     {
-        return Err(ModifyQpError::AttrNotAllowed(M::CUR_STATE));
+        return Err(ModifyQpError::AttrNotAllowed {
+            service,
+            from: cur,
+            to: next,
+            extra: M::CUR_STATE,
+        });
     }
     let (req, opt) = if cur == QpState::Reset && next == QpState::Err && limits.allow_reset_to_err {
         (m(0), m(0))
     } else {
         transition(service, cur, next).ok_or(ModifyQpError::InvalidTransition {
+            service,
             from: cur,
             to: next,
         })?
     };
     let missing = req.difference(mask);
     if !missing.is_empty() {
-        return Err(ModifyQpError::MissingAttr(missing));
+        return Err(ModifyQpError::MissingAttr {
+            service,
+            from: cur,
+            to: next,
+            missing,
+        });
     }
     let extra = mask.difference(req | opt | M::STATE);
     if !extra.is_empty() {
-        return Err(ModifyQpError::AttrNotAllowed(extra));
+        return Err(ModifyQpError::AttrNotAllowed {
+            service,
+            from: cur,
+            to: next,
+            extra,
+        });
     }
     if mask.contains(M::CUR_STATE) && attr.cur_qp_state != cur {
         return Err(ModifyQpError::InvalidAttr {
             attr: M::CUR_STATE,
             reason: "cur_qp_state is not the QP's current state",
+            values: None,
         });
     }
     if mask.contains(M::ALT_PATH) {
@@ -315,6 +440,7 @@ pub fn check_modify(
         return Err(ModifyQpError::InvalidAttr {
             attr: M::ALT_PATH,
             reason: "alternate paths are not supported on RoCE",
+            values: None,
         });
     }
     check_values(attr, mask, limits)?;
@@ -326,42 +452,92 @@ fn check_values(
     mask: QpAttrMask,
     limits: &ModifyLimits,
 ) -> Result<(), ModifyQpError> {
-    let bad = |attr: M, reason: &'static str| Err(ModifyQpError::InvalidAttr { attr, reason });
-    if mask.contains(M::TIMEOUT) && attr.timeout > 31 {
-        return bad(M::TIMEOUT, "timeout must be at most 31");
-    }
-    if mask.contains(M::RETRY_CNT) && attr.retry_cnt > 7 {
-        return bad(M::RETRY_CNT, "retry_cnt must be at most 7");
-    }
-    if mask.contains(M::RNR_RETRY) && attr.rnr_retry > 7 {
-        return bad(M::RNR_RETRY, "rnr_retry must be at most 7");
-    }
-    if mask.contains(M::MIN_RNR_TIMER) && attr.min_rnr_timer > 31 {
-        return bad(M::MIN_RNR_TIMER, "min_rnr_timer must be at most 31");
-    }
-    if mask.contains(M::SQ_PSN) && attr.sq_psn > 0xFF_FFFF {
-        return bad(M::SQ_PSN, "sq_psn is a 24-bit value");
-    }
-    if mask.contains(M::RQ_PSN) && attr.rq_psn > 0xFF_FFFF {
-        return bad(M::RQ_PSN, "rq_psn is a 24-bit value");
-    }
-    if mask.contains(M::DEST_QPN) && attr.dest_qp_num > 0xFF_FFFF {
-        return bad(M::DEST_QPN, "dest_qp_num is a 24-bit value");
-    }
-    if mask.contains(M::PATH_MTU) && attr.path_mtu as u32 > limits.active_mtu as u32 {
-        return bad(M::PATH_MTU, "path_mtu exceeds the port's active MTU");
-    }
-    if mask.contains(M::MAX_QP_RD_ATOMIC) && attr.max_rd_atomic > limits.max_qp_init_rd_atom {
-        return bad(
+    // A bound: `value` of `attr` may be at most `max`.
+    let bound = |attr: M, value: u64, max: u64, reason: &'static str| {
+        if value > max {
+            Err(ModifyQpError::InvalidAttr {
+                attr,
+                reason,
+                values: Some((value, max)),
+            })
+        } else {
+            Ok(())
+        }
+    };
+    let bad = |attr: M, reason: &'static str| {
+        Err(ModifyQpError::InvalidAttr {
+            attr,
+            reason,
+            values: None,
+        })
+    };
+    let checks: [(M, u64, u64, &'static str); 10] = [
+        (
+            M::TIMEOUT,
+            attr.timeout.into(),
+            31,
+            "timeout is a 5-bit exponent",
+        ),
+        (
+            M::RETRY_CNT,
+            attr.retry_cnt.into(),
+            7,
+            "retry_cnt is 3 bits",
+        ),
+        (
+            M::RNR_RETRY,
+            attr.rnr_retry.into(),
+            7,
+            "rnr_retry is 3 bits (7: for ever)",
+        ),
+        (
+            M::MIN_RNR_TIMER,
+            attr.min_rnr_timer.into(),
+            31,
+            "min_rnr_timer is a 5-bit code",
+        ),
+        (
+            M::SQ_PSN,
+            attr.sq_psn.into(),
+            0xFF_FFFF,
+            "sq_psn is a 24-bit value",
+        ),
+        (
+            M::RQ_PSN,
+            attr.rq_psn.into(),
+            0xFF_FFFF,
+            "rq_psn is a 24-bit value",
+        ),
+        (
+            M::DEST_QPN,
+            attr.dest_qp_num.into(),
+            0xFF_FFFF,
+            "dest_qp_num is a 24-bit value",
+        ),
+        (
+            M::PATH_MTU,
+            attr.path_mtu.bytes().into(),
+            limits.active_mtu.bytes().into(),
+            "path_mtu (bytes) exceeds the port's active_mtu, which the interface's MTU sets \
+             (ibv_query_port)",
+        ),
+        (
             M::MAX_QP_RD_ATOMIC,
-            "max_rd_atomic exceeds the device's max_qp_init_rd_atom",
-        );
-    }
-    if mask.contains(M::MAX_DEST_RD_ATOMIC) && attr.max_dest_rd_atomic > limits.max_qp_rd_atom {
-        return bad(
+            attr.max_rd_atomic.into(),
+            limits.max_qp_init_rd_atom.into(),
+            "max_rd_atomic exceeds the device's max_qp_init_rd_atom (ibv_query_device)",
+        ),
+        (
             M::MAX_DEST_RD_ATOMIC,
-            "max_dest_rd_atomic exceeds the device's max_qp_rd_atom",
-        );
+            attr.max_dest_rd_atomic.into(),
+            limits.max_qp_rd_atom.into(),
+            "max_dest_rd_atomic exceeds the device's max_qp_rd_atom (ibv_query_device)",
+        ),
+    ];
+    for (m, value, max, reason) in checks {
+        if mask.contains(m) {
+            bound(m, value, max, reason)?;
+        }
     }
     if mask.contains(M::PORT) && attr.port_num != 1 {
         return bad(M::PORT, "the device has one port, number 1");
@@ -419,7 +595,7 @@ mod tests {
                     let Some((req, opt)) = transition(service, from, to) else {
                         assert_eq!(
                             check_modify(service, from, &attr, M::STATE, &lim),
-                            Err(ModifyQpError::InvalidTransition { from, to }),
+                            Err(ModifyQpError::InvalidTransition { service, from, to }),
                             "{service:?} {from:?}->{to:?}"
                         );
                         continue;
@@ -436,7 +612,12 @@ mod tests {
                         if req.contains(b) && !b.is_empty() {
                             assert_eq!(
                                 check_modify(service, from, &attr, base.difference(b), &lim),
-                                Err(ModifyQpError::MissingAttr(b)),
+                                Err(ModifyQpError::MissingAttr {
+                                    service,
+                                    from,
+                                    to,
+                                    missing: b
+                                }),
                                 "{service:?} {from:?}->{to:?} without {b:?}"
                             );
                         }
@@ -444,7 +625,12 @@ mod tests {
                         if !allowed.contains(b) {
                             assert_eq!(
                                 check_modify(service, from, &attr, base | b, &lim),
-                                Err(ModifyQpError::AttrNotAllowed(b)),
+                                Err(ModifyQpError::AttrNotAllowed {
+                                    service,
+                                    from,
+                                    to,
+                                    extra: b
+                                }),
                                 "{service:?} {from:?}->{to:?} with {b:?}"
                             );
                         }
@@ -556,7 +742,62 @@ mod tests {
                 M::STATE | M::CUR_STATE,
                 &lim
             ),
-            Err(ModifyQpError::AttrNotAllowed(M::CUR_STATE))
+            Err(ModifyQpError::AttrNotAllowed {
+                service: Service::Rc,
+                from: QpState::Init,
+                to: QpState::Init,
+                extra: M::CUR_STATE
+            })
+        );
+    }
+
+    /// Each refusal names the rule in verbs terms: the transition, the C mask bits required,
+    /// missing or refused, and a bound with the value given.
+    #[test]
+    fn refusals_name_the_rule() {
+        let lim = ModifyLimits {
+            active_mtu: Mtu::Mtu1024,
+            ..ModifyLimits::default()
+        };
+        let rtr = full_attr(QpState::Rtr);
+        let e = check_modify(Service::Rc, QpState::Init, &rtr, M::STATE | M::AV, &lim)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("RC QP INIT -> RTR requires IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU")
+                && e.ends_with(
+                    "missing IBV_QP_PATH_MTU | IBV_QP_RQ_PSN | IBV_QP_MIN_RNR_TIMER | \
+                     IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_DEST_QPN"
+                ),
+            "{e}"
+        );
+        let e = check_modify(Service::Ud, QpState::Init, &rtr, M::STATE | M::SQ_PSN, &lim)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "UD QP INIT -> RTR does not take IBV_QP_SQ_PSN (it takes IBV_QP_STATE, and \
+             optionally IBV_QP_PKEY_INDEX | IBV_QP_QKEY)"
+        );
+        let e = check_modify(Service::Rc, QpState::Reset, &rtr, M::STATE, &lim)
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("RC QP: no transition RESET -> RTR"), "{e}");
+        let mut a = full_attr(QpState::Rtr);
+        a.path_mtu = Mtu::Mtu4096;
+        let mask = M::STATE
+            | M::AV
+            | M::PATH_MTU
+            | M::DEST_QPN
+            | M::RQ_PSN
+            | M::MAX_DEST_RD_ATOMIC
+            | M::MIN_RNR_TIMER;
+        let e = check_modify(Service::Rc, QpState::Init, &a, mask, &lim).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("invalid IBV_QP_PATH_MTU: path_mtu (bytes) exceeds")
+                && e.to_string().ends_with("(given 4096, at most 1024)"),
+            "{e}"
         );
     }
 

@@ -336,6 +336,14 @@ macro_rules! c_flags {
             pub const fn union(self, other: $name) -> $name {
                 $name(self.0 | other.0)
             }
+
+            /// The names of the flags set, as their C names end (`RQ_PSN` for `IBV_QP_RQ_PSN`).
+            pub fn names(self) -> impl Iterator<Item = &'static str> {
+                Self::NAMES
+                    .iter()
+                    .filter(move |(_, v)| *v != 0 && self.0 & v == *v)
+                    .map(|(n, _)| *n)
+            }
         }
 
         impl core::ops::BitOr for $name {

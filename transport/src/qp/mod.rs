@@ -340,7 +340,8 @@ impl Qp {
         {
             return Err(ModifyQpError::InvalidAttr {
                 attr: QpAttrMask::STATE,
-                reason: "the send queue is still draining",
+                reason: "the send queue is still draining (wait for IBV_EVENT_SQ_DRAINED)",
+                values: None,
             });
         }
         let from = self.state;
