@@ -136,6 +136,31 @@ fn a_wrong_rkey_is_the_peers_remote_access_nak_on_both_sides() {
     assert_eq!(p.state(1), QpState::Err);
 }
 
+/// The classic: an rkey whose region the peer deregistered.
+#[test]
+fn an_rkey_after_dereg_is_the_peers_remote_access_nak() {
+    let mut p = pair(61, lossless(), opts());
+    p.post_send(0, p.wr(1, WrOpcode::RdmaWrite, 0, 100, 0));
+    assert!(p.run_until_send_wcs(1, STEPS));
+    assert!(p.net.nodes[1].mem.deregister(p.mrb.lkey));
+    p.post_send(0, p.wr(2, WrOpcode::RdmaRead, 0, 100, 0));
+    p.net.drive(STEPS);
+    assert_eq!(
+        statuses(&p.send_wcs(0)),
+        vec![WcStatus::Success, WcStatus::RemAccessErr]
+    );
+    let e = p.net.nodes[0].endpoint.qp_error(p.qa).unwrap();
+    assert_eq!(e.wr_id, 2);
+    assert!(matches!(
+        e.cause,
+        ErrorCause::Nak {
+            code: NakCode::RemoteAccessError,
+            ..
+        }
+    ));
+    assert!(e.to_string().contains("(deregistered"), "{e}");
+}
+
 #[test]
 fn a_send_larger_than_the_receive_names_both_sizes() {
     let mut p = pair(55, lossless(), opts());

@@ -250,7 +250,11 @@ impl fmt::Display for QpError {
                         "remote operational error: it could not complete the request (its \
                          receive buffer's lkey refused the data)"
                     }
-                    _ => "an error NAK",
+                    NakCode::InvalidRdRequest => {
+                        "invalid RD request: a Reliable Datagram NAK, which no RC responder \
+                         should send (the peer is not speaking RC as this QP does)"
+                    }
+                    NakCode::PsnSeqError | NakCode::Unknown(_) => "an error NAK",
                 };
                 write!(
                     f,
