@@ -1096,6 +1096,37 @@ fn duplicate_read_flood_stays_bounded() {
     );
 }
 
+/// Requests to thousands of QPNs this node does not have (a scan, or a peer gone wild) are
+/// dropped and counted: no answer (a NAK would make the node an amplifier), no completion, no
+/// event, no state; the real QP is undisturbed.
+#[test]
+fn packets_to_thousands_of_unknown_qpns_hold_nothing() {
+    let mut p = pair(45, lossless(), Opts::default());
+    let first = Psn::new(p.opts.psn_a);
+    for i in 0..5_000u32 {
+        let mut r = read_request(&p, first, 1_000_000);
+        r.bth.dest_qp = (p.qb + 1 + i) & 0xFF_FFFF;
+        inject(&mut p.net, 0, 1, r);
+        let mut s = r;
+        s.bth.opcode = Opcode::RC_SEND_ONLY;
+        s.ext.reth = None;
+        s.payload = &[1, 2, 3, 4];
+        inject(&mut p.net, 0, 1, s);
+    }
+    assert!(drain_answers(&mut p).is_empty());
+    assert_eq!(p.counters(1).no_qp, 10_000);
+    assert!(p.net.nodes[1].endpoint.poll_completion().is_none());
+    assert!(p.net.nodes[1].endpoint.poll_event().is_none());
+    assert_eq!(p.net.nodes[1].endpoint.qpns().count(), 1);
+    assert!(p.net.nodes[1].endpoint.poll_timeout().is_none());
+    // The real QP still answers.
+    let r = read_request(&p, first, 100);
+    inject(&mut p.net, 0, 1, r);
+    let answers = drain_answers(&mut p);
+    assert_eq!(answers.len(), 1, "{answers:?}");
+    assert_eq!(answers[0].0, Opcode::RC_RDMA_READ_RESPONSE_ONLY);
+}
+
 /// WRITE, READ and SEND longer than max_msg_sz (8 MiB) are NAKed invalid request before any
 /// memory is touched, however large the region or receive buffer.
 #[test]
