@@ -14,6 +14,8 @@
 #              programs (-c, -V, mpi_peer), every run must pass
 #   victims    one loop per host, started first on each address (so the role holder of every
 #              address, the process that routes its QP1, is a victim): long RC and rping pairs
+#   resident   one persistent rping server (-P) on host 1 for the whole run, its clients from
+#              host 8 in turn: its memory, threads and descriptors must not grow after warm-up
 #   chaos      every CHAOS_PERIOD: SIGKILL a victim (the address's role holder when a victim
 #              holds it; otherwise any, mid-handshake or mid-transfer as it falls), or cut a
 #              lossy host's bridge port for 150 ms (below the witnesses' RC retry budget)
@@ -262,6 +264,48 @@ for a in $(seq 1 $HOSTS); do
 done
 sleep 2
 
+# The resident: one persistent rping server (-P: a thread per connection) on host 1 for the
+# whole run, beside the victims there and their SIGKILLs; its clients come from host 8 one after
+# another. Every connection's state must be given back: the server's memory (VmRSS), threads and
+# descriptors are sampled once it is warm (a quarter into the run) and at the end.
+RES_PORT=29000
+spawn 1 rping -s -P -a "$NET.1" -p $RES_PORT -V -S 4096 >"$OUT/resident.srv" 2>&1 &
+RES_PID=$!
+disown "$RES_PID" # ended by the last kill with the rest: no job report then
+wait_cm 1 $RES_PID $RES_PORT || { echo "soak: FAILED: the resident rping -P server never listened"; }
+# "VmRSS-kB threads fds" of the resident, or nothing if it is gone.
+resident_sample() {
+    local rss
+    rss=$(awk '/^VmRSS/ { print $2 }' "/proc/$RES_PID/status" 2>/dev/null) || return 0
+    echo "$rss $(ls "/proc/$RES_PID/task" | wc -l) $(ls "/proc/$RES_PID/fd" | wc -l)"
+}
+resident() {
+    local n=0 warm_at=$(($(date +%s) + SECONDS_WANTED / 4)) rc log
+    while [ "$(date +%s)" -lt "$END" ]; do
+        log="$OUT/runs/resident-$n.cli"
+        prog 8 timeout -s KILL 60 rping -c -a "$NET.1" -p $RES_PORT -V -C 20 -S 4096 >"$log" 2>&1
+        rc=$?
+        if [ $rc = 0 ]; then
+            echo "ok" >>"$OUT/resident.txt"
+            rm -f "$log"
+        elif [ $rc = 255 ] && [ "$(tail -n 1 "$log")" = "rdma_get_cm_event: Bad file descriptor" ]; then
+            # rping 44's own exit race (see pair), here on the client's side.
+            echo "ok rping-exit-race" >>"$OUT/resident.txt"
+        else
+            echo "fail (rc $rc: $log)" >>"$OUT/resident.txt"
+        fi
+        if [ ! -s "$OUT/resident.warm" ] && [ "$(date +%s)" -ge "$warm_at" ]; then
+            sleep 0.3 # the last connection's thread gives its state back
+            resident_sample >"$OUT/resident.warm"
+        fi
+        n=$((n + 1))
+    done
+    sleep 0.3
+    resident_sample >"$OUT/resident.end"
+}
+resident &
+rpid=$!
+
 witness() {
     local a=$1 b=$((a % HOSTS + 1)) n=0 kinds=(rping ucmatose)
     # Between hosts whose links neither drop nor get cut: UD, which has no retransmission,
@@ -328,7 +372,7 @@ while [ "$(date +%s)" -lt "$END" ]; do
     kill -9 "$target" 2>/dev/null && kills=$((kills + 1))
 done
 echo "soak: traffic window over; waiting for the witnesses' last runs"
-wait "${wpids[@]}"
+wait "${wpids[@]}" $rpid
 # The victims' long runs end here (another SIGKILL each).
 for i in $(seq 1 $HOSTS); do
     ip netns pids "$P-h$i" | xargs -r kill -9 2>/dev/null
@@ -351,7 +395,28 @@ if [ "$oks" != "$runs" ] || [ "$runs" = 0 ]; then
     grep -v ' ok ' "$OUT/witnesses.txt" | head -20
     fail=1
 fi
-if grep -l "panicked" "$OUT"/runs/* 2>/dev/null | head -5 | grep .; then
+# The resident: all its connections passed, and what it holds did not grow with them.
+rruns=$(wc -l <"$OUT/resident.txt" 2>/dev/null || echo 0)
+roks=$(grep -c '^ok' "$OUT/resident.txt" 2>/dev/null || echo 0)
+wrss="" wthr=0 wfds=0 ersss="" ethr=0 efds=0
+read -r wrss wthr wfds <"$OUT/resident.warm" 2>/dev/null
+read -r ersss ethr efds <"$OUT/resident.end" 2>/dev/null
+echo "soak: resident rping -P server on $NET.1: $roks of $rruns connections passed; VmRSS" \
+    "${wrss:-?} kB warm, ${ersss:-?} kB at the end; threads ${wthr:-?} -> ${ethr:-?}," \
+    "descriptors ${wfds:-?} -> ${efds:-?}"
+if [ "$rruns" = 0 ] || [ "$roks" != "$rruns" ]; then
+    echo "soak: FAILED: resident connections that did not pass:"
+    grep -v '^ok' "$OUT/resident.txt" | head -5
+    fail=1
+fi
+if [ -z "$ersss" ] || [ -z "$wrss" ]; then
+    echo "soak: FAILED: the resident server did not live through the run ($OUT/resident.srv)"
+    fail=1
+elif [ $((ersss - wrss)) -gt 4096 ] || [ "$ethr" -gt $((wthr + 1)) ] || [ "$efds" -gt $((wfds + 2)) ]; then
+    echo "soak: FAILED: the resident server holds more than when warm (above)"
+    fail=1
+fi
+if grep -l "panicked" "$OUT"/runs/* "$OUT/resident.srv" 2>/dev/null | head -5 | grep .; then
     echo "soak: FAILED: a program panicked (above)"
     fail=1
 fi
