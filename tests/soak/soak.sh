@@ -9,7 +9,8 @@
 #              READ and WRITE over rdma_cm connects and disconnects (rping -V) and four CM
 #              connections at once (ucmatose) everywhere; RC SENDs (ibv_rc_pingpong -c), SRQ
 #              (ibv_srq_pingpong -c) and UD (ibv_ud_pingpong -c) between the hosts whose links
-#              neither drop nor get cut; Open MPI over UCX, 4 ranks on host 7 (mpi_peer.c:
+#              neither drop nor get cut; Open MPI over UCX, 4 ranks on host 7 and 4 ranks
+#              across hosts 1, 6, 7, 8 launched through Open MPI's rsh agent (mpi_peer.c:
 #              ping-pong, Allreduce, Bcast, Alltoall, Put/Get); every byte is checked by the
 #              programs (-c, -V, mpi_peer), every run must pass
 #   victims    one loop per host, started first on each address (so the role holder of every
@@ -230,6 +231,35 @@ pair() {
     fi
 }
 
+# Open MPI's rsh agent for the namespace hosts, as ssh would be: "mpi-agent hN CMD..." runs
+# CMD through a shell on host N, under the host name hN (the hosts are told apart by name),
+# with the device of its address.
+cat >"$OUT/mpi-agent" <<AGENT
+#!/bin/bash
+h=\${1#h}
+shift
+exec ip netns exec "$P-h\$h" unshare --uts sh -c "hostname h\$h; export LD_LIBRARY_PATH=$LIB \\
+    FERROCE_DEVICES=$NET.\$h UCX_TLS=self,rc_verbs,ud_verbs; \$*"
+AGENT
+chmod +x "$OUT/mpi-agent"
+printf 'h%s slots=1\n' 1 6 7 8 >"$OUT/mpi-hosts"
+
+# One Open MPI run of 4 ranks across hosts 1, 6, 7 and 8, one each, launched from host 7
+# through the rsh agent. Prints "ok" or "fail".
+mpi_hosts_run() {
+    local tag=$1 log="$OUT/runs/$1"
+    prog 7 timeout -s KILL 240 mpirun.openmpi --allow-run-as-root -np 4 \
+        --hostfile "$OUT/mpi-hosts" --mca plm_rsh_agent "$OUT/mpi-agent" \
+        --mca oob_tcp_if_include "$NET.0/24" --mca pml ucx --mca osc ucx "$MPI" >"$log" 2>&1
+    local rc=$?
+    if [ $rc = 0 ] && grep -q "ok mpi 4 ranks on 4 hosts" "$log"; then
+        rm -f "$log"
+        echo "ok 0"
+    else
+        echo "fail (rc $rc: $log)"
+    fi
+}
+
 # One Open MPI run of 4 ranks on host $1 (all on its address). Prints "ok" or "fail".
 mpi_run() {
     local h=$1 tag=$2 log="$OUT/runs/$2"
@@ -314,13 +344,16 @@ witness() {
     # lost nobody is left to answer the retransmissions (as on any RoCE NIC). rping and
     # ucmatose end with a CM disconnect, so they run everywhere.
     case $a in 6 | 7 | 8) kinds+=(rc srq ud) ;; esac
-    # Host 7 (clean) also runs the MPI ranks, on its own address.
-    [ "$a" = 7 ] && [ -n "$MPI" ] && kinds+=(mpi)
+    # Host 7 (clean) also runs Open MPI: 4 ranks on its own address, and 4 ranks across
+    # hosts 1, 6, 7 and 8 (beside the victims and the role holders' deaths there).
+    [ "$a" = 7 ] && [ -n "$MPI" ] && kinds+=(mpi mpi-hosts)
     while [ "$(date +%s)" -lt "$END" ]; do
         local kind=${kinds[$((n % ${#kinds[@]}))]}
         local r
         if [ "$kind" = mpi ]; then
             r=$(mpi_run "$a" "w$a-$n-mpi" 2>>"$OUT/shell.txt")
+        elif [ "$kind" = mpi-hosts ]; then
+            r=$(mpi_hosts_run "w$a-$n-mpi-hosts" 2>>"$OUT/shell.txt")
         else
             r=$(pair "$kind" "$a" "$b" $((20000 + a * 100 + n % 100)) 120 "w$a-$n-$kind" $n \
                 2>>"$OUT/shell.txt")

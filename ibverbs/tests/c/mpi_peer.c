@@ -122,8 +122,25 @@ int main(int argc, char **argv)
 	collectives();
 	one_sided();
 	MPI_Barrier(MPI_COMM_WORLD);
-	if (rank == 0)
-		printf("ok mpi %d ranks\n", size);
+	/* Where the ranks ran: the hosts are told apart by their names. */
+	char name[MPI_MAX_PROCESSOR_NAME] = { 0 };
+	int len = 0;
+	MPI_Get_processor_name(name, &len);
+	char *names = rank == 0 ? calloc(size, MPI_MAX_PROCESSOR_NAME) : NULL;
+	MPI_Gather(name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, names, MPI_MAX_PROCESSOR_NAME, MPI_CHAR,
+		   0, MPI_COMM_WORLD);
+	if (rank == 0) {
+		int hosts = 0;
+		for (int i = 0; i < size; i++) {
+			int seen = 0;
+			for (int j = 0; j < i; j++)
+				seen |= strcmp(names + i * MPI_MAX_PROCESSOR_NAME,
+					       names + j * MPI_MAX_PROCESSOR_NAME) == 0;
+			hosts += !seen;
+		}
+		printf("ok mpi %d ranks on %d host%s\n", size, hosts, hosts == 1 ? "" : "s");
+		free(names);
+	}
 	MPI_Finalize();
 	return 0;
 }
