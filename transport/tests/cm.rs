@@ -571,6 +571,7 @@ fn a_vanished_peer_is_unreachable_after_every_retry() {
     assert_eq!(n.take_events(0), vec![CmEvent::Unreachable { id: a }]);
     assert_eq!(n.sent[0].len(), 16, "the REQ and 15 retries");
     assert!(n.cm[0].is_empty());
+    assert_eq!(n.cm[0].counters().unreachable, 1);
 }
 
 #[test]
@@ -588,6 +589,34 @@ fn a_passive_side_whose_rep_is_never_answered_is_unreachable() {
     n.run_for(Duration::from_secs(16 * 4 + 2));
     assert_eq!(n.take_events(1), vec![CmEvent::Unreachable { id: b }]);
     assert_eq!(n.sent[1].len(), 16);
+    assert_eq!(n.cm[1].counters().unreachable, 1);
+}
+
+/// A flood of REQs for a port bound but not listened yet holds at most 64 of them; the rest
+/// are rejected at once and counted, and a listen then takes the 64 held.
+#[test]
+fn reqs_for_a_bound_port_are_held_64_at_most() {
+    let mut n = Net::new();
+    n.cm[1].bind(SID);
+    for _ in 0..100 {
+        n.connect(&[]);
+    }
+    n.run_for(10 * MS);
+    let rejected = n
+        .take_events(0)
+        .iter()
+        .filter(|e| matches!(e, CmEvent::Rejected { reason: 8, .. }))
+        .count();
+    assert_eq!(rejected, 36);
+    assert_eq!(n.cm[1].counters().held_full, 36);
+    n.cm[1].listen(SID).unwrap();
+    n.run_for(10 * MS);
+    let requests = n
+        .take_events(1)
+        .iter()
+        .filter(|e| matches!(e, CmEvent::ConnectRequest { .. }))
+        .count();
+    assert!((1..=64).contains(&requests), "{requests}");
 }
 
 #[test]

@@ -259,6 +259,12 @@ pub struct CmCounters {
     /// Requests dropped unanswered because their listener's backlog was full
     /// ([`CmEngine::drop_request`]).
     pub backlog_drops: u64,
+    /// REQs for a bound ServiceID not listened yet that found 64 already waiting, rejected at
+    /// once (invalid service ID) instead of held.
+    pub held_full: u64,
+    /// Connections given up after every retry of a REQ, REP, MRA or SIDR_REQ left unanswered
+    /// (ended UNREACHABLE: `RDMA_CM_EVENT_UNREACHABLE`).
+    pub unreachable: u64,
 }
 
 /// How long a REQ for a ServiceID that is bound but not listened yet waits for the listen
@@ -406,7 +412,15 @@ impl CmEngine {
         service_id: u64,
         mad: &[u8],
     ) -> bool {
-        if !self.bound.contains_key(&service_id) || self.held.len() >= MAX_HELD {
+        if !self.bound.contains_key(&service_id) {
+            return false;
+        }
+        if self.held.len() >= MAX_HELD {
+            self.counters.held_full += 1;
+            log::debug!(
+                "CM: REQ from {src} for ServiceID {service_id:#x}, bound but not listened yet: \
+                 {MAX_HELD} REQs wait already, rejected at once"
+            );
             return false;
         }
         let Ok(mad) = <[u8; MAD_LEN]>::try_from(mad) else {
@@ -967,6 +981,7 @@ impl CmEngine {
                         "CM {id:#010x}: no answer after every retry in {:?}: unreachable",
                         c.state
                     );
+                    self.counters.unreachable += 1;
                     if c.role == Role::Passive {
                         self.by_remote.remove(&(c.remote_id, c.remote_guid));
                     }
