@@ -80,6 +80,10 @@ pub fn explain_counter(name: &str) -> Option<&'static str> {
             "READs or atomics beyond this responder's max_dest_rd_atomic: the peer's \
              max_rd_atomic is larger than this side's max_dest_rd_atomic (NAKed invalid request)"
         }
+        "msg_too_long" => {
+            "SENDs, WRITEs or READs of a message longer than max_msg_sz (8 MiB): NAKed invalid \
+             request before any memory is touched"
+        }
         "cnp_ignored" => {
             "CNPs for a QP that does not exist or does not take them, or with congestion \
              control off"

@@ -157,6 +157,9 @@ pub struct Counters {
     /// READ/atomic requests beyond the responder's `max_dest_rd_atomic` (a new one is NAKed
     /// invalid request; a duplicate is dropped).
     pub rd_atomic_exceeded: u64,
+    /// SEND, WRITE or READ requests for a message longer than `max_msg_sz` (NAKed invalid
+    /// request before any memory is touched).
+    pub msg_too_long: u64,
     /// Packets received marked Congestion Experienced (IP ECN 11) by a queue on the path
     /// (mlx5's `np_ecn_marked_roce_packets`).
     pub ecn_marked_pkts: u64,
@@ -172,7 +175,7 @@ pub struct Counters {
 impl Counters {
     /// Every counter with its name, in a fixed order (what a kernel device lists under
     /// `/sys/class/infiniband/<dev>/ports/1/hw_counters/`).
-    pub fn named(&self) -> [(&'static str, u64); 25] {
+    pub fn named(&self) -> [(&'static str, u64); 26] {
         [
             ("sent_pkts", self.sent_pkts),
             ("rcvd_pkts", self.rcvd_pkts),
@@ -195,6 +198,7 @@ impl Counters {
             ("duplicate_responses", self.duplicate_responses),
             ("dropped", self.dropped),
             ("rd_atomic_exceeded", self.rd_atomic_exceeded),
+            ("msg_too_long", self.msg_too_long),
             ("ecn_marked_pkts", self.ecn_marked_pkts),
             ("cnp_sent", self.cnp_sent),
             ("cnp_handled", self.cnp_handled),

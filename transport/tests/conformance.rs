@@ -1155,6 +1155,7 @@ fn messages_beyond_max_msg_sz_are_naked() {
         vec![(Opcode::RC_ACKNOWLEDGE, first, Some(NAK_INVALID_REQUEST))]
     );
     assert_eq!(p.state(1), QpState::Err);
+    assert_eq!(p.counters(1).msg_too_long, 1);
     // READ past max_msg_sz.
     let mut p = pair(45, lossless(), Opts::default());
     let r = read_request(&p, first, too_long);
@@ -1195,6 +1196,7 @@ fn messages_beyond_max_msg_sz_are_naked() {
         }
     }
     assert_eq!(p.state(1), QpState::Err);
+    assert_eq!(p.counters(1).msg_too_long, 1);
     let answers = drain_answers(&mut p);
     assert_eq!(
         answers.last(),

@@ -54,6 +54,7 @@ impl Qp {
                 self.qpn,
                 pkt.bth.psn
             );
+            ctx.counters.msg_too_long += 1;
             let buffer: u64 = cur.wqe.sg_list.iter().map(|g| u64::from(g.length)).sum();
             let cause = ErrorCause::LocalLength {
                 message: total,
@@ -144,6 +145,7 @@ impl Qp {
                     self.qpn,
                     reth.dma_len
                 );
+                ctx.counters.msg_too_long += 1;
                 return Err(Fault::Nak(NakCode::InvalidRequest));
             }
             // A zero-length WRITE touches no memory and skips the R_Key check (C9-88).
@@ -232,6 +234,7 @@ impl Qp {
                 self.qpn,
                 reth.dma_len
             );
+            ctx.counters.msg_too_long += 1;
             return Err(Fault::Nak(NakCode::InvalidRequest));
         }
         self.check_rd_atomic_room(ctx)?;
