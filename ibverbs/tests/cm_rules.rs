@@ -222,6 +222,16 @@ fn a_process_signal_reaches_the_program() {
     run("127.0.73.13", &["process_signal"]);
 }
 
+/// Calls with an ID the program destroyed fail with EINVAL without reading it; a second
+/// destroy too.
+#[test]
+fn calls_with_a_destroyed_id_are_refused() {
+    if program().is_none() {
+        return;
+    }
+    run("127.0.73.15", &["freed_id", "127.0.73.15", "7515"]);
+}
+
 /// rping's main thread destroys the event channel while its event thread waits in
 /// rdma_get_cm_event (a crash of rping's server at exit in the soak): the wait goes on without
 /// touching the freed channel, and an event of an ID still on it reaches the waiter.

@@ -129,20 +129,35 @@ fn err_int(e: &ferroce::Error) -> c_int {
     fail_int(e.errno())
 }
 
-/// The ID box behind a program's `rdma_cm_id`.
+/// The IDs not destroyed, by address. A call with any other pointer — an ID the program
+/// destroyed (perftest 4.5-0.17 retries a refused connection with the IDs it destroyed), or
+/// garbage — is refused with EINVAL rather than read (librdmacm would read freed memory), and
+/// a second destroy of one ID is refused likewise.
+static LIVE_IDS: std::sync::LazyLock<Mutex<std::collections::HashSet<usize>>> =
+    std::sync::LazyLock::new(|| Mutex::new(std::collections::HashSet::new()));
+
+/// Whether `id` is NULL or an ID of this library not destroyed; says why not at debug.
+fn live_or_null(id: *const rdma_cm_id, call: &str) -> bool {
+    if id.is_null() || LIVE_IDS.lock().contains(&(id as usize)) {
+        return true;
+    }
+    log::debug!("{call}: {id:p} is no rdma_cm_id of this library (destroyed already?): EINVAL");
+    false
+}
+
+/// The ID box behind a program's `rdma_cm_id`; `None` for NULL or a pointer that is no live
+/// ID of ours ([`LIVE_IDS`]).
 ///
 /// # Safety
-/// `id` is NULL or an ID of this library the program has not destroyed.
+/// `id` is NULL, or any pointer: one of a live ID of ours is not destroyed while the
+/// reference is used (the program does not destroy an ID another of its threads is using).
 unsafe fn state<'a>(id: *mut rdma_cm_id) -> Option<&'a IdState> {
-    if !id.is_null() && !id.is_aligned() {
-        // No ID of ours: a stale or garbage pointer (perftest 4.5-0.17 retries a refused
-        // connection with IDs it destroyed). Refused like NULL rather than read.
-        log::debug!("rdma_cm: {id:p} is not an rdma_cm_id of this library: EINVAL");
+    if id.is_null() || !live_or_null(id, "rdma_cm") {
         return None;
     }
-    // SAFETY: the caller's contract: a non-NULL id is a live ID box of ours (an aligned one,
-    // checked above, is taken to be).
-    (!id.is_null()).then(|| unsafe { Id::rust(id) })
+    // SAFETY: `id` is in LIVE_IDS, so it is an ID box of ours not yet freed (the caller's
+    // contract keeps it so while the reference is used).
+    Some(unsafe { Id::rust(id) })
 }
 
 /// The C ID of a provider ID (0: it has none yet, or it was destroyed).
@@ -181,6 +196,7 @@ fn new_c_id(id: CmId, channel: *mut rdma_event_channel, context: *mut c_void) ->
         },
     );
     id.set_user_context(p as usize);
+    LIVE_IDS.lock().insert(p as usize);
     p
 }
 
@@ -511,10 +527,14 @@ impl IdState {
 /// `id` is a live ID of ours, not used again.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ferroce_rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
-    // SAFETY: the caller's contract.
-    let Some(st) = (unsafe { state(id) }) else {
+    // Out of the live set first, under its lock: a second destroy finds it gone.
+    if id.is_null() || !LIVE_IDS.lock().remove(&(id as usize)) {
+        log::debug!("rdma_destroy_id: {id:p} is no live rdma_cm_id (destroyed twice?): EINVAL");
         return fail_int(libc::EINVAL);
-    };
+    }
+    // SAFETY: `id` was live (just taken out of LIVE_IDS by this call alone), so it is an ID
+    // box of ours, freed below and by nobody else.
+    let st = unsafe { Id::rust(id) };
     st.id.set_user_context(0);
     st.id.destroy();
     let sync = st.sync();
@@ -580,7 +600,10 @@ pub unsafe extern "C" fn ferroce_rdma_set_local_ece(
     id: *mut rdma_cm_id,
     ece: *const ibv_ece,
 ) -> c_int {
-    // `id` is NULL or a live rdma_cm_id, `ece` NULL or an aligned ibv_ece (# Safety above).
+    if !live_or_null(id, "rdma_set_local_ece") {
+        return fail_int(libc::EINVAL);
+    }
+    // `id` is NULL or a live rdma_cm_id (checked), `ece` NULL or an aligned ibv_ece.
     // SAFETY: both are NULL (None) or valid to read for this call.
     let (id, ece) = unsafe { (id.as_ref(), ece.as_ref()) };
     match (id, ece) {
@@ -604,7 +627,10 @@ pub unsafe extern "C" fn ferroce_rdma_get_remote_ece(
     id: *mut rdma_cm_id,
     ece: *mut ibv_ece,
 ) -> c_int {
-    // `id` is NULL or a live rdma_cm_id, `ece` NULL or an aligned ibv_ece (# Safety above).
+    if !live_or_null(id, "rdma_get_remote_ece") {
+        return fail_int(libc::EINVAL);
+    }
+    // `id` is NULL or a live rdma_cm_id (checked), `ece` NULL or an aligned ibv_ece.
     // SAFETY: both NULL (None) or valid; `ece` is the caller's, writable, aliased by nothing.
     let (id, ece) = unsafe { (id.as_ref(), ece.as_mut()) };
     match (id, ece) {
@@ -1460,10 +1486,10 @@ pub unsafe extern "C" fn ferroce_rdma_create_srq(
     pd: *mut ibv_pd,
     attr: *mut ibv_srq_init_attr,
 ) -> c_int {
-    if id.is_null() || attr.is_null() {
+    if id.is_null() || attr.is_null() || !live_or_null(id, "rdma_create_srq") {
         return fail_int(libc::EINVAL);
     }
-    // SAFETY: `id` is live; `attr` valid.
+    // SAFETY: `id` is live (checked); `attr` valid.
     unsafe {
         let pd = if pd.is_null() { (*id).pd } else { pd };
         if pd.is_null() {
@@ -1484,7 +1510,10 @@ pub unsafe extern "C" fn ferroce_rdma_create_srq(
 /// `id` is live.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ferroce_rdma_destroy_srq(id: *mut rdma_cm_id) {
-    // SAFETY: the caller's contract.
+    if !live_or_null(id, "rdma_destroy_srq") {
+        return;
+    }
+    // SAFETY: `id` is NULL or live (checked); its SRQ is the one rdma_create_srq stored.
     unsafe {
         if !id.is_null() && !(*id).srq.is_null() {
             crate::srq::ibv_destroy_srq((*id).srq);

@@ -726,6 +726,30 @@ static void destroy_while_waiting(const char *addr, int port)
 		free(junk[i]);
 }
 
+/* Calls with an ID the program destroyed (perftest 4.5-0.17 retries a refused connection with
+ * its destroyed IDs): EINVAL, its memory not read; a second destroy likewise. An ID made
+ * afterwards works. */
+static void freed_id(const char *addr, int port)
+{
+	struct sockaddr_storage ss;
+	struct rdma_cm_id *id, *dead;
+	CHECK(rdma_create_id(NULL, &id, NULL, RDMA_PS_TCP) == 0);
+	dead = id;
+	CHECK(rdma_destroy_id(id) == 0);
+	errno = 0;
+	CHECK(rdma_destroy_id(dead) == -1 && errno == EINVAL);
+	errno = 0;
+	CHECK(rdma_bind_addr(dead, addr_of(addr, port, &ss)) == -1 && errno == EINVAL);
+	errno = 0;
+	CHECK(rdma_resolve_addr(dead, NULL, addr_of(addr, port, &ss), 100) == -1 && errno == EINVAL);
+	errno = 0;
+	CHECK(rdma_listen(dead, 1) == -1 && errno == EINVAL);
+	CHECK(rdma_create_id(NULL, &id, NULL, RDMA_PS_TCP) == 0);
+	CHECK(rdma_bind_addr(id, addr_of(addr, port, &ss)) == 0);
+	CHECK(rdma_listen(id, 1) == 0);
+	CHECK(rdma_destroy_id(id) == 0);
+}
+
 /* SYSFS_PATH, as rdma-core reads it (trailing slashes dropped). */
 static void sysfs_path(const char *want)
 {
@@ -782,6 +806,8 @@ int main(int argc, char **argv)
 		eintr();
 	else if (!strcmp(c, "sysfs_path") && argc == 3)
 		sysfs_path(argv[2]);
+	else if (!strcmp(c, "freed_id") && argc == 4)
+		freed_id(argv[2], atoi(argv[3]));
 	else if (!strcmp(c, "destroy_while_waiting") && argc == 4)
 		destroy_while_waiting(argv[2], atoi(argv[3]));
 	else {
