@@ -1273,3 +1273,41 @@ fn long_read_chunks_respect_max_rd_atomic() {
     }
     assert_eq!(log.count(|s| s.opcode == Opcode::RC_RDMA_READ_REQUEST), 3);
 }
+
+/// SEND after SEND into a QP with no receive posted (a peer that ignores RNR NAKs, or floods):
+/// each is refused with an RNR NAK and its payload dropped; what waits to be sent stays
+/// bounded however many arrive, nothing completes, and a receive posted afterwards takes the
+/// next SEND.
+#[test]
+fn sends_into_a_qp_without_receives_hold_nothing() {
+    let mut p = pair(46, lossless(), Opts::default());
+    let first = Psn::new(p.opts.psn_a);
+    let payload = [0x5Au8; 1024];
+    let send = |p: &Pair| PacketRepr {
+        bth: BthRepr::new(Opcode::RC_SEND_ONLY, p.qb, first).with_ack_req(true),
+        ext: ExtHeaders::default(),
+        payload: &payload,
+    };
+    for _ in 0..10_000 {
+        let s = send(&p);
+        inject(&mut p.net, 0, 1, s);
+    }
+    let answers = drain_answers(&mut p);
+    assert_eq!(answers.len(), 1, "{answers:?}");
+    assert_eq!(
+        answers[0].2,
+        Some(0x20 | p.opts.min_rnr_timer),
+        "one RNR NAK"
+    );
+    assert!(p.counters(1).send_rnr_err >= 1);
+    assert!(p.net.nodes[1].endpoint.poll_completion().is_none());
+    assert_eq!(p.state(1), QpState::Rts);
+    p.post_recv(1, 7, 0, 4096);
+    let s = send(&p);
+    inject(&mut p.net, 0, 1, s);
+    let c = p.net.nodes[1].endpoint.poll_completion().unwrap();
+    assert_eq!(
+        (c.wc.wr_id, c.wc.status, c.wc.byte_len),
+        (7, WcStatus::Success, 1024)
+    );
+}

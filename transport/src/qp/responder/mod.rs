@@ -159,12 +159,25 @@ impl Responder {
     }
 
     fn push(&mut self, r: Response) {
-        // Coalesce: a new ACK replaces an ACK not yet sent at the tail (never a NAK).
-        if let (Response::Ack { syndrome: new, .. }, Some(Response::Ack { syndrome: old, .. })) =
-            (r, self.out.back())
+        if let (
+            Response::Ack {
+                psn, syndrome: new, ..
+            },
+            Some(Response::Ack {
+                psn: old_psn,
+                syndrome: old,
+                ..
+            }),
+        ) = (r, self.out.back())
         {
+            // Coalesce: a new ACK replaces an ACK not yet sent at the tail (never a NAK).
             if new == Syndrome::ACK_UNLIMITED && *old == Syndrome::ACK_UNLIMITED {
                 self.out.pop_back();
+            } else if psn == *old_psn && new == *old {
+                // The same NAK again (an RNR NAK for each copy of a SEND a peer repeats
+                // without waiting): one not yet sent says it already, and a flood of them
+                // must not grow the queue.
+                return;
             }
         }
         self.out.push_back(r);
