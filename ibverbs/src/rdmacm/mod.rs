@@ -155,8 +155,8 @@ unsafe fn state<'a>(id: *mut rdma_cm_id) -> Option<&'a IdState> {
     if id.is_null() || !live_or_null(id, "rdma_cm") {
         return None;
     }
-    // SAFETY: `id` is in LIVE_IDS, so it is an ID box of ours not yet freed (the caller's
-    // contract keeps it so while the reference is used).
+    // The caller's contract keeps a live ID alive while the reference is used.
+    // SAFETY: `id` is in LIVE_IDS, so it is an ID box of ours (made by `new_c_id`) not yet freed.
     Some(unsafe { Id::rust(id) })
 }
 
@@ -532,8 +532,8 @@ pub unsafe extern "C" fn ferroce_rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
         log::debug!("rdma_destroy_id: {id:p} is no live rdma_cm_id (destroyed twice?): EINVAL");
         return fail_int(libc::EINVAL);
     }
-    // SAFETY: `id` was live (just taken out of LIVE_IDS by this call alone), so it is an ID
-    // box of ours, freed below and by nobody else.
+    // This call alone took `id` out of LIVE_IDS: it frees the box below, nobody else does.
+    // SAFETY: `id` was in LIVE_IDS, so it is an ID box of ours (made by `new_c_id`) not yet freed.
     let st = unsafe { Id::rust(id) };
     st.id.set_user_context(0);
     st.id.destroy();
