@@ -22,7 +22,7 @@ use ferroce_wire::{
 use crate::congestion::{CongestionConfig, Ecn};
 use crate::memory::Memory;
 use crate::qp::{Ctx, PostError, Qp, QpInitAttr, Timer};
-use crate::srq::{Srq, SrqAttr};
+use crate::srq::{Srq, SrqAttr, XrcSrq};
 use crate::state::{ModifyLimits, ModifyQpError};
 use crate::time::Instant;
 use crate::verbs::{QpAttr, QpAttrMask, QpState, QpType, RecvWr, SendWr, WorkCompletion};
@@ -597,9 +597,19 @@ impl Endpoint {
 
     /// `ibv_create_srq`.
     pub fn create_srq(&mut self, attr: SrqAttr) -> u32 {
+        self.new_srq(attr, None)
+    }
+
+    /// `ibv_create_srq_ex` with `IBV_SRQT_XRC`: an SRQ the XRC receive QPs of `xrc.xrcd` take
+    /// receive WQEs from when a request's XRCETH names it (its number, `ibv_get_srq_num`).
+    pub fn create_xrc_srq(&mut self, attr: SrqAttr, xrc: XrcSrq) -> u32 {
+        self.new_srq(attr, Some(xrc))
+    }
+
+    fn new_srq(&mut self, attr: SrqAttr, xrc: Option<XrcSrq>) -> u32 {
         let n = self.next_srqn;
         self.next_srqn += 1;
-        self.srqs.insert(n, Srq::new(n, attr));
+        self.srqs.insert(n, Srq::new(n, attr, xrc));
         n
     }
 
@@ -852,7 +862,10 @@ impl Endpoint {
         };
         let transport_ok = matches!(
             (pkt.bth.opcode.transport(), qp.qp_type),
-            (Transport::Rc, QpType::Rc) | (Transport::Uc, QpType::Uc) | (Transport::Ud, QpType::Ud)
+            (Transport::Rc, QpType::Rc)
+                | (Transport::Uc, QpType::Uc)
+                | (Transport::Ud, QpType::Ud)
+                | (Transport::Xrc, QpType::XrcSend | QpType::XrcRecv)
         );
         // Connected QPs only talk to their peer.
         let peer_ok = qp.qp_type == QpType::Ud || qp.peer() == Some(src.ip());
@@ -870,9 +883,39 @@ impl Endpoint {
                 log::trace!("QP {qpn:#x}: CE-marked packet from {src}: a CNP is due");
             }
         }
-        let srq = match qp.srq {
-            Some(s) => self.srqs.get_mut(&s),
-            None => None,
+        // XRC runs RC's rules: requests (with an XRCETH) go to a receive QP, responses to a
+        // send QP, each as the RC opcode of the same operation.
+        let mut pkt = pkt;
+        if let Some(rc) = pkt.bth.opcode.xrc_as_rc() {
+            if pkt.bth.opcode.has_xrceth() != (qp.qp_type == QpType::XrcRecv) {
+                self.counters.no_qp += 1;
+                log::debug!(
+                    "{} from {src} for XRC QP {qpn:#x} dropped: an XRC {} QP takes only {}",
+                    pkt.bth.opcode,
+                    if qp.qp_type == QpType::XrcRecv { "receive" } else { "send" },
+                    if qp.qp_type == QpType::XrcRecv { "requests" } else { "responses" },
+                );
+                return;
+            }
+            pkt.bth.opcode = rc;
+        }
+        let srq = match (qp.qp_type, qp.srq) {
+            (QpType::XrcRecv, _) => {
+                // The SRQ the XRCETH names, if it is an XRC SRQ of this QP's domain: its PD
+                // checks the request's memory and its CQ takes the receive completion.
+                let named = pkt.ext.xrceth.map(|x| x.xrcsrq);
+                let srq = named
+                    .and_then(|n| self.srqs.get_mut(&n))
+                    .filter(|s| s.xrc.is_some_and(|x| Some(x.xrcd) == qp.xrcd));
+                qp.xrc_srq_ok = srq.is_some();
+                if let Some(x) = srq.as_ref().and_then(|s| s.xrc) {
+                    qp.pd = x.pd;
+                    qp.cqs.1 = x.cq;
+                }
+                srq
+            }
+            (_, Some(s)) => self.srqs.get_mut(&s),
+            (_, None) => None,
         };
         let mut ctx = ctx!(self, mem, now, srq);
         if pkt.bth.opcode.is_request() {

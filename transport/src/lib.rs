@@ -35,7 +35,7 @@ pub use memory::{AtomicOp, MemError, Memory, ScatterError, SgeFault, VecMemory};
 pub use modify::QpModify;
 pub use qp::{ErrorCause, PostError, QpError, QpInitAttr};
 pub use smallvec::SmallVec;
-pub use srq::SrqAttr;
+pub use srq::{SrqAttr, XrcSrq};
 pub use state::{BringUp, ModifyLimits, ModifyQpError, Service};
 pub use time::Instant;
 pub use verbs::*;

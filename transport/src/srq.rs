@@ -17,19 +17,36 @@ pub struct SrqAttr {
     pub srq_limit: u32,
 }
 
+/// What makes an SRQ an XRC SRQ (`ibv_srq_init_attr_ex` with `IBV_SRQT_XRC`): the XRC
+/// domain whose receive QPs may take its WQEs, the PD their requests are checked against and
+/// the CQ its receive completions go to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct XrcSrq {
+    /// `xrcd`: the XRC domain (the provider's number for it).
+    pub xrcd: u32,
+    /// `pd`: the protection domain of the receive buffers and of the memory XRC requests
+    /// reach through it.
+    pub pd: u32,
+    /// `cq`: the CQ (the caller's number) its receive completions go to.
+    pub cq: u32,
+}
+
 /// A shared receive queue.
 #[derive(Debug)]
 pub struct Srq {
     pub(crate) srqn: u32,
     pub(crate) attr: SrqAttr,
+    /// Set for an XRC SRQ.
+    pub(crate) xrc: Option<XrcSrq>,
     pub(crate) queue: VecDeque<RecvWr>,
     armed: bool,
 }
 
 impl Srq {
-    pub(crate) fn new(srqn: u32, attr: SrqAttr) -> Srq {
+    pub(crate) fn new(srqn: u32, attr: SrqAttr, xrc: Option<XrcSrq>) -> Srq {
         Srq {
             srqn,
+            xrc,
             attr: SrqAttr {
                 srq_limit: 0,
                 ..attr

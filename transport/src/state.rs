@@ -17,6 +17,10 @@ pub enum Service {
     Ud,
     /// The General Services QP, QP1 (UD with its own table column).
     Gsi,
+    /// An XRC send QP (the kernel's XRC_INI column).
+    XrcSend,
+    /// An XRC receive QP (the kernel's XRC_TGT column).
+    XrcRecv,
 }
 
 impl Service {
@@ -27,6 +31,8 @@ impl Service {
             QpType::Uc => Service::Uc,
             QpType::Ud if qpn == 1 => Service::Gsi,
             QpType::Ud => Service::Ud,
+            QpType::XrcSend => Service::XrcSend,
+            QpType::XrcRecv => Service::XrcRecv,
         }
     }
 }
@@ -101,6 +107,8 @@ impl Service {
             Service::Uc => "UC",
             Service::Ud => "UD",
             Service::Gsi => "QP1 (GSI)",
+            Service::XrcSend => "XRC_SEND",
+            Service::XrcRecv => "XRC_RECV",
         }
     }
 }
@@ -202,17 +210,17 @@ pub const fn transition(service: Service, from: QpState, to: QpState) -> Option<
     Some(match (from, to) {
         (Reset, Reset) => (none, none),
         (Reset, Init) => match service {
-            Rc | Uc => (m(PKEY | PORT | ACCESS), none),
+            Rc | Uc | XrcSend | XrcRecv => (m(PKEY | PORT | ACCESS), none),
             Ud => (m(PKEY | PORT | QKEY), none),
             Gsi => (m(PKEY | QKEY), none),
         },
         (Init, Init) => match service {
-            Rc | Uc => (none, m(PKEY | PORT | ACCESS)),
+            Rc | Uc | XrcSend | XrcRecv => (none, m(PKEY | PORT | ACCESS)),
             Ud => (none, m(PKEY | PORT | QKEY)),
             Gsi => (none, m(PKEY | QKEY)),
         },
         (Init, Rtr) => match service {
-            Rc => (
+            Rc | XrcRecv => (
                 m(M::AV.0
                     | M::PATH_MTU.0
                     | M::DEST_QPN.0
@@ -221,7 +229,7 @@ pub const fn transition(service: Service, from: QpState, to: QpState) -> Option<
                     | RNR_T),
                 m(ALT | ACCESS | PKEY),
             ),
-            Uc => (
+            Uc | XrcSend => (
                 m(M::AV.0 | M::PATH_MTU.0 | M::DEST_QPN.0 | M::RQ_PSN.0),
                 m(ALT | ACCESS | PKEY),
             ),
@@ -236,12 +244,24 @@ pub const fn transition(service: Service, from: QpState, to: QpState) -> Option<
                     | M::MAX_QP_RD_ATOMIC.0),
                 m(CUR | ALT | ACCESS | RNR_T | MIG),
             ),
+            XrcSend => (
+                m(M::TIMEOUT.0
+                    | M::RETRY_CNT.0
+                    | M::RNR_RETRY.0
+                    | M::SQ_PSN.0
+                    | M::MAX_QP_RD_ATOMIC.0),
+                m(CUR | ALT | ACCESS | MIG),
+            ),
+            XrcRecv => (
+                m(M::TIMEOUT.0 | M::SQ_PSN.0),
+                m(CUR | ALT | ACCESS | RNR_T | MIG),
+            ),
             Uc => (M::SQ_PSN, m(CUR | ALT | ACCESS | MIG)),
             Ud | Gsi => (M::SQ_PSN, m(CUR | QKEY)),
         },
         (Rts, Rts) | (Sqd, Rts) => match service {
-            Rc => (none, m(CUR | ACCESS | ALT | MIG | RNR_T)),
-            Uc => (none, m(CUR | ACCESS | ALT | MIG)),
+            Rc | XrcRecv => (none, m(CUR | ACCESS | ALT | MIG | RNR_T)),
+            Uc | XrcSend => (none, m(CUR | ACCESS | ALT | MIG)),
             Ud | Gsi => (none, m(CUR | QKEY)),
         },
         (Rts, Sqd) => (none, M::EN_SQD_ASYNC_NOTIFY),
@@ -262,10 +282,35 @@ pub const fn transition(service: Service, from: QpState, to: QpState) -> Option<
                     | MIG),
             ),
             Uc => (none, m(M::AV.0 | ALT | ACCESS | PKEY | MIG)),
+            XrcSend => (
+                none,
+                m(PORT
+                    | M::AV.0
+                    | M::TIMEOUT.0
+                    | M::RETRY_CNT.0
+                    | M::RNR_RETRY.0
+                    | M::MAX_QP_RD_ATOMIC.0
+                    | ALT
+                    | ACCESS
+                    | PKEY
+                    | MIG),
+            ),
+            XrcRecv => (
+                none,
+                m(PORT
+                    | M::AV.0
+                    | M::TIMEOUT.0
+                    | M::MAX_DEST_RD_ATOMIC.0
+                    | ALT
+                    | ACCESS
+                    | PKEY
+                    | RNR_T
+                    | MIG),
+            ),
             Ud | Gsi => (none, m(PKEY | QKEY)),
         },
         (Sqe, Rts) => match service {
-            Rc => (none, none),
+            Rc | XrcSend | XrcRecv => (none, none),
             Uc => (none, m(CUR | ACCESS)),
             Ud | Gsi => (none, m(CUR | QKEY)),
         },

@@ -44,6 +44,26 @@ c_enum! {
         Uc = 3,
         /// `IBV_QPT_UD`: unreliable datagram.
         Ud = 4,
+        /// `IBV_QPT_XRC_SEND`: the sending half of XRC (the kernel's XRC_INI): RC's requester,
+        /// each request naming the target's XRC SRQ (`wr.qp_type.xrc.remote_srqn`); no
+        /// receive queue.
+        XrcSend = 9,
+        /// `IBV_QPT_XRC_RECV`: the receiving half of XRC (the kernel's XRC_TGT): RC's
+        /// responder, in an XRC domain, with no queues of its own; each SEND takes a receive
+        /// WQE from the XRC SRQ its XRCETH names and completes on that SRQ's CQ.
+        XrcRecv = 10,
+    }
+}
+
+impl QpType {
+    /// Reliable: RC and both halves of XRC (acknowledged, retried, with READ and atomics).
+    pub const fn is_reliable(self) -> bool {
+        matches!(self, QpType::Rc | QpType::XrcSend | QpType::XrcRecv)
+    }
+
+    /// One half of XRC.
+    pub const fn is_xrc(self) -> bool {
+        matches!(self, QpType::XrcSend | QpType::XrcRecv)
     }
 }
 
@@ -161,12 +181,15 @@ impl WrOpcode {
     }
 
     /// Whether a QP of type `t` can post this opcode (IBTA Table 120; UD: SEND only, UC: no
-    /// READ, atomics or SEND with invalidate).
+    /// READ, atomics or SEND with invalidate; XRC send: RC's but FLUSH and ATOMIC WRITE,
+    /// which have no XRC opcode; XRC receive: nothing, it has no send queue).
     pub const fn allowed_on(self, t: QpType) -> bool {
         match t {
             QpType::Rc => true,
             QpType::Uc => !self.is_read_or_atomic() && !matches!(self, WrOpcode::SendWithInv),
             QpType::Ud => matches!(self, WrOpcode::Send | WrOpcode::SendWithImm),
+            QpType::XrcSend => !matches!(self, WrOpcode::Flush | WrOpcode::AtomicWrite),
+            QpType::XrcRecv => false,
         }
     }
 }
@@ -706,6 +729,9 @@ pub struct SendWr {
     pub inline_data: Option<InlineData>,
     /// What a `FLUSH` flushes (`ibv_wr_flush`'s `len`, `type` and `level`).
     pub flush: Option<FlushSpec>,
+    /// `qp_type.xrc.remote_srqn`: on an XRC send QP, the XRC SRQ at the target this request
+    /// is for (its XRCETH); ignored on other QPs.
+    pub remote_srqn: u32,
 }
 
 /// The operands of a `FLUSH` (`ibv_wr_flush`; IBTA 1.5 FETH and RETH).
@@ -782,6 +808,7 @@ impl SendWr {
             bind_mw: None,
             inline_data: None,
             flush: None,
+            remote_srqn: 0,
         }
     }
 

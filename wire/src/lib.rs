@@ -64,6 +64,7 @@ pub mod packet;
 pub mod psn;
 pub mod reth;
 pub mod timer;
+pub mod xrceth;
 
 pub use aeth::{AckType, Credits, NakCode, Packet as AethPacket, Repr as AethRepr, Syndrome};
 pub use atomic_ack_eth::{Packet as AtomicAckEthPacket, Repr as AtomicAckEthRepr};
@@ -84,6 +85,7 @@ pub use opcode::{HeaderSet, Opcode, OpcodeInfo, Operation, Position, Transport};
 pub use packet::{ExtHeaders, Packet, PacketRepr};
 pub use psn::Psn;
 pub use reth::{Packet as RethPacket, Repr as RethRepr};
+pub use xrceth::{Packet as XrcEthPacket, Repr as XrcEthRepr};
 
 /// The UDP destination port of RoCEv2 (IANA "roce", IBTA Annex A17.2.1).
 pub const ROCE_UDP_PORT: u16 = 4791;

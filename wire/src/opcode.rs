@@ -1,4 +1,4 @@
-//! The BTH opcode table for RC, UC, UD and CNP (IBTA Table 38, rxe `rxe_opcode[]`).
+//! The BTH opcode table for RC, UC, UD, XRC and CNP (IBTA Table 38, rxe `rxe_opcode[]`).
 //!
 //! An [`Opcode`] is any byte; [`Opcode::info`] says what the known ones mean: their name, the
 //! extension headers that follow the BTH (in wire order), whether they carry payload and where
@@ -23,7 +23,8 @@ pub enum Transport {
     Ud,
     /// Congestion notification (0x80–0x9F); 0x81 is the RoCEv2 CNP.
     Cnp,
-    /// Extended Reliable Connected (0xA0–0xBF); not supported.
+    /// Extended Reliable Connected (0xA0–0xBF): RC's operations between an XRC send QP and
+    /// an XRC target QP, requests carrying an XRCETH.
     Xrc,
     /// Manufacturer specific (0xC0–0xFF).
     Vendor,
@@ -94,6 +95,8 @@ impl HeaderSet {
     pub const IETH: HeaderSet = HeaderSet(1 << 7);
     /// The 16 reserved bytes of a CNP.
     pub const CNP: HeaderSet = HeaderSet(1 << 8);
+    /// XRCETH (XRC requests).
+    pub const XRCETH: HeaderSet = HeaderSet(1 << 9);
 
     /// The union of two sets.
     pub const fn union(self, other: HeaderSet) -> HeaderSet {
@@ -135,6 +138,9 @@ impl HeaderSet {
         if self.contains(Self::CNP) {
             n += crate::cnp::HEADER_LEN;
         }
+        if self.contains(Self::XRCETH) {
+            n += crate::xrceth::HEADER_LEN;
+        }
         n
     }
 
@@ -153,8 +159,9 @@ impl core::ops::BitOr for HeaderSet {
 
 impl fmt::Debug for HeaderSet {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        const NAMES: [(HeaderSet, &str); 9] = [
+        const NAMES: [(HeaderSet, &str); 10] = [
             (HeaderSet::DETH, "DETH"),
+            (HeaderSet::XRCETH, "XRCETH"),
             (HeaderSet::FETH, "FETH"),
             (HeaderSet::RETH, "RETH"),
             (HeaderSet::ATOMIC_ETH, "AtomicETH"),
@@ -305,6 +312,52 @@ opcodes! {
     UD_SEND_ONLY_WITH_IMMEDIATE = 0x65, Ud, Send, Only, [DETH, IMMDT], true;
     /// RoCEv2 Congestion Notification Packet.
     CNP = 0x81, Cnp, Cnp, Only, [CNP], false;
+    /// XRC SEND First.
+    XRC_SEND_FIRST = 0xA0, Xrc, Send, First, [XRCETH], true;
+    /// XRC SEND Middle.
+    XRC_SEND_MIDDLE = 0xA1, Xrc, Send, Middle, [XRCETH], true;
+    /// XRC SEND Last.
+    XRC_SEND_LAST = 0xA2, Xrc, Send, Last, [XRCETH], true;
+    /// XRC SEND Last with Immediate.
+    XRC_SEND_LAST_WITH_IMMEDIATE = 0xA3, Xrc, Send, Last, [XRCETH, IMMDT], true;
+    /// XRC SEND Only.
+    XRC_SEND_ONLY = 0xA4, Xrc, Send, Only, [XRCETH], true;
+    /// XRC SEND Only with Immediate.
+    XRC_SEND_ONLY_WITH_IMMEDIATE = 0xA5, Xrc, Send, Only, [XRCETH, IMMDT], true;
+    /// XRC RDMA WRITE First.
+    XRC_RDMA_WRITE_FIRST = 0xA6, Xrc, Write, First, [XRCETH, RETH], true;
+    /// XRC RDMA WRITE Middle.
+    XRC_RDMA_WRITE_MIDDLE = 0xA7, Xrc, Write, Middle, [XRCETH], true;
+    /// XRC RDMA WRITE Last.
+    XRC_RDMA_WRITE_LAST = 0xA8, Xrc, Write, Last, [XRCETH], true;
+    /// XRC RDMA WRITE Last with Immediate.
+    XRC_RDMA_WRITE_LAST_WITH_IMMEDIATE = 0xA9, Xrc, Write, Last, [XRCETH, IMMDT], true;
+    /// XRC RDMA WRITE Only.
+    XRC_RDMA_WRITE_ONLY = 0xAA, Xrc, Write, Only, [XRCETH, RETH], true;
+    /// XRC RDMA WRITE Only with Immediate.
+    XRC_RDMA_WRITE_ONLY_WITH_IMMEDIATE = 0xAB, Xrc, Write, Only, [XRCETH, RETH, IMMDT], true;
+    /// XRC RDMA READ Request.
+    XRC_RDMA_READ_REQUEST = 0xAC, Xrc, ReadRequest, Only, [XRCETH, RETH], false;
+    /// XRC RDMA READ response First.
+    XRC_RDMA_READ_RESPONSE_FIRST = 0xAD, Xrc, ReadResponse, First, [AETH], true;
+    /// XRC RDMA READ response Middle.
+    XRC_RDMA_READ_RESPONSE_MIDDLE = 0xAE, Xrc, ReadResponse, Middle, [], true;
+    /// XRC RDMA READ response Last.
+    XRC_RDMA_READ_RESPONSE_LAST = 0xAF, Xrc, ReadResponse, Last, [AETH], true;
+    /// XRC RDMA READ response Only.
+    XRC_RDMA_READ_RESPONSE_ONLY = 0xB0, Xrc, ReadResponse, Only, [AETH], true;
+    /// XRC Acknowledge (ACK, RNR NAK or NAK).
+    XRC_ACKNOWLEDGE = 0xB1, Xrc, Acknowledge, Only, [AETH], false;
+    /// XRC ATOMIC Acknowledge.
+    XRC_ATOMIC_ACKNOWLEDGE = 0xB2, Xrc, AtomicAcknowledge, Only, [AETH, ATOMIC_ACK_ETH], false;
+    /// XRC CmpSwap.
+    XRC_COMPARE_SWAP = 0xB3, Xrc, CompareSwap, Only, [XRCETH, ATOMIC_ETH], false;
+    /// XRC FetchAdd.
+    XRC_FETCH_ADD = 0xB4, Xrc, FetchAdd, Only, [XRCETH, ATOMIC_ETH], false;
+    /// XRC SEND Last with Invalidate.
+    XRC_SEND_LAST_WITH_INVALIDATE = 0xB6, Xrc, Send, Last, [XRCETH, IETH], true;
+    /// XRC SEND Only with Invalidate.
+    XRC_SEND_ONLY_WITH_INVALIDATE = 0xB7, Xrc, Send, Only, [XRCETH, IETH], true;
 }
 
 impl Opcode {
@@ -361,6 +414,28 @@ impl Opcode {
     /// Carries a DETH.
     pub fn has_deth(self) -> bool {
         self.has(HeaderSet::DETH)
+    }
+
+    /// Carries an XRCETH (an XRC request).
+    pub fn has_xrceth(self) -> bool {
+        self.has(HeaderSet::XRCETH)
+    }
+
+    /// The RC opcode of the same operation and position as this XRC one (`0xA4` gives
+    /// `0x04`): an XRC QP runs RC's rules on what it receives; `None` for non-XRC opcodes.
+    pub const fn xrc_as_rc(self) -> Option<Opcode> {
+        match self.transport() {
+            Transport::Xrc => Some(Opcode(self.0 & 0x1F)),
+            _ => None,
+        }
+    }
+
+    /// The XRC opcode of the same operation and position as this RC one (`0x04` gives
+    /// `0xA4`), what an XRC QP sends; `None` where XRC has no such opcode (FLUSH, ATOMIC
+    /// WRITE, non-RC opcodes).
+    pub fn rc_as_xrc(self) -> Option<Opcode> {
+        let x = Opcode(self.0 | 0xA0);
+        (self.transport() == Transport::Rc && x.is_known()).then_some(x)
     }
 
     /// Whether this is a request sent by a requester (as opposed to a response from a responder).
@@ -456,7 +531,7 @@ mod tests {
     #[test]
     fn unknown_opcodes_are_values() {
         let known = Opcode::ALL.len();
-        assert_eq!(known, 40);
+        assert_eq!(known, 63);
         let mut n = 0;
         for b in 0..=255u8 {
             let o = Opcode(b);
@@ -475,6 +550,39 @@ mod tests {
         assert_eq!(Opcode(0x44).transport(), Transport::Rd);
         assert_eq!(Opcode(0xA0).transport(), Transport::Xrc);
         assert_eq!(Opcode(0xE3).transport(), Transport::Vendor);
+        assert_eq!(format!("{}", Opcode(0xB5)), "UNKNOWN(0xb5)");
+    }
+
+    #[test]
+    fn xrc_mirrors_rc_with_an_xrceth_on_requests() {
+        for op in 0x00..=0x17u8 {
+            let rc = Opcode(op);
+            let Some(ri) = rc.info() else {
+                assert!(Opcode(op | 0xA0).info().is_none(), "{op:#x}");
+                continue;
+            };
+            let x = rc.rc_as_xrc().unwrap();
+            let xi = x.info().unwrap();
+            assert_eq!(xi.transport, Transport::Xrc);
+            assert_eq!((ri.operation, ri.position), (xi.operation, xi.position));
+            assert_eq!(&ri.name[3..], &xi.name[4..]);
+            let want = if rc.is_request() {
+                ri.headers | HeaderSet::XRCETH
+            } else {
+                ri.headers
+            };
+            assert_eq!(xi.headers, want, "{x}");
+            assert_eq!(x.xrc_as_rc(), Some(rc));
+            assert_eq!(x.has_xrceth(), rc.is_request());
+        }
+        assert_eq!(Opcode::XRC_SEND_ONLY.info().unwrap().headers.len(), 4);
+        assert_eq!(Opcode::XRC_COMPARE_SWAP.info().unwrap().headers.len(), 32);
+        assert_eq!(Opcode::XRC_RDMA_WRITE_ONLY_WITH_IMMEDIATE.info().unwrap().headers.len(), 24);
+        // No XRC FLUSH or ATOMIC WRITE here, and nothing XRC for non-RC opcodes.
+        assert_eq!(Opcode::RC_FLUSH.rc_as_xrc(), None);
+        assert_eq!(Opcode::RC_ATOMIC_WRITE.rc_as_xrc(), None);
+        assert_eq!(Opcode::UC_SEND_ONLY.rc_as_xrc(), None);
+        assert_eq!(Opcode::RC_SEND_ONLY.xrc_as_rc(), None);
     }
 
     #[test]

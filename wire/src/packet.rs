@@ -9,7 +9,8 @@ use crate::opcode::HeaderSet;
 use crate::{
     AethPacket, AethRepr, AtomicAckEthPacket, AtomicAckEthRepr, AtomicEthPacket, AtomicEthRepr,
     BthPacket, BthRepr, CnpPacket, CnpRepr, DethPacket, DethRepr, Error, FethPacket, FethRepr,
-    IethPacket, IethRepr, ImmDtPacket, ImmDtRepr, Result, RethPacket, RethRepr, bth,
+    IethPacket, IethRepr, ImmDtPacket, ImmDtRepr, Result, RethPacket, RethRepr, XrcEthPacket,
+    XrcEthRepr, bth,
 };
 
 /// A view of a whole RoCEv2 UDP payload.
@@ -135,6 +136,8 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
 pub struct ExtHeaders {
     /// DETH (UD).
     pub deth: Option<DethRepr>,
+    /// XRCETH (XRC requests).
+    pub xrceth: Option<XrcEthRepr>,
     /// FETH (FLUSH).
     pub feth: Option<FethRepr>,
     /// RETH (WRITE FIRST/ONLY, READ request, FLUSH, ATOMIC WRITE).
@@ -163,6 +166,7 @@ impl ExtHeaders {
             }
         };
         add(self.deth.is_some(), HeaderSet::DETH);
+        add(self.xrceth.is_some(), HeaderSet::XRCETH);
         add(self.feth.is_some(), HeaderSet::FETH);
         add(self.reth.is_some(), HeaderSet::RETH);
         add(self.atomic_eth.is_some(), HeaderSet::ATOMIC_ETH);
@@ -191,6 +195,13 @@ impl ExtHeaders {
             };
         }
         take!(DETH, deth, DethPacket, DethRepr, crate::deth::HEADER_LEN);
+        take!(
+            XRCETH,
+            xrceth,
+            XrcEthPacket,
+            XrcEthRepr,
+            crate::xrceth::HEADER_LEN
+        );
         take!(FETH, feth, FethPacket, FethRepr, crate::feth::HEADER_LEN);
         take!(RETH, reth, RethPacket, RethRepr, crate::reth::HEADER_LEN);
         take!(
@@ -233,6 +244,7 @@ impl ExtHeaders {
             };
         }
         put!(deth, DethPacket);
+        put!(xrceth, XrcEthPacket);
         put!(feth, FethPacket);
         put!(reth, RethPacket);
         put!(atomic_eth, AtomicEthPacket);
@@ -354,6 +366,9 @@ impl core::fmt::Display for PacketRepr<'_> {
         if let Some(d) = e.deth {
             write!(f, " deth(qkey={:#010x} src_qp={:#08x})", d.qkey, d.src_qp)?;
         }
+        if let Some(x) = e.xrceth {
+            write!(f, " xrceth(srq={:#08x})", x.xrcsrq)?;
+        }
         if let Some(x) = e.feth {
             write!(f, " feth({:#010x})", x.bits)?;
         }
@@ -421,6 +436,35 @@ mod tests {
         let p = Packet::new_checked(&ATOMIC_ACK[..]).unwrap();
         assert_eq!(p.icrc(), u32::from_le_bytes([0xe8, 0xec, 0x7e, 0xba]));
         assert_eq!(p.icrc_covered().len(), 24);
+    }
+
+    /// An XRC SEND Only to SRQ 0x000102 of QP 0x11 at PSN 5, asking for an ACK, 4 bytes of
+    /// payload (ICRC left zero).
+    const XRC_SEND: [u8; 28] = [
+        0xA4, 0x00, 0xff, 0xff, 0x00, 0x00, 0x00, 0x11, 0x80, 0x00, 0x00, 0x05, 0x00, 0x00, 0x01,
+        0x02, b'p', b'i', b'n', b'g', 0, 0, 0, 0, 0, 0, 0, 0,
+    ];
+
+    #[test]
+    fn xrc_send_has_its_xrceth_behind_the_bth() {
+        let buf = &XRC_SEND[..24];
+        let p = PacketRepr::parse(buf).unwrap();
+        assert_eq!(p.bth.opcode, Opcode::XRC_SEND_ONLY);
+        assert_eq!(p.ext.xrceth, Some(XrcEthRepr { xrcsrq: 0x102 }));
+        assert_eq!(p.payload, b"ping");
+        assert!(p.is_consistent());
+        let mut out = [0u8; 24];
+        p.emit(&mut out);
+        assert_eq!(out, *buf);
+        assert_eq!(
+            format!("{p}"),
+            "XRC_SEND_ONLY qp=0x000011 psn=0x000005 ack_req=1 xrceth(srq=0x000102) payload=4"
+        );
+        // An XRC request too short for its XRCETH is refused.
+        assert_eq!(
+            PacketRepr::parse(&XRC_SEND[..15]).unwrap_err(),
+            Error::Truncated
+        );
     }
 
     #[test]
@@ -515,6 +559,9 @@ mod tests {
                 deth: h.contains(HeaderSet::DETH).then_some(DethRepr {
                     qkey: d[0],
                     src_qp: d[1] & 0xFF_FFFF,
+                }),
+                xrceth: h.contains(HeaderSet::XRCETH).then_some(XrcEthRepr {
+                    xrcsrq: d[0] & 0xFF_FFFF,
                 }),
                 feth: h
                     .contains(HeaderSet::FETH)

@@ -52,7 +52,9 @@ pub const MAX_PKTS_PER_ACK: u32 = 64;
 pub struct QpInitAttr {
     /// `qp_type`.
     pub qp_type: QpType,
-    /// The protection domain (the provider's handle; keys must belong to it).
+    /// The protection domain (the provider's handle; keys must belong to it). An XRC receive
+    /// QP has none: there it is the QP's XRC domain (`ibv_qp_init_attr_ex.xrcd`), and each
+    /// request is checked against the PD of the XRC SRQ it names.
     pub pd: u32,
     /// `cap`.
     pub cap: QpCap,
@@ -158,6 +160,11 @@ pub struct Qp {
     pub(crate) service: Service,
     pub(crate) pd: u32,
     pub(crate) srq: Option<u32>,
+    /// An XRC receive QP's XRC domain.
+    pub(crate) xrcd: Option<u32>,
+    /// An XRC receive QP: whether the request being handled names an XRC SRQ of its domain
+    /// (set by the endpoint before each request; `pd` and the receive CQ are that SRQ's).
+    pub(crate) xrc_srq_ok: bool,
     pub(crate) sq_sig_all: bool,
     /// (send CQ, receive CQ): where completions are reported.
     pub(crate) cqs: (u32, u32),
@@ -251,6 +258,8 @@ impl Qp {
             service: Service::of(init.qp_type, qpn),
             pd: init.pd,
             srq: init.srq,
+            xrcd: (init.qp_type == QpType::XrcRecv).then_some(init.pd),
+            xrc_srq_ok: false,
             sq_sig_all: init.sq_sig_all,
             cqs: (init.send_cq, init.recv_cq),
             cap: init.cap,
@@ -284,7 +293,7 @@ impl Qp {
     /// otherwise), at most one window: what this QP may have in the network, or has asked the
     /// peer to send back (READ responses), without asking its endpoint's budget again.
     pub(crate) fn unacked_psns(&self) -> u32 {
-        if self.qp_type != QpType::Rc || !matches!(self.state, QpState::Rts | QpState::Sqd) {
+        if !self.qp_type.is_reliable() || !matches!(self.state, QpState::Rts | QpState::Sqd) {
             return 0;
         }
         let n = self.comp.psn().distance_to(self.req.committed_psn());
@@ -445,7 +454,7 @@ impl Qp {
         );
         let init = QpInitAttr {
             qp_type: keep.1,
-            pd: keep.2,
+            pd: self.xrcd.unwrap_or(keep.2),
             cap: keep.5,
             srq: keep.3,
             sq_sig_all: keep.4,

@@ -6,7 +6,7 @@ use std::net::IpAddr;
 
 use ferroce_wire::{
     AtomicEthRepr, BthRepr, DethRepr, ExtHeaders, FethRepr, IethRepr, ImmDtRepr, Opcode,
-    PacketRepr, Psn, RethRepr,
+    PacketRepr, Psn, RethRepr, XrcEthRepr,
 };
 
 use super::timers::Timer;
@@ -151,7 +151,7 @@ impl Qp {
             if self.fenced(idx) {
                 return None;
             }
-            if self.qp_type == QpType::Rc
+            if self.qp_type.is_reliable()
                 && self.comp.psn().distance_to(self.req.next_psn) >= MAX_UNACKED_PSNS
             {
                 return None;
@@ -160,7 +160,7 @@ impl Qp {
             // started it runs to its end (its PSNs are counted from here, see
             // `Qp::unacked_psns`), so a stop never leaves packets waiting for an ACK that
             // only a later packet of the message would ask for.
-            if self.qp_type == QpType::Rc && !ctx.budget_open {
+            if self.qp_type.is_reliable() && !ctx.budget_open {
                 self.budget_blocked = true;
                 return None;
             }
@@ -175,7 +175,7 @@ impl Qp {
             // No READ/atomic may ever be outstanding: a local QP operation error.
             self.fail_because(ctx, idx, WcStatus::LocQpOpErr, ErrorCause::NoRdAtomic);
             return None;
-        } else if self.qp_type == QpType::Rc
+        } else if self.qp_type.is_reliable()
             && !w.wr.opcode.is_read_or_atomic()
             && self.comp.psn().distance_to(self.req.next_psn) >= MAX_UNACKED_PSNS
         {
@@ -210,7 +210,7 @@ impl Qp {
         match result {
             Ok(tx) => {
                 ctx.counters.sent_pkts += 1;
-                if self.qp_type == QpType::Rc && !self.timers.is_armed(Timer::Retransmit) {
+                if self.qp_type.is_reliable() && !self.timers.is_armed(Timer::Retransmit) {
                     self.arm_retrans(ctx.now);
                 }
                 Some(tx)
@@ -305,7 +305,19 @@ impl Qp {
         }
     }
 
-    fn emit(&self, idx: usize, repr: PacketRepr<'_>, buf: &mut [u8]) -> Tx {
+    /// Writes the headers of `repr` for WR `idx` into `buf` (an XRC send QP's as XRC: the
+    /// XRC opcode and an XRCETH naming the WR's `remote_srqn`); the caller fills the payload
+    /// behind `repr.header_len()`.
+    fn emit(&self, idx: usize, repr: &mut PacketRepr<'_>, buf: &mut [u8]) -> Tx {
+        if self.qp_type == QpType::XrcSend {
+            // post_send refuses the opcodes XRC lacks (FLUSH, ATOMIC WRITE).
+            if let Some(x) = repr.bth.opcode.rc_as_xrc() {
+                repr.bth.opcode = x;
+                repr.ext.xrceth = Some(XrcEthRepr {
+                    xrcsrq: self.sq[idx].wr.remote_srqn & 0xFF_FFFF,
+                });
+            }
+        }
         let len = repr.buffer_len();
         repr.emit_header(&mut buf[..len]);
         let (dest, hop_limit, traffic_class) = self.dest(idx);
@@ -383,7 +395,7 @@ impl Qp {
         }
         self.req.noack_pkts += 1;
         let ack_req = match self.qp_type {
-            QpType::Rc => {
+            QpType::Rc | QpType::XrcSend | QpType::XrcRecv => {
                 atomic_write
                     || self.req.noack_pkts >= MAX_PKTS_PER_ACK
                     || (last && self.ack_at_end_of(idx, psn, ctx.budget_low))
@@ -396,13 +408,13 @@ impl Qp {
         }
         let mut bth = BthRepr::new(opcode, dest_qp, psn).with_ack_req(ack_req);
         bth.se = last && w.wr.send_flags.contains(SendFlags::SOLICITED);
-        let repr = PacketRepr {
+        let mut repr = PacketRepr {
             bth,
             ext,
             payload: &ZEROS[..plen as usize],
         }
         .with_pad();
-        let tx = self.emit(idx, repr, buf);
+        let tx = self.emit(idx, &mut repr, buf);
         let hl = repr.header_len();
         let payload = &mut buf[hl..hl + plen as usize];
         match &w.inline {
@@ -426,7 +438,7 @@ impl Qp {
         if last {
             self.req.idx += 1;
             self.req.off = 0;
-            if self.qp_type != QpType::Rc {
+            if !self.qp_type.is_reliable() {
                 // UC and UD complete as soon as the message is on the wire.
                 self.sq[idx].status = Some(WcStatus::Success);
                 self.retire_done(ctx);
@@ -482,7 +494,7 @@ impl Qp {
             self.sq[idx].sends = self.sq[idx].sends.wrapping_add(1);
         }
         let w = &self.sq[idx];
-        let repr = PacketRepr {
+        let mut repr = PacketRepr {
             bth: BthRepr::new(Opcode::RC_RDMA_READ_REQUEST, self.attr.dest_qp_num, psn)
                 .with_ack_req(true),
             ext: ExtHeaders {
@@ -495,7 +507,7 @@ impl Qp {
             },
             payload: &[],
         };
-        let tx = self.emit(idx, repr, buf);
+        let tx = self.emit(idx, &mut repr, buf);
         if from + chunk >= w.len {
             self.req.next_psn = w.last_psn + 1;
             self.req.idx += 1;
@@ -514,7 +526,7 @@ impl Qp {
             WrOpcode::AtomicCmpAndSwp => (Opcode::RC_COMPARE_SWAP, w.wr.swap, w.wr.compare_add),
             _ => (Opcode::RC_FETCH_ADD, w.wr.compare_add, 0),
         };
-        let repr = PacketRepr {
+        let mut repr = PacketRepr {
             bth: BthRepr::new(opcode, self.attr.dest_qp_num, w.first_psn).with_ack_req(true),
             ext: ExtHeaders {
                 atomic_eth: Some(AtomicEthRepr {
@@ -527,7 +539,7 @@ impl Qp {
             },
             payload: &[],
         };
-        let tx = self.emit(idx, repr, buf);
+        let tx = self.emit(idx, &mut repr, buf);
         self.req.next_psn = w.first_psn + 1;
         self.req.idx += 1;
         self.req.off = 0;
@@ -546,7 +558,7 @@ impl Qp {
                 opcode: w.wr.opcode,
             },
         ))?;
-        let repr = PacketRepr {
+        let mut repr = PacketRepr {
             bth: BthRepr::new(Opcode::RC_FLUSH, self.attr.dest_qp_num, w.first_psn)
                 .with_ack_req(true),
             ext: ExtHeaders {
@@ -562,7 +574,7 @@ impl Qp {
             },
             payload: &[],
         };
-        let tx = self.emit(idx, repr, buf);
+        let tx = self.emit(idx, &mut repr, buf);
         self.req.next_psn = w.first_psn + 1;
         self.req.idx += 1;
         self.req.off = 0;
@@ -631,7 +643,8 @@ fn request_opcode(t: QpType, write: bool, first: bool, last: bool, imm: bool) ->
         (true, false, true, true) => Opcode::RC_RDMA_WRITE_LAST_WITH_IMMEDIATE,
     };
     match t {
-        QpType::Rc => rc,
+        // XRC's opcode comes from RC's as the packet is emitted (`emit`).
+        QpType::Rc | QpType::XrcSend | QpType::XrcRecv => rc,
         QpType::Uc => Opcode(rc.0 | 0x20),
         QpType::Ud => {
             if imm {

@@ -8,7 +8,7 @@ use ferroce_wire::{
 use super::super::{Ctx, Qp, Tx};
 use super::*;
 use crate::memory::Memory;
-use crate::verbs::QpState;
+use crate::verbs::{QpState, QpType};
 
 impl Qp {
     /// Builds the next queued response into `buf`.
@@ -132,6 +132,10 @@ impl Qp {
                     n
                 }
             };
+            if self.qp_type == QpType::XrcRecv {
+                // XRC's responses are RC's with the XRC opcode (and no XRCETH).
+                buf[0] |= 0xA0;
+            }
             ctx.counters.sent_pkts += 1;
             return Some(Tx {
                 len: repr_len,

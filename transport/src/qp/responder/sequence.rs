@@ -33,9 +33,11 @@ impl Qp {
             ctx.events.push_back(AsyncEvent::CommEst { qpn: self.qpn });
         }
         match self.qp_type {
-            QpType::Rc => self.rc_request(ctx, pkt),
+            QpType::Rc | QpType::XrcRecv => self.rc_request(ctx, pkt),
             QpType::Uc => self.uc_request(ctx, pkt),
             QpType::Ud => self.ud_request(ctx, pkt, src, dst),
+            // The endpoint hands an XRC send QP responses only.
+            QpType::XrcSend => ctx.counters.dropped += 1,
         }
     }
 
@@ -103,6 +105,15 @@ impl Qp {
             .info()
             .ok_or(Fault::Nak(NakCode::InvalidRequest))?;
         let psn = pkt.bth.psn;
+        if self.qp_type == QpType::XrcRecv && !self.xrc_srq_ok {
+            // An XRCETH naming no XRC SRQ of the target's domain: an invalid request.
+            log::debug!(
+                "XRC QP {:#x}: request at PSN {psn} names XRC SRQ {:#x}, which is not an SRQ                  of this QP's XRC domain: NAK invalid request",
+                self.qpn,
+                pkt.ext.xrceth.map_or(0, |x| x.xrcsrq)
+            );
+            return Err(Fault::Nak(NakCode::InvalidRequest));
+        }
         self.check_sequence(info.operation, info.position)?;
         let access = &self.attr.qp_access_flags;
         let allowed = match info.operation {
@@ -215,7 +226,7 @@ impl Qp {
     }
 
     pub(super) fn rnr_nak<M: Memory + ?Sized>(&mut self, ctx: &mut Ctx<'_, M>, psn: Psn) {
-        if self.qp_type != QpType::Rc {
+        if !self.qp_type.is_reliable() {
             return;
         }
         ctx.counters.send_rnr_err += 1;

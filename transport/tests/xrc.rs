@@ -1,0 +1,297 @@
+//! XRC in the simulator: an XRC send QP's requests carry the XRCETH of the SRQ they are for;
+//! the XRC receive QP takes each SEND's WQE from that SRQ, checks memory against its PD,
+//! completes on its CQ, and answers with XRC opcodes; an SRQ outside the QP's domain is an
+//! invalid request.
+
+mod common;
+
+use common::script::Script;
+use common::*;
+use ferroce_transport::sim::{LinkConfig, Network, run_seeds};
+use ferroce_transport::{
+    QpCap, QpInitAttr, QpType, RecvWr, SendWr, Service, SrqAttr, WcOpcode, WcQueue, WcStatus,
+    WrOpcode, XrcSrq,
+};
+use ferroce_wire::{Opcode, Transport};
+
+const STEPS: u64 = 200_000;
+const XRCD: u32 = 5;
+const OTHER_XRCD: u32 = 6;
+const SEND_CQ: u32 = 1;
+const CQ_A: u32 = 50;
+const CQ_B: u32 = 60;
+
+struct Xrc {
+    net: Network,
+    /// The XRC send QP on node 0.
+    ini: u32,
+    /// The XRC receive QP on node 1, in XRCD.
+    tgt: u32,
+    /// Two XRC SRQs of XRCD on node 1 (CQ_A, CQ_B) and one of another domain.
+    srq_a: u32,
+    srq_b: u32,
+    srq_other: u32,
+    mra: ferroce_transport::memory::VecMr,
+    mrb: ferroce_transport::memory::VecMr,
+}
+
+fn xrc(seed: u64, link: LinkConfig) -> Xrc {
+    let mut net = Network::new(seed, 2, link);
+    let o = Opts::default();
+    let mra = net.nodes[0].mem.register(PD, pattern(1 << 16, 3), o.access);
+    let mrb = net.nodes[1].mem.register(PD, vec![0; 1 << 16], o.access);
+    let srq = |net: &mut Network, xrcd, cq| {
+        net.nodes[1].endpoint.create_xrc_srq(
+            SrqAttr {
+                max_wr: 16,
+                max_sge: 1,
+                srq_limit: 0,
+            },
+            XrcSrq { xrcd, pd: PD, cq },
+        )
+    };
+    let srq_a = srq(&mut net, XRCD, CQ_A);
+    let srq_b = srq(&mut net, XRCD, CQ_B);
+    let srq_other = srq(&mut net, OTHER_XRCD, CQ_A);
+    let ini = net.nodes[0]
+        .endpoint
+        .create_qp(QpInitAttr {
+            qp_type: QpType::XrcSend,
+            pd: PD,
+            cap: QpCap {
+                max_send_wr: 64,
+                max_recv_wr: 0,
+                max_send_sge: 1,
+                max_recv_sge: 0,
+                max_inline_data: 0,
+            },
+            srq: None,
+            sq_sig_all: true,
+            send_cq: SEND_CQ,
+            recv_cq: SEND_CQ,
+        })
+        .unwrap();
+    let tgt = net.nodes[1]
+        .endpoint
+        .create_qp(QpInitAttr {
+            qp_type: QpType::XrcRecv,
+            pd: XRCD,
+            cap: QpCap::default(),
+            srq: None,
+            sq_sig_all: false,
+            send_cq: 0,
+            recv_cq: 0,
+        })
+        .unwrap();
+    let (aa, ab) = (net.nodes[0].addr, net.nodes[1].addr);
+    let o = Opts {
+        qp_type: QpType::XrcSend,
+        ..o
+    };
+    connect(&mut net, 0, ini, ab, tgt, 100, 200, &o);
+    let o = Opts {
+        qp_type: QpType::XrcRecv,
+        ..o
+    };
+    connect(&mut net, 1, tgt, aa, ini, 200, 100, &o);
+    for (i, s) in [(0u64, srq_a), (1, srq_b)] {
+        for k in 0..4u64 {
+            net.nodes[1]
+                .endpoint
+                .post_srq_recv(
+                    s,
+                    RecvWr {
+                        wr_id: i * 10 + k,
+                        sg_list: vec![mrb.sge((i * 4 + k) * 4096, 4096)].into(),
+                    },
+                )
+                .unwrap();
+        }
+    }
+    Xrc {
+        net,
+        ini,
+        tgt,
+        srq_a,
+        srq_b,
+        srq_other,
+        mra,
+        mrb,
+    }
+}
+
+impl Xrc {
+    fn send(&mut self, wr_id: u64, opcode: WrOpcode, srqn: u32, off: u64, len: u32, remote: u64) {
+        let mut w = SendWr::new(wr_id, opcode);
+        w.sg_list = vec![self.mra.sge(off, len)].into();
+        w.remote.remote_addr = self.mrb.addr + remote;
+        w.remote.rkey = self.mrb.rkey;
+        w.compare_add = 1;
+        w.remote_srqn = srqn;
+        let n = &mut self.net.nodes[0];
+        n.endpoint
+            .post_send(self.ini, w, &n.mem, self.net.now)
+            .unwrap();
+    }
+
+    fn run_until_sends(&mut self, n: usize) -> bool {
+        let ini = self.ini;
+        self.net.drive_until(STEPS, |net| {
+            net.nodes[0].completions_of(ini, WcQueue::Send).len() >= n
+        })
+    }
+
+    fn recv_on(&self, cq: u32) -> Vec<(u64, u32, u32)> {
+        self.net.nodes[1]
+            .completions
+            .iter()
+            .filter(|c| c.cq == cq && c.queue == WcQueue::Recv)
+            .map(|c| (c.wc.wr_id, c.wc.byte_len, c.qpn))
+            .collect()
+    }
+}
+
+#[test]
+fn sends_land_in_the_srq_their_xrceth_names_and_complete_on_its_cq() {
+    let mut x = xrc(1, lossless());
+    let sc = Script::install(&mut x.net);
+    let (a, b) = (x.srq_a, x.srq_b);
+    // 3000 bytes at MTU 1024: FIRST, MIDDLE, LAST, each with the XRCETH.
+    x.send(1, WrOpcode::Send, a, 0, 3000, 0);
+    x.send(2, WrOpcode::Send, b, 5000, 100, 0);
+    x.send(3, WrOpcode::SendWithImm, a, 6000, 10, 0);
+    x.send(4, WrOpcode::RdmaWrite, b, 7000, 2000, 40_000);
+    x.send(5, WrOpcode::RdmaRead, a, 20_000, 1500, 40_000);
+    x.send(6, WrOpcode::AtomicFetchAndAdd, a, 30_000, 8, 48_000);
+    assert!(x.run_until_sends(6));
+    x.net.drive(STEPS);
+    let wcs = x.net.nodes[0].completions_of(x.ini, WcQueue::Send);
+    assert_eq!(statuses(&wcs), vec![WcStatus::Success; 6]);
+    assert_eq!(wcs[4].opcode, WcOpcode::RdmaRead);
+    // Each SEND took a WQE of the SRQ it named and completed on that SRQ's CQ, as the
+    // receive QP's completion.
+    assert_eq!(x.recv_on(CQ_A), vec![(0, 3000, x.tgt), (1, 10, x.tgt)]);
+    assert_eq!(x.recv_on(CQ_B), vec![(10, 100, x.tgt)]);
+    let (ma, mb) = (
+        x.net.nodes[0].mem.bytes(x.mra.lkey).unwrap(),
+        x.net.nodes[1].mem.bytes(x.mrb.lkey).unwrap(),
+    );
+    assert_eq!(mb[..3000], ma[..3000]);
+    assert_eq!(mb[4 * 4096..4 * 4096 + 100], ma[5000..5100]);
+    assert_eq!(mb[40_000..42_000], ma[7000..9000]);
+    // The READ came back from what the WRITE put there.
+    assert_eq!(ma[20_000..21_500], ma[7000..8500]);
+    // On the wire: XRC opcodes both ways, an XRCETH on every request.
+    let log = sc.borrow().log.clone();
+    assert!(log.iter().all(|s| s.opcode.transport() == Transport::Xrc), "{log:?}");
+    assert!(log.iter().filter(|s| s.from == 0).all(|s| s.opcode.has_xrceth()));
+    assert!(log.iter().filter(|s| s.from == 1).all(|s| !s.opcode.has_xrceth()));
+    for op in [
+        Opcode::XRC_SEND_FIRST,
+        Opcode::XRC_SEND_MIDDLE,
+        Opcode::XRC_SEND_LAST,
+        Opcode::XRC_SEND_ONLY_WITH_IMMEDIATE,
+        Opcode::XRC_RDMA_WRITE_FIRST,
+        Opcode::XRC_RDMA_READ_REQUEST,
+        Opcode::XRC_FETCH_ADD,
+        Opcode::XRC_ACKNOWLEDGE,
+        Opcode::XRC_RDMA_READ_RESPONSE_FIRST,
+        Opcode::XRC_ATOMIC_ACKNOWLEDGE,
+    ] {
+        assert!(log.iter().any(|s| s.opcode == op), "no {op} on the wire");
+    }
+    assert_eq!(x.net.nodes[1].endpoint.counters().no_qp, 0);
+}
+
+#[test]
+fn an_srq_of_another_domain_is_an_invalid_request() {
+    for srqn in [None, Some(999)] {
+        let mut x = xrc(2, lossless());
+        let target = srqn.unwrap_or(x.srq_other);
+        x.send(1, WrOpcode::Send, target, 0, 64, 0);
+        assert!(x.run_until_sends(1));
+        let wcs = x.net.nodes[0].completions_of(x.ini, WcQueue::Send);
+        assert_eq!(wcs[0].status, WcStatus::RemInvReqErr, "SRQ {target}");
+        assert!(x.recv_on(CQ_A).is_empty() && x.recv_on(CQ_B).is_empty());
+        let err = x.net.nodes[0].endpoint.qp_error(x.ini).unwrap();
+        assert!(format!("{err}").contains("invalid request"), "{err}");
+    }
+}
+
+#[test]
+fn xrc_recovers_from_loss_like_rc() {
+    let lossy = LinkConfig {
+        loss: 0.05,
+        ..lossless()
+    };
+    run_seeds(30..34, |seed| {
+        let mut x = xrc(seed, lossy);
+        let (a, b) = (x.srq_a, x.srq_b);
+        for k in 0..4u64 {
+            x.send(k, WrOpcode::Send, a, k * 4096, 4096, 0);
+            x.send(10 + k, WrOpcode::Send, b, k * 4096 + 7, 2500, 0);
+        }
+        if !x.run_until_sends(8) {
+            return Err("not every send completed".into());
+        }
+        x.net.drive(STEPS);
+        let wcs = x.net.nodes[0].completions_of(x.ini, WcQueue::Send);
+        if statuses(&wcs) != vec![WcStatus::Success; 8] {
+            return Err(format!("{:?}", statuses(&wcs)));
+        }
+        let (ra, rb) = (x.recv_on(CQ_A), x.recv_on(CQ_B));
+        let want_a: Vec<_> = (0..4).map(|k| (k, 4096, x.tgt)).collect();
+        let want_b: Vec<_> = (0..4).map(|k| (10 + k, 2500, x.tgt)).collect();
+        if ra != want_a || rb != want_b {
+            return Err(format!("{ra:?} {rb:?}"));
+        }
+        let (ma, mb) = (
+            x.net.nodes[0].mem.bytes(x.mra.lkey).unwrap(),
+            x.net.nodes[1].mem.bytes(x.mrb.lkey).unwrap(),
+        );
+        for k in 0..4usize {
+            let (sa, sb) = (k * 4096, (4 + k) * 4096);
+            if mb[sa..sa + 4096] != ma[k * 4096..k * 4096 + 4096]
+                || mb[sb..sb + 2500] != ma[k * 4096 + 7..k * 4096 + 2507]
+            {
+                return Err(format!("message {k} corrupted"));
+            }
+        }
+        Ok(())
+    });
+}
+
+#[test]
+fn xrc_transitions_follow_the_kernels_table() {
+    use ferroce_transport::{QpAttrMask as M, QpState::*, state::transition};
+    // XRC_RECV's RTR -> RTS takes only TIMEOUT and SQ_PSN; XRC_SEND's RTR needs no responder
+    // resources, as the kernel's XRC_INI and XRC_TGT columns say.
+    assert_eq!(
+        transition(Service::XrcRecv, Rtr, Rts).unwrap().0,
+        M::TIMEOUT | M::SQ_PSN
+    );
+    let (req, _) = transition(Service::XrcSend, Init, Rtr).unwrap();
+    assert!(!req.contains(M::MAX_DEST_RD_ATOMIC) && req.contains(M::DEST_QPN));
+    let (req, _) = transition(Service::XrcRecv, Init, Rtr).unwrap();
+    assert!(req.contains(M::MAX_DEST_RD_ATOMIC | M::MIN_RNR_TIMER));
+    // Neither posts receives; the receive QP posts nothing.
+    let mut x = xrc(3, lossless());
+    let n = &mut x.net.nodes[1];
+    let now = x.net.now;
+    assert!(
+        n.endpoint
+            .post_send(x.tgt, SendWr::new(1, WrOpcode::Send), &n.mem, now)
+            .is_err()
+    );
+    let n = &mut x.net.nodes[0];
+    assert!(
+        n.endpoint
+            .post_send(x.ini, SendWr::new(1, WrOpcode::Flush), &n.mem, now)
+            .is_err()
+    );
+    assert!(
+        n.endpoint
+            .post_recv(x.ini, RecvWr::default(), &n.mem, now)
+            .is_err()
+    );
+}
