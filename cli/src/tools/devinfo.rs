@@ -176,6 +176,8 @@ fn qp_line(q: &ferroce::LiveQp) -> String {
             ferroce::QpType::Rc => "RC",
             ferroce::QpType::Uc => "UC",
             ferroce::QpType::Ud => "UD",
+            ferroce::QpType::XrcSend => "XRC_SEND",
+            ferroce::QpType::XrcRecv => "XRC_RECV",
         }),
         q.qp_state
             .map_or_else(|| "?".to_owned(), |st| format!("{st:?}").to_uppercase()),
