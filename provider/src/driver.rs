@@ -761,6 +761,21 @@ impl Shared {
         })
     }
 
+    /// `ibv_create_srq_ex` with `IBV_SRQT_XRC`: `registered` runs with its number under the
+    /// engine lock.
+    pub(crate) fn create_xrc_srq(
+        &self,
+        attr: SrqAttr,
+        xrc: ferroce_transport::XrcSrq,
+        registered: impl FnOnce(u32),
+    ) -> u32 {
+        self.with_engine(|st, _, _| {
+            let n = st.ep.create_xrc_srq(attr, xrc);
+            registered(n);
+            n
+        })
+    }
+
     /// `ibv_destroy_srq`.
     pub(crate) fn destroy_srq(&self, srqn: u32) {
         self.with_engine(|st, _, _| {

@@ -70,6 +70,7 @@ pub mod pcap;
 pub mod qp;
 mod sys;
 pub mod udp;
+pub mod xrc;
 
 pub use connect::{QpEndpoint, RemoteMemory};
 pub use context::{
@@ -95,3 +96,4 @@ pub use ferroce_wire as wire;
 pub use gsi::GsiRoute;
 pub use mw::{MemoryWindow, MwType};
 pub use qp::{QpBuilder, QpInitAttr, QueuePair, SharedReceiveQueue, WeakQueuePair};
+pub use xrc::XrcDomain;

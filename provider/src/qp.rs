@@ -26,13 +26,16 @@ pub struct QpInitAttr<'a> {
     pub sq_sig_all: bool,
 }
 
-struct QpInner {
-    qpn: u32,
-    qp_type: QpType,
-    sq_sig_all: bool,
-    pd: ProtectionDomain,
-    cqs: (CompletionQueue, CompletionQueue),
-    _srq: Option<SharedReceiveQueue>,
+pub(crate) struct QpInner {
+    pub(crate) qpn: u32,
+    pub(crate) qp_type: QpType,
+    pub(crate) sq_sig_all: bool,
+    /// The QP's PD (an XRC receive QP's: its domain's holder, it has none of its own).
+    pub(crate) pd: ProtectionDomain,
+    /// Held while the QP lives: its (send, receive) CQs, its SRQ, an XRC receive QP's domain.
+    pub(crate) cqs: Option<(CompletionQueue, CompletionQueue)>,
+    pub(crate) _srq: Option<SharedReceiveQueue>,
+    pub(crate) _xrcd: Option<crate::xrc::XrcDomain>,
 }
 
 impl Drop for QpInner {
@@ -245,8 +248,9 @@ impl ProtectionDomain {
                 qp_type: init.qp_type,
                 sq_sig_all: init.sq_sig_all,
                 pd: self.clone(),
-                cqs: (init.send_cq.clone(), init.recv_cq.clone()),
+                cqs: Some((init.send_cq.clone(), init.recv_cq.clone())),
                 _srq: init.srq.cloned(),
+                _xrcd: None,
             }),
         })
     }
@@ -267,12 +271,19 @@ impl ProtectionDomain {
             inner: Arc::new(SrqInner {
                 srqn,
                 pd: self.clone(),
+                xrc: None,
             }),
         })
     }
 }
 
 impl QueuePair {
+    pub(crate) fn from_inner(inner: QpInner) -> QueuePair {
+        QueuePair {
+            inner: Arc::new(inner),
+        }
+    }
+
     /// `qp_num`.
     pub fn qp_num(&self) -> u32 {
         self.inner.qpn
@@ -348,9 +359,10 @@ impl QueuePair {
             // A QP back in RESET starts clean: the completions it left in its CQs (the flushes
             // of an earlier error) go, as mlx5 cleans its CQs, so the next poll after the QP
             // is brought up again sees only new work.
-            let (s, r) = &self.inner.cqs;
-            s.remove_qp(qpn);
-            r.remove_qp(qpn);
+            if let Some((s, r)) = &self.inner.cqs {
+                s.remove_qp(qpn);
+                r.remove_qp(qpn);
+            }
         }
         Ok(())
     }
@@ -459,9 +471,11 @@ impl QueuePair {
     }
 }
 
-struct SrqInner {
-    srqn: u32,
-    pd: ProtectionDomain,
+pub(crate) struct SrqInner {
+    pub(crate) srqn: u32,
+    pub(crate) pd: ProtectionDomain,
+    /// An XRC SRQ's CQ and domain, held while it lives.
+    pub(crate) xrc: Option<(CompletionQueue, crate::xrc::XrcDomain)>,
 }
 
 impl Drop for SrqInner {
@@ -485,7 +499,18 @@ impl std::fmt::Debug for SharedReceiveQueue {
 }
 
 impl SharedReceiveQueue {
-    /// The SRQ number.
+    pub(crate) fn from_inner(inner: SrqInner) -> SharedReceiveQueue {
+        SharedReceiveQueue {
+            inner: Arc::new(inner),
+        }
+    }
+
+    /// Whether this is an XRC SRQ (`IBV_SRQT_XRC`).
+    pub fn is_xrc(&self) -> bool {
+        self.inner.xrc.is_some()
+    }
+
+    /// The SRQ number (`ibv_get_srq_num`: what an XRC sender puts in `remote_srqn`).
     pub fn srq_num(&self) -> u32 {
         self.inner.srqn
     }

@@ -892,8 +892,16 @@ impl Endpoint {
                 log::debug!(
                     "{} from {src} for XRC QP {qpn:#x} dropped: an XRC {} QP takes only {}",
                     pkt.bth.opcode,
-                    if qp.qp_type == QpType::XrcRecv { "receive" } else { "send" },
-                    if qp.qp_type == QpType::XrcRecv { "requests" } else { "responses" },
+                    if qp.qp_type == QpType::XrcRecv {
+                        "receive"
+                    } else {
+                        "send"
+                    },
+                    if qp.qp_type == QpType::XrcRecv {
+                        "requests"
+                    } else {
+                        "responses"
+                    },
                 );
                 return;
             }

@@ -183,9 +183,20 @@ fn sends_land_in_the_srq_their_xrceth_names_and_complete_on_its_cq() {
     assert_eq!(ma[20_000..21_500], ma[7000..8500]);
     // On the wire: XRC opcodes both ways, an XRCETH on every request.
     let log = sc.borrow().log.clone();
-    assert!(log.iter().all(|s| s.opcode.transport() == Transport::Xrc), "{log:?}");
-    assert!(log.iter().filter(|s| s.from == 0).all(|s| s.opcode.has_xrceth()));
-    assert!(log.iter().filter(|s| s.from == 1).all(|s| !s.opcode.has_xrceth()));
+    assert!(
+        log.iter().all(|s| s.opcode.transport() == Transport::Xrc),
+        "{log:?}"
+    );
+    assert!(
+        log.iter()
+            .filter(|s| s.from == 0)
+            .all(|s| s.opcode.has_xrceth())
+    );
+    assert!(
+        log.iter()
+            .filter(|s| s.from == 1)
+            .all(|s| !s.opcode.has_xrceth())
+    );
     for op in [
         Opcode::XRC_SEND_FIRST,
         Opcode::XRC_SEND_MIDDLE,

@@ -577,7 +577,14 @@ mod tests {
         }
         assert_eq!(Opcode::XRC_SEND_ONLY.info().unwrap().headers.len(), 4);
         assert_eq!(Opcode::XRC_COMPARE_SWAP.info().unwrap().headers.len(), 32);
-        assert_eq!(Opcode::XRC_RDMA_WRITE_ONLY_WITH_IMMEDIATE.info().unwrap().headers.len(), 24);
+        assert_eq!(
+            Opcode::XRC_RDMA_WRITE_ONLY_WITH_IMMEDIATE
+                .info()
+                .unwrap()
+                .headers
+                .len(),
+            24
+        );
         // No XRC FLUSH or ATOMIC WRITE here, and nothing XRC for non-RC opcodes.
         assert_eq!(Opcode::RC_FLUSH.rc_as_xrc(), None);
         assert_eq!(Opcode::RC_ATOMIC_WRITE.rc_as_xrc(), None);
