@@ -127,12 +127,18 @@ pub struct verbs_context {
     pub priv_: *mut c_void,
     pub query_device_ex:
         Option<unsafe extern "C" fn(*mut ibv_context, *const c_void, *mut c_void, usize) -> c_int>,
-    /// ibv_destroy_flow, ABI_placeholder2, ibv_create_flow, ABI_placeholder1, open_qp.
-    pub _unused_b: [Slot; 5],
+    /// ibv_destroy_flow, ABI_placeholder2, ibv_create_flow, ABI_placeholder1.
+    pub _unused_b: [Slot; 4],
+    pub open_qp:
+        Option<unsafe extern "C" fn(*mut ibv_context, *mut ibv_qp_open_attr) -> *mut ibv_qp>,
     pub create_qp_ex:
         Option<unsafe extern "C" fn(*mut ibv_context, *mut ibv_qp_init_attr_ex) -> *mut ibv_qp>,
-    /// get_srq_num, create_srq_ex, open_xrcd, close_xrcd.
-    pub _unused_c: [Slot; 4],
+    pub get_srq_num: Option<unsafe extern "C" fn(*mut ibv_srq, *mut u32) -> c_int>,
+    pub create_srq_ex:
+        Option<unsafe extern "C" fn(*mut ibv_context, *mut ibv_srq_init_attr_ex) -> *mut ibv_srq>,
+    pub open_xrcd:
+        Option<unsafe extern "C" fn(*mut ibv_context, *mut ibv_xrcd_init_attr) -> *mut ibv_xrcd>,
+    pub close_xrcd: Option<unsafe extern "C" fn(*mut ibv_xrcd) -> c_int>,
     pub _abi_placeholder3: u64,
     pub sz: usize,
     pub context: ibv_context,
@@ -311,6 +317,62 @@ pub struct ibv_srq_init_attr {
     pub attr: ibv_srq_attr,
 }
 
+/// `struct ibv_srq_init_attr_ex`.
+#[repr(C)]
+pub struct ibv_srq_init_attr_ex {
+    pub srq_context: *mut c_void,
+    pub attr: ibv_srq_attr,
+    pub comp_mask: u32,
+    /// `enum ibv_srq_type`: `IBV_SRQT_BASIC` 0, `IBV_SRQT_XRC` 1, `IBV_SRQT_TM` 2.
+    pub srq_type: c_int,
+    pub pd: *mut ibv_pd,
+    pub xrcd: *mut ibv_xrcd,
+    pub cq: *mut ibv_cq,
+    /// `struct ibv_tm_cap`: `max_num_tags`, `max_ops`.
+    pub tm_cap: [u32; 2],
+}
+
+/// `IBV_SRQ_INIT_ATTR_TYPE`.
+pub const IBV_SRQ_INIT_ATTR_TYPE: u32 = 1 << 0;
+/// `IBV_SRQ_INIT_ATTR_PD`.
+pub const IBV_SRQ_INIT_ATTR_PD: u32 = 1 << 1;
+/// `IBV_SRQ_INIT_ATTR_XRCD`.
+pub const IBV_SRQ_INIT_ATTR_XRCD: u32 = 1 << 2;
+/// `IBV_SRQ_INIT_ATTR_CQ`.
+pub const IBV_SRQ_INIT_ATTR_CQ: u32 = 1 << 3;
+
+/// `struct ibv_xrcd`.
+#[repr(C)]
+pub struct ibv_xrcd {
+    pub context: *mut ibv_context,
+}
+
+/// `struct ibv_xrcd_init_attr`.
+#[repr(C)]
+pub struct ibv_xrcd_init_attr {
+    pub comp_mask: u32,
+    pub fd: c_int,
+    pub oflags: c_int,
+}
+
+/// `IBV_XRCD_INIT_ATTR_FD`.
+pub const IBV_XRCD_INIT_ATTR_FD: u32 = 1 << 0;
+/// `IBV_XRCD_INIT_ATTR_OFLAGS`.
+pub const IBV_XRCD_INIT_ATTR_OFLAGS: u32 = 1 << 1;
+
+/// `struct ibv_qp_open_attr` (`ibv_open_qp`).
+#[repr(C)]
+pub struct ibv_qp_open_attr {
+    pub comp_mask: u32,
+    pub qp_num: u32,
+    pub xrcd: *mut ibv_xrcd,
+    pub qp_context: *mut c_void,
+    pub qp_type: c_int,
+}
+
+/// `IBV_QP_OPEN_ATTR_NUM`, `_XRCD`, `_CONTEXT`, `_TYPE`: all of them.
+pub const IBV_QP_OPEN_ATTR_ALL: u32 = 0xF;
+
 /// `struct ibv_qp_cap`.
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
@@ -347,7 +409,7 @@ pub struct ibv_qp_init_attr_ex {
     pub sq_sig_all: c_int,
     pub comp_mask: u32,
     pub pd: *mut ibv_pd,
-    pub xrcd: *mut c_void,
+    pub xrcd: *mut ibv_xrcd,
     pub create_flags: u32,
     pub max_tso_header: u16,
     pub rwq_ind_tbl: *mut c_void,
@@ -362,6 +424,8 @@ pub struct ibv_qp_init_attr_ex {
 
 /// `IBV_QP_INIT_ATTR_PD`.
 pub const IBV_QP_INIT_ATTR_PD: u32 = 1 << 0;
+/// `IBV_QP_INIT_ATTR_XRCD`.
+pub const IBV_QP_INIT_ATTR_XRCD: u32 = 1 << 1;
 /// `IBV_QP_INIT_ATTR_CREATE_FLAGS`.
 pub const IBV_QP_INIT_ATTR_CREATE_FLAGS: u32 = 1 << 2;
 /// `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`.
@@ -571,7 +635,7 @@ pub struct ibv_qp_ex {
     pub wr_send_inv: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32)>,
     pub wr_send_tso: WrFail,
     pub wr_set_ud_addr: Option<unsafe extern "C" fn(*mut ibv_qp_ex, *mut ibv_ah, u32, u32)>,
-    pub wr_set_xrc_srqn: WrFail,
+    pub wr_set_xrc_srqn: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32)>,
     pub wr_set_inline_data: Option<unsafe extern "C" fn(*mut ibv_qp_ex, *mut c_void, usize)>,
     pub wr_set_inline_data_list:
         Option<unsafe extern "C" fn(*mut ibv_qp_ex, usize, *const ibv_data_buf)>,

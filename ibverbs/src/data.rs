@@ -100,6 +100,8 @@ unsafe fn send_wr(w: &ibv_send_wr, ud: bool) -> Result<SendWr, c_int> {
     // SAFETY: a valid ibv_send_wr's sg_list holds num_sge entries (this function's contract).
     s.sg_list = unsafe { sges(w.sg_list, w.num_sge) }?;
     s.imm_data = u32::from_be(w.imm_data);
+    // Read by XRC send QPs only (`qp_type.xrc.remote_srqn`).
+    s.remote_srqn = w.remote_srqn;
     // The same union member is `invalidate_rkey`, host order.
     s.invalidate_rkey = w.imm_data;
     if opcode == WrOpcode::BindMw {

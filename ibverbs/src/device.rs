@@ -238,9 +238,13 @@ pub extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_context {
             create_cq_ex: Some(crate::cq_ex::vctx_create_cq_ex),
             priv_: core::ptr::null_mut(),
             query_device_ex: Some(vctx_query_device_ex),
-            _unused_b: [None; 5],
+            _unused_b: [None; 4],
+            open_qp: Some(crate::xrc::vctx_open_qp),
             create_qp_ex: Some(crate::qp::vctx_create_qp_ex),
-            _unused_c: [None; 4],
+            get_srq_num: Some(crate::xrc::vctx_get_srq_num),
+            create_srq_ex: Some(crate::xrc::vctx_create_srq_ex),
+            open_xrcd: Some(crate::xrc::vctx_open_xrcd),
+            close_xrcd: Some(crate::xrc::vctx_close_xrcd),
             _abi_placeholder3: 0,
             sz: core::mem::size_of::<verbs_context>(),
             context: ibv_context {
@@ -333,7 +337,8 @@ fn device_attr(c: &Ctx) -> ibv_device_attr {
         max_qp_wr: a.max_qp_wr as c_int,
         // IBV_DEVICE_SYS_IMAGE_GUID | IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_SRQ_RESIZE-less
         // ... MEM_WINDOW, MEM_MGT_EXTENSIONS, MEM_WINDOW_TYPE_2B, as rxe.
-        device_cap_flags: (1 << 11) | (1 << 12) | (1 << 17) | (1 << 21) | (1 << 24),
+        // IBV_DEVICE_XRC (1 << 20) with the rest.
+        device_cap_flags: (1 << 11) | (1 << 12) | (1 << 17) | (1 << 20) | (1 << 21) | (1 << 24),
         max_sge: a.max_sge as c_int,
         max_sge_rd: a.max_sge as c_int,
         max_cq: a.max_cq as c_int,

@@ -44,6 +44,7 @@ pub mod srq;
 pub mod strings;
 pub mod unsupported;
 pub mod wr;
+pub mod xrc;
 
 use core::ffi::c_int;
 

@@ -78,6 +78,9 @@ pub struct QpInner {
     pub batch: parking_lot::Mutex<crate::wr::Batch>,
     /// Async events returned by `ibv_get_async_event` / acknowledged.
     pub events: EventAcks,
+    /// Opened by `ibv_open_qp` (a second handle on an XRC receive QP): not in the context's
+    /// QP table, which holds the QP's own handle.
+    pub opened: bool,
 }
 
 /// An SRQ: `ibv_srq`, then [`SrqInner`].
@@ -89,6 +92,26 @@ pub struct SrqInner {
     pub srq: ferroce::SharedReceiveQueue,
     /// Async events returned / acknowledged.
     pub events: EventAcks,
+}
+
+/// An XRC domain: `ibv_xrcd`, then [`XrcdInner`].
+pub type Xrcd = Obj<ibv_xrcd, XrcdInner>;
+
+/// ferroce's state of an XRC domain handle.
+pub struct XrcdInner {
+    /// The ferroce domain.
+    pub xrcd: ferroce::XrcDomain,
+    /// The file it was opened by (device, inode), if any: its entry in the open-domain table.
+    pub file: Option<(u64, u64)>,
+}
+
+/// The state of an XRC domain the program holds.
+///
+/// # Safety
+/// `x` was returned by this library's `ibv_open_xrcd` and not yet closed.
+pub(crate) unsafe fn xrcd_of<'a>(x: *mut ibv_xrcd) -> &'a XrcdInner {
+    // SAFETY: such a pointer is the C struct of a live Obj<ibv_xrcd, XrcdInner>.
+    unsafe { Xrcd::rust(x) }
 }
 
 /// An AH: `ibv_ah`, then [`AhInner`].

@@ -4,7 +4,7 @@ use core::ffi::c_int;
 use std::sync::atomic::Ordering;
 
 use ferroce::QpInitAttr;
-use ferroce::transport::{QpAttrMask, QpCap, QpState};
+use ferroce::transport::{QpAttrMask, QpCap, QpState, QpType};
 
 use crate::abi::*;
 use crate::convert::*;
@@ -39,17 +39,30 @@ unsafe fn create_qp(pd: *mut ibv_pd, a: &mut ibv_qp_init_attr, ex: bool) -> *mut
         qp_type,
         sq_sig_all,
     } = *a;
-    if pd.is_null() || send_cq.is_null() || recv_cq.is_null() {
+    // An XRC send QP has no receive side: its recv_cq may be NULL (ferroce's QP reports
+    // nothing there).
+    let xrc_send = qp_type == QpType::XrcSend as c_int;
+    let rcq_ptr = if xrc_send && recv_cq.is_null() {
+        send_cq
+    } else {
+        recv_cq
+    };
+    if pd.is_null() || send_cq.is_null() || rcq_ptr.is_null() || (xrc_send && !srq.is_null()) {
         return fail(libc::EINVAL);
     }
     let Some(qt) = qp_type_of(qp_type) else {
-        log::debug!(
-            "ibv_create_qp: QP type {qp_type} (XRC, raw packet, driver QPs) is not offered"
-        );
+        log::debug!("ibv_create_qp: QP type {qp_type} (raw packet, driver QPs) is not offered");
         return fail(libc::EOPNOTSUPP);
     };
+    if qt == QpType::XrcRecv {
+        log::debug!(
+            "ibv_create_qp: an XRC_RECV QP is created by ibv_create_qp_ex with \
+             IBV_QP_INIT_ATTR_XRCD (EINVAL)"
+        );
+        return fail(libc::EINVAL);
+    }
     // SAFETY: the program passes a PD and CQs of this library it has not destroyed (verbs' rule; checked non-NULL above).
-    let (p, scq, rcq) = unsafe { (pd_of(pd), cq_of(send_cq), cq_of(recv_cq)) };
+    let (p, scq, rcq) = unsafe { (pd_of(pd), cq_of(send_cq), cq_of(rcq_ptr)) };
     // SAFETY: a non-NULL srq is an SRQ of this library the program has not destroyed.
     let s = (!srq.is_null()).then(|| unsafe { &srq_of(srq).srq });
     let init = QpInitAttr {
@@ -59,9 +72,17 @@ unsafe fn create_qp(pd: *mut ibv_pd, a: &mut ibv_qp_init_attr, ex: bool) -> *mut
         srq: s,
         cap: QpCap {
             max_send_wr: cap.max_send_wr,
-            max_recv_wr: if s.is_some() { 0 } else { cap.max_recv_wr },
+            max_recv_wr: if s.is_some() || xrc_send {
+                0
+            } else {
+                cap.max_recv_wr
+            },
             max_send_sge: cap.max_send_sge,
-            max_recv_sge: if s.is_some() { 0 } else { cap.max_recv_sge },
+            max_recv_sge: if s.is_some() || xrc_send {
+                0
+            } else {
+                cap.max_recv_sge
+            },
             max_inline_data: cap.max_inline_data,
         },
         sq_sig_all: sq_sig_all != 0,
@@ -70,9 +91,51 @@ unsafe fn create_qp(pd: *mut ibv_pd, a: &mut ibv_qp_init_attr, ex: bool) -> *mut
         Ok(q) => q,
         Err(e) => return fail(errno_of(&e)),
     };
-    let qpn = qp.qp_num();
     // SAFETY: a live PD's `context` is written only at creation.
     let context = unsafe { (*pd).context };
+    let c = QpHandle {
+        context,
+        qp_context,
+        pd,
+        cqs: (send_cq, recv_cq),
+        srq,
+        qp_type,
+    };
+    // SAFETY: the context is live while the PD is (this function's contract).
+    unsafe { publish_qp(c, qp, ex, false) }
+}
+
+/// What a QP's `ibv_qp` shows besides its number and state.
+pub(crate) struct QpHandle {
+    pub(crate) context: *mut ibv_context,
+    pub(crate) qp_context: *mut core::ffi::c_void,
+    pub(crate) pd: *mut ibv_pd,
+    pub(crate) cqs: (*mut ibv_cq, *mut ibv_cq),
+    pub(crate) srq: *mut ibv_srq,
+    pub(crate) qp_type: c_int,
+}
+
+/// The `ibv_qp` of ferroce's `qp`, entered in its context's QP table unless it is a second
+/// handle (`opened`, from `ibv_open_qp`).
+///
+/// # Safety
+/// `c.context` is a live context of ours.
+pub(crate) unsafe fn publish_qp(
+    c: QpHandle,
+    qp: ferroce::QueuePair,
+    ex: bool,
+    opened: bool,
+) -> *mut ibv_qp {
+    let QpHandle {
+        context,
+        qp_context,
+        pd,
+        cqs: (send_cq, recv_cq),
+        srq,
+        qp_type,
+    } = c;
+    let qpn = qp.qp_num();
+    let state = qp.query().qp_state;
     let ptr = Qp::into_raw(
         crate::wr::qp_ex(ibv_qp {
             context,
@@ -83,7 +146,7 @@ unsafe fn create_qp(pd: *mut ibv_pd, a: &mut ibv_qp_init_attr, ex: bool) -> *mut
             srq,
             handle: qpn,
             qp_num: qpn,
-            state: QpState::Reset as c_int,
+            state: state as c_int,
             qp_type,
             mutex: mutex_init(),
             cond: cond_init(),
@@ -94,13 +157,16 @@ unsafe fn create_qp(pd: *mut ibv_pd, a: &mut ibv_qp_init_attr, ex: bool) -> *mut
             ex,
             batch: parking_lot::Mutex::new(crate::wr::Batch::default()),
             events: EventAcks::default(),
+            opened,
         },
     );
-    // SAFETY: the PD's context is live while the PD is (closing keeps it allocated).
-    unsafe { ctx_of(context) }
-        .qps
-        .lock()
-        .insert(qpn, ptr as usize);
+    if !opened {
+        // SAFETY: the context is live (this function's contract; closing keeps it allocated).
+        unsafe { ctx_of(context) }
+            .qps
+            .lock()
+            .insert(qpn, ptr as usize);
+    }
     ptr.cast()
 }
 
@@ -127,21 +193,28 @@ pub(crate) unsafe extern "C" fn vctx_create_qp_ex(
     context: *mut ibv_context,
     attr: *mut ibv_qp_init_attr_ex,
 ) -> *mut ibv_qp {
-    let _ = context;
     if attr.is_null() {
         return fail(libc::EINVAL);
     }
     // SAFETY: attr is valid for reading and writing.
     let a = unsafe { &mut *attr };
+    if a.qp_type == QpType::XrcRecv as c_int {
+        // SAFETY: verbs' ibv_create_qp_ex contract: `context` is live and `attr` names a live XRC domain of it.
+        return unsafe { crate::xrc::create_xrc_recv_qp(context, a) };
+    }
     if a.comp_mask & IBV_QP_INIT_ATTR_PD == 0 {
         log::debug!("ibv_create_qp_ex: comp_mask without IBV_QP_INIT_ATTR_PD (EINVAL)");
         return fail(libc::EINVAL);
     }
-    let known =
-        IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+    // XRCD is for XRC_RECV QPs only, which took the branch above; as the kernel, another QP
+    // type ignores it.
+    let known = IBV_QP_INIT_ATTR_PD
+        | IBV_QP_INIT_ATTR_XRCD
+        | IBV_QP_INIT_ATTR_CREATE_FLAGS
+        | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
     if a.comp_mask & !known != 0 {
         log::debug!(
-            "ibv_create_qp_ex: comp_mask bits {:#x} (XRCD, RSS, WQ tables, TSO, source QPN) are not offered (EOPNOTSUPP)",
+            "ibv_create_qp_ex: comp_mask bits {:#x} (RSS, WQ tables, TSO, source QPN) are not offered (EOPNOTSUPP)",
             a.comp_mask & !known
         );
         return fail(libc::EOPNOTSUPP);
@@ -157,7 +230,7 @@ pub(crate) unsafe extern "C" fn vctx_create_qp_ex(
     }
     let ex = a.comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS != 0;
     if ex && a.send_ops_flags & !crate::wr::SEND_OPS_SUPPORTED != 0 {
-        // TSO and XRC SEND.
+        // TSO.
         log::debug!(
             "ibv_create_qp_ex: send_ops_flags {:#x} are not offered (EOPNOTSUPP)",
             a.send_ops_flags & !crate::wr::SEND_OPS_SUPPORTED
@@ -333,8 +406,11 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
         }
         // SAFETY: `qp` is a QP of this library the program has not destroyed; its `context` and `qp_num` are written only at creation, and the context outlives it.
         let (q, c, qpn) = unsafe { (qp_of(qp), ctx_of((*qp).context), (*qp).qp_num) };
-        // Out of the table first: no async event can be handed out for it after this.
-        c.qps.lock().remove(&qpn);
+        // Out of the table first: no async event can be handed out for it after this (a
+        // handle from ibv_open_qp is in none; the table holds the QP's own).
+        if !q.opened {
+            c.qps.lock().remove(&qpn);
+        }
         q.events.wait_all_acked();
         // SAFETY: the QP is in no table and every event handed out for it has been acknowledged, so no thread holds it; the program gives it up with this call.
         unsafe { Qp::free(qp.cast()) };

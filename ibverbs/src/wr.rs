@@ -55,7 +55,7 @@ pub fn qp_ex(base: ibv_qp) -> ibv_qp_ex {
         wr_send_inv: Some(wr_send_inv),
         wr_send_tso: Some(wr_unsupported),
         wr_set_ud_addr: Some(wr_set_ud_addr),
-        wr_set_xrc_srqn: Some(wr_unsupported),
+        wr_set_xrc_srqn: Some(wr_set_xrc_srqn),
         wr_set_inline_data: Some(wr_set_inline_data),
         wr_set_inline_data_list: Some(wr_set_inline_data_list),
         wr_set_sge: Some(wr_set_sge),
@@ -144,7 +144,7 @@ unsafe extern "C" fn wr_complete(qp: *mut ibv_qp_ex) -> c_int {
     }
 }
 
-/// TSO, XRC: the batch fails with EOPNOTSUPP.
+/// TSO: the batch fails with EOPNOTSUPP.
 unsafe extern "C" fn wr_unsupported(qp: *mut ibv_qp_ex) {
     // SAFETY: the ibv_wr_* slots are this library's and are called with the live ibv_qp_ex they belong to (verbs forbids calls after ibv_destroy_qp); other arguments are not read.
     unsafe {
@@ -411,6 +411,12 @@ unsafe extern "C" fn wr_set_inline_data_list(
     };
     // SAFETY: ibv_wr_set_inline_data_list's contract: each buffer holds its length in readable bytes, and `qp` is the live ibv_qp_ex the slot belongs to.
     unsafe { set_inline(qp, &bufs) }
+}
+
+/// `ibv_wr_set_xrc_srqn`: the XRC SRQ at the target the current request is for.
+unsafe extern "C" fn wr_set_xrc_srqn(qp: *mut ibv_qp_ex, remote_srqn: u32) {
+    // SAFETY: the ibv_wr_* slots are this library's and are called with the live ibv_qp_ex they belong to (verbs forbids calls after ibv_destroy_qp).
+    unsafe { set(qp, |w| w.remote_srqn = remote_srqn) };
 }
 
 unsafe extern "C" fn wr_set_ud_addr(

@@ -218,6 +218,14 @@ impl ProtectionDomain {
 
     fn create_qp_inner(&self, init: &QpInitAttr<'_>, gsi: bool) -> Result<QueuePair> {
         check_cap(&init.cap)?;
+        if init.qp_type == QpType::XrcRecv {
+            return Err(Error::InvalidArgument(
+                "an XRC receive QP is created in its XRC domain (XrcDomain::create_qp)",
+            ));
+        }
+        if init.qp_type == QpType::XrcSend && init.srq.is_some() {
+            return Err(Error::InvalidArgument("an XRC send QP has no receive side (no SRQ)"));
+        }
         let shared = &self.ctx.shared;
         for cq in [init.send_cq, init.recv_cq] {
             if !cq.ctx.same(&self.ctx) {
@@ -297,6 +305,11 @@ impl QueuePair {
     /// `qp_type`.
     pub fn qp_type(&self) -> QpType {
         self.inner.qp_type
+    }
+
+    /// The XRC domain of an XRC receive QP (its [`crate::XrcDomain::handle`]).
+    pub fn xrc_domain(&self) -> Option<u32> {
+        self.inner._xrcd.as_ref().map(crate::XrcDomain::handle)
     }
 
     /// Why the QP's work failed: its first error since RESET — the failed work request, its

@@ -417,6 +417,25 @@ impl Default for ModifyLimits {
     }
 }
 
+impl Service {
+    /// The bits of `mask` this service ignores, taken off before the rules are checked, as
+    /// the kernel's verbs layer does for user-space modifies (`modify_qp_mask`): an XRC send
+    /// QP has no responder resources (`max_dest_rd_atomic`, `min_rnr_timer`), an XRC receive
+    /// QP no requester ones (`max_rd_atomic`, `retry_cnt`, `rnr_retry`). Programs written for
+    /// RC (perftest's `-c XRC`) pass RC's masks.
+    pub const fn effective_mask(self, mask: QpAttrMask) -> QpAttrMask {
+        match self {
+            Service::XrcSend => {
+                QpAttrMask(mask.0 & !(M::MAX_DEST_RD_ATOMIC.0 | M::MIN_RNR_TIMER.0))
+            }
+            Service::XrcRecv => QpAttrMask(
+                mask.0 & !(M::MAX_QP_RD_ATOMIC.0 | M::RETRY_CNT.0 | M::RNR_RETRY.0),
+            ),
+            _ => mask,
+        }
+    }
+}
+
 /// Checks a modify of a QP in state `cur` and returns the state it moves to.
 ///
 /// # Errors

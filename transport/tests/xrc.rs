@@ -285,6 +285,16 @@ fn xrc_transitions_follow_the_kernels_table() {
     assert!(!req.contains(M::MAX_DEST_RD_ATOMIC) && req.contains(M::DEST_QPN));
     let (req, _) = transition(Service::XrcRecv, Init, Rtr).unwrap();
     assert!(req.contains(M::MAX_DEST_RD_ATOMIC | M::MIN_RNR_TIMER));
+    // RC's masks on XRC QPs: the bits the kernel ignores for the type are taken off.
+    assert_eq!(
+        Service::XrcSend.effective_mask(M::STATE | M::MAX_DEST_RD_ATOMIC | M::MIN_RNR_TIMER),
+        M::STATE
+    );
+    assert_eq!(
+        Service::XrcRecv
+            .effective_mask(M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC),
+        M::TIMEOUT
+    );
     // Neither posts receives; the receive QP posts nothing.
     let mut x = xrc(3, lossless());
     let n = &mut x.net.nodes[1];

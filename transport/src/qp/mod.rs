@@ -341,6 +341,7 @@ impl Qp {
         limits: &ModifyLimits,
         ctx: &mut Ctx<'_, M>,
     ) -> Result<(), ModifyQpError> {
+        let mask = self.service.effective_mask(mask);
         let next = state::check_modify(self.service, self.state, attr, mask, limits)?;
         if self.state == QpState::Sqd
             && self.req.draining()
