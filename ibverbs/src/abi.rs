@@ -774,6 +774,9 @@ pub struct ibv_values_ex {
 /// `IBV_VALUES_MASK_RAW_CLOCK`.
 pub const IBV_VALUES_MASK_RAW_CLOCK: u32 = 1 << 0;
 
+/// Offset of `xrc_odp_caps` (u32) in `struct ibv_device_attr_ex`.
+pub const DEVICE_ATTR_EX_XRC_ODP_CAPS: usize = 392;
+
 /// Offset of `odp_caps` (`general_caps` u64, then the RC, UC and UD capability words) in
 /// `struct ibv_device_attr_ex`.
 pub const DEVICE_ATTR_EX_ODP_CAPS: usize = 240;

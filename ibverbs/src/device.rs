@@ -371,7 +371,7 @@ fn device_attr(c: &Ctx) -> ibv_device_attr {
     }
 }
 
-/// `struct ibv_device_attr_ex` up to what this library fills: `orig_attr`, the ODP and CQ
+/// `struct ibv_device_attr_ex` up to what this library fills: `orig_attr`, the ODP (XRC too) and CQ
 /// moderation caps, the completion clock, `device_cap_flags_ex` (with FLUSH_GLOBAL and
 /// ATOMIC_WRITE) and `phys_port_cnt_ex` (1), the rest zeroed (no TSO, RSS, packet pacing,
 /// tag matching).
@@ -447,6 +447,15 @@ unsafe extern "C" fn vctx_query_device_ex(
                 attr.byte_add(DEVICE_ATTR_EX_DEVICE_CAP_FLAGS_EX)
                     .cast::<u64>()
                     .write_unaligned(ex);
+            }
+        }
+        if attr_size >= DEVICE_ATTR_EX_XRC_ODP_CAPS + 4 {
+            // XRC on demand as RC: SEND WRITE READ ATOMIC SRQ_RECV (it has no receive queue).
+            // SAFETY: the buffer holds attr_size bytes, so the u32 at this offset is inside it (unaligned write: the caller's buffer may be any byte array).
+            unsafe {
+                attr.byte_add(DEVICE_ATTR_EX_XRC_ODP_CAPS)
+                    .cast::<u32>()
+                    .write_unaligned(0x3d);
             }
         }
         if attr_size >= DEVICE_ATTR_EX_PHYS_PORT_CNT_EX + 4 {

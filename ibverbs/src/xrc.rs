@@ -44,7 +44,10 @@ pub(crate) unsafe extern "C" fn vctx_open_xrcd(
         return fail(libc::EINVAL);
     }
     if a.oflags & !(libc::O_CREAT | libc::O_EXCL) != 0 {
-        log::debug!("ibv_open_xrcd: oflags {:#x} beyond O_CREAT | O_EXCL (EINVAL)", a.oflags);
+        log::debug!(
+            "ibv_open_xrcd: oflags {:#x} beyond O_CREAT | O_EXCL (EINVAL)",
+            a.oflags
+        );
         return fail(libc::EINVAL);
     }
     let create = a.oflags & libc::O_CREAT != 0;
@@ -131,8 +134,10 @@ pub(crate) unsafe extern "C" fn vctx_create_srq_ex(
     }
     // SAFETY: verbs' contract: `attr` is valid for reading and writing.
     let a = unsafe { &mut *attr };
-    let known =
-        IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD | IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ;
+    let known = IBV_SRQ_INIT_ATTR_TYPE
+        | IBV_SRQ_INIT_ATTR_PD
+        | IBV_SRQ_INIT_ATTR_XRCD
+        | IBV_SRQ_INIT_ATTR_CQ;
     if a.comp_mask & !known != 0 {
         log::debug!(
             "ibv_create_srq_ex: comp_mask bits {:#x} (tag matching) are not offered (EOPNOTSUPP)",
@@ -208,7 +213,9 @@ pub(crate) unsafe extern "C" fn vctx_create_srq_ex(
             }
         }
         t => {
-            log::debug!("ibv_create_srq_ex: SRQ type {t} (tag matching) is not offered (EOPNOTSUPP)");
+            log::debug!(
+                "ibv_create_srq_ex: SRQ type {t} (tag matching) is not offered (EOPNOTSUPP)"
+            );
             fail(libc::EOPNOTSUPP)
         }
     }

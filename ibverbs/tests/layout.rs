@@ -112,6 +112,32 @@ fn structures_match_verbs_h() {
     o!(verbs_context, priv_, "priv");
     o!(verbs_context, query_device_ex);
     o!(verbs_context, create_qp_ex);
+    o!(verbs_context, open_qp);
+    o!(verbs_context, get_srq_num);
+    o!(verbs_context, create_srq_ex);
+    o!(verbs_context, open_xrcd);
+    o!(verbs_context, close_xrcd);
+    check(
+        "ibv_device_attr_ex.xrc_odp_caps",
+        ferroce_ibverbs::abi::DEVICE_ATTR_EX_XRC_ODP_CAPS,
+    );
+    s!(ibv_srq_init_attr_ex);
+    o!(ibv_srq_init_attr_ex, comp_mask);
+    o!(ibv_srq_init_attr_ex, srq_type);
+    o!(ibv_srq_init_attr_ex, pd);
+    o!(ibv_srq_init_attr_ex, xrcd);
+    o!(ibv_srq_init_attr_ex, cq);
+    o!(ibv_srq_init_attr_ex, tm_cap);
+    s!(ibv_xrcd);
+    s!(ibv_xrcd_init_attr);
+    o!(ibv_xrcd_init_attr, fd);
+    o!(ibv_xrcd_init_attr, oflags);
+    s!(ibv_qp_open_attr);
+    o!(ibv_qp_open_attr, qp_num);
+    o!(ibv_qp_open_attr, xrcd);
+    o!(ibv_qp_open_attr, qp_context);
+    o!(ibv_qp_open_attr, qp_type);
+    o!(ibv_qp_init_attr_ex, xrcd);
     o!(verbs_context, sz);
     o!(verbs_context, context);
     s!(ibv_device_attr);

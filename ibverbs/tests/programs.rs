@@ -418,7 +418,6 @@ const PYVERBS_SKIPS: &[(&str, Option<usize>)] = &[
     // mlx5dv's conversion of its core clock to ns.
     ("Converting timestamp to nanoseconds is not supported", None),
     ("All gid indices populated, cannot check bad flow", None),
-    ("Create XRCD is not supported", Some(7)),
     // The suite's rdma_cm tests look for the device's netdev in sysfs
     // (/sys/class/infiniband/<dev>/device/net), which a user-space device cannot have.
     ("Device ferroce0 doesn't have net interface", Some(11)),
@@ -597,6 +596,22 @@ fn pyverbs_suite() {
             "skips for no known reason:\n{}",
             unknown.join("\n")
         );
+        // XRC (domains, XRC SRQs, XRC send and receive QPs) runs rather than skipping.
+        for t in [
+            "test_xrc_atomic_fetch_and_add",
+            "test_xrc_atomic_cmp_and_swap",
+            "test_xrc_traffic_cq_ex",
+            "test_odp_xrc_traffic",
+            "test_qp_ex_xrc_send",
+            "test_qp_ex_xrc_send_imm",
+            "test_ro_xrc_traffic",
+        ] {
+            assert!(
+                out.lines()
+                    .any(|l| l.starts_with(t) && l.ends_with(" ... ok")),
+                "{t} did not pass (--gid {gid:?})"
+            );
+        }
         for (reason, want) in PYVERBS_SKIPS {
             if let Some(n) = want {
                 let got = counts.get(reason).copied().unwrap_or(0);
@@ -868,4 +883,67 @@ fn ib_write_lat() {
 #[test]
 fn ib_read_lat() {
     perftest("ib_read_lat", &[], "127.0.22", 18622);
+}
+
+/// XRC with perftest's `-c XRC`: an XRC send QP per connection to an XRC receive QP in a
+/// domain, through an XRC SRQ (SEND) or the SRQ's PD (WRITE, READ, atomics).
+#[test]
+fn perftest_over_xrc() {
+    for (i, prog) in [
+        "ib_send_bw",
+        "ib_write_bw",
+        "ib_read_bw",
+        "ib_atomic_bw",
+        "ib_send_lat",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let net = format!("127.0.{}", 214 + i);
+        perftest(prog, &["-c", "XRC"], &net, 18760 + i as u16);
+    }
+}
+
+/// `ibv_xsrq_pingpong`: a server with three client processes (each its own XRC send and
+/// receive QP pair towards the server's, every SEND through the one XRC SRQ of each side),
+/// the server sleeping on CQ events, 10000-byte messages over a 2048-byte MTU.
+#[test]
+fn ibv_xsrq_pingpong_three_clients() {
+    if !have("ibv_xsrq_pingpong") {
+        return;
+    }
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let port = "18766";
+    let mut server = command("ibv_xsrq_pingpong", "127.0.219.1");
+    server.args([
+        "-d", "ferroce0", "-g", "1", "-p", port, "-c", "3", "-n", "50", "-e", "-s", "10000",
+    ]);
+    let server = server.spawn().unwrap();
+    ferroce_tests::wait_listening(18766, Duration::from_secs(10));
+    let clients: Vec<_> = (2..5)
+        .map(|i| {
+            let mut c = command("ibv_xsrq_pingpong", &format!("127.0.219.{i}"));
+            c.args([
+                "-d",
+                "ferroce0",
+                "-g",
+                "1",
+                "-p",
+                port,
+                "-n",
+                "50",
+                "-s",
+                "10000",
+                "127.0.219.1",
+            ]);
+            c.spawn().unwrap()
+        })
+        .collect();
+    for (k, c) in clients.into_iter().enumerate() {
+        let (ok, out) = finish(c, LIMIT);
+        assert!(ok && out.contains("success"), "client {k}:\n{out}");
+    }
+    let (ok, out) = finish(server, LIMIT);
+    assert!(ok && out.contains("success"), "server:\n{out}");
+    assert_eq!(out.matches("remote:").count(), 3, "{out}");
 }

@@ -224,7 +224,9 @@ impl ProtectionDomain {
             ));
         }
         if init.qp_type == QpType::XrcSend && init.srq.is_some() {
-            return Err(Error::InvalidArgument("an XRC send QP has no receive side (no SRQ)"));
+            return Err(Error::InvalidArgument(
+                "an XRC send QP has no receive side (no SRQ)",
+            ));
         }
         let shared = &self.ctx.shared;
         for cq in [init.send_cq, init.recv_cq] {

@@ -55,10 +55,13 @@ if grep -q "doesn't have net interface" <<<"$tree"; then
     echo "userland guest: the rdma_cm tests skipped with the sysfs tree in place"
     exit 1
 fi
-# ATOMIC WRITE and FLUSH (rdma-core 45's verbs) and rdma_cm's multicast must run, not skip.
+# ATOMIC WRITE and FLUSH (rdma-core 45's verbs), rdma_cm's multicast and XRC must run, not
+# skip.
 for t in test_qp_ex_rc_atomic_write test_qp_ex_rc_flush test_qp_ex_rc_flush_type_violate \
     test_rdmacm_async_multicast_traffic test_rdmacm_async_ex_multicast_traffic \
-    test_rdmacm_async_ex_leave_multicast_traffic; do
+    test_rdmacm_async_ex_leave_multicast_traffic test_xrc_atomic_fetch_and_add \
+    test_xrc_atomic_cmp_and_swap test_xrc_traffic_cq_ex test_qp_ex_xrc_send \
+    test_qp_ex_xrc_send_imm test_odp_xrc_traffic test_ro_xrc_traffic; do
     # The verdict may follow warnings the test's forked players print on lines of their own.
     if ! awk -v t="$t" '$1 == t { f = 1 } f && /(\.\.\. |^)ok$/ { ok = 1; exit }
                         f && /(skipped|FAIL|ERROR)/ { exit } END { exit !ok }' <<<"$tree"; then

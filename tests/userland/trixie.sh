@@ -89,6 +89,11 @@ done
 for p in ib_write_bw ib_read_bw ib_send_bw ib_atomic_bw ib_write_lat ib_read_lat ib_send_lat ib_atomic_lat; do
     pair "$p" '^ [0-9]' "$p" -d ferroce0 -x 1 -n 200 -- "$p" -d ferroce0 -x 1 -n 200 "$addr"
 done
+pair ibv_xsrq_pingpong 'success' ibv_xsrq_pingpong -d ferroce0 -g 1 -n 50 -- \
+    ibv_xsrq_pingpong -d ferroce0 -g 1 -n 50 "$addr"
+for p in ib_send_bw ib_write_bw ib_read_bw ib_atomic_bw ib_send_lat; do
+    pair "$p -c XRC" '^ [0-9]' "$p" -c XRC -d ferroce0 -x 1 -n 200 -- "$p" -c XRC -d ferroce0 -x 1 -n 200 "$addr"
+done
 for p in ib_write_bw ib_read_bw ib_send_bw ib_write_lat ib_read_lat ib_send_lat; do
     pair "$p -R" '^ [0-9]' "$p" -R -d ferroce0 -n 200 -- "$p" -R -d ferroce0 -n 200 "$addr"
 done

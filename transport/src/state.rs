@@ -428,9 +428,9 @@ impl Service {
             Service::XrcSend => {
                 QpAttrMask(mask.0 & !(M::MAX_DEST_RD_ATOMIC.0 | M::MIN_RNR_TIMER.0))
             }
-            Service::XrcRecv => QpAttrMask(
-                mask.0 & !(M::MAX_QP_RD_ATOMIC.0 | M::RETRY_CNT.0 | M::RNR_RETRY.0),
-            ),
+            Service::XrcRecv => {
+                QpAttrMask(mask.0 & !(M::MAX_QP_RD_ATOMIC.0 | M::RETRY_CNT.0 | M::RNR_RETRY.0))
+            }
             _ => mask,
         }
     }

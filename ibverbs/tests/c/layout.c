@@ -64,6 +64,14 @@ int main(void)
 	O(ibv_cq_ex, start_poll); O(ibv_cq_ex, read_opcode); O(ibv_cq_ex, read_completion_wallclock_ns);
 	S(ibv_cq_init_attr_ex); O(ibv_cq_init_attr_ex, wc_flags); O(ibv_cq_init_attr_ex, parent_domain);
 	O(verbs_context, create_cq_ex);
+	O(verbs_context, open_qp); O(verbs_context, get_srq_num); O(verbs_context, create_srq_ex);
+	O(verbs_context, open_xrcd); O(verbs_context, close_xrcd); O(ibv_device_attr_ex, xrc_odp_caps);
+	S(ibv_srq_init_attr_ex); O(ibv_srq_init_attr_ex, comp_mask); O(ibv_srq_init_attr_ex, srq_type);
+	O(ibv_srq_init_attr_ex, pd); O(ibv_srq_init_attr_ex, xrcd); O(ibv_srq_init_attr_ex, cq);
+	O(ibv_srq_init_attr_ex, tm_cap); S(ibv_xrcd); S(ibv_xrcd_init_attr); O(ibv_xrcd_init_attr, fd);
+	O(ibv_xrcd_init_attr, oflags); S(ibv_qp_open_attr); O(ibv_qp_open_attr, qp_num);
+	O(ibv_qp_open_attr, xrcd); O(ibv_qp_open_attr, qp_context); O(ibv_qp_open_attr, qp_type);
+	O(ibv_qp_init_attr_ex, xrcd);
 	S(ibv_ah); O(ibv_ah, handle);
 	S(ibv_gid_entry); O(ibv_gid_entry, gid_type);
 	return 0;
