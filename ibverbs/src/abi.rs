@@ -424,6 +424,8 @@ pub struct ibv_qp_init_attr_ex {
 
 /// `IBV_QP_INIT_ATTR_PD`.
 pub const IBV_QP_INIT_ATTR_PD: u32 = 1 << 0;
+/// `IBV_QP_CREATE_BLOCK_SELF_MCAST_LB` (`ibv_qp_init_attr_ex.create_flags`).
+pub const IBV_QP_CREATE_BLOCK_SELF_MCAST_LB: u32 = 1 << 1;
 /// `IBV_QP_INIT_ATTR_XRCD`.
 pub const IBV_QP_INIT_ATTR_XRCD: u32 = 1 << 1;
 /// `IBV_QP_INIT_ATTR_CREATE_FLAGS`.

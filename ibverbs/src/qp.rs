@@ -219,12 +219,18 @@ pub(crate) unsafe extern "C" fn vctx_create_qp_ex(
         );
         return fail(libc::EOPNOTSUPP);
     }
-    // Creation flags present but zero are no flags, as rxe takes them; any flag is one ferroce
-    // lacks (scatter FCS, CVLAN stripping, source QPN, PCI write end padding).
-    if a.comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS != 0 && a.create_flags != 0 {
+    // Creation flags present but zero are no flags, as rxe takes them; of the rest ferroce has
+    // BLOCK_SELF_MCAST_LB, and lacks scatter FCS, CVLAN stripping, source QPN, PCI write end
+    // padding.
+    let flags = if a.comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS != 0 {
+        a.create_flags
+    } else {
+        0
+    };
+    if flags & !IBV_QP_CREATE_BLOCK_SELF_MCAST_LB != 0 {
         log::debug!(
             "ibv_create_qp_ex: create_flags {:#x} are not offered (EOPNOTSUPP)",
-            a.create_flags
+            flags & !IBV_QP_CREATE_BLOCK_SELF_MCAST_LB
         );
         return fail(libc::EOPNOTSUPP);
     }
@@ -248,8 +254,30 @@ pub(crate) unsafe extern "C" fn vctx_create_qp_ex(
     };
     // SAFETY: verbs' ibv_create_qp_ex contract: the PD and the objects `attr` names are live objects of this library, which is create_qp's contract.
     let qp = unsafe { create_qp(a.pd, &mut base, ex) };
+    // SAFETY: a non-NULL result is the live QP just made.
+    if !qp.is_null() && unsafe { apply_create_flags(qp, flags) } != 0 {
+        // SAFETY: the QP was made above and is handed to nobody.
+        unsafe { ibv_destroy_qp(qp) };
+        return fail(libc::EINVAL);
+    }
     a.cap = base.cap;
     qp
+}
+
+/// Applies the creation flags ferroce has to a QP just created (before it sends anything):
+/// `IBV_QP_CREATE_BLOCK_SELF_MCAST_LB`. Returns 0 or an errno.
+///
+/// # Safety
+/// `qp` is a live QP of ours.
+pub(crate) unsafe fn apply_create_flags(qp: *mut ibv_qp, flags: u32) -> c_int {
+    if flags & IBV_QP_CREATE_BLOCK_SELF_MCAST_LB == 0 {
+        return 0;
+    }
+    // SAFETY: `qp` is a live QP of ours (this function's contract).
+    match unsafe { qp_of(qp) }.qp.block_self_multicast_loopback() {
+        Ok(()) => 0,
+        Err(e) => errno_of(&e),
+    }
 }
 
 /// `ibv_qp_to_qp_ex`: the `ibv_qp_ex` of a QP created by `ibv_create_qp_ex` with send-ops

@@ -266,7 +266,9 @@ fn igmp_users(group: std::net::Ipv4Addr) -> u32 {
 /// mckey (rdmacm-utils), unmodified: two receiving processes and a sending one share a device
 /// address and join an IPv4 group through rdma_join_multicast_ex (the MULTICAST_JOIN event's
 /// address vector, QPN 0xFFFFFF and Q_Key drive the sender's UD sends); every receiver gets
-/// every message. Then a send-only member (`-o`) sends to one receiver, and larger messages.
+/// every message. Then a send-only member (`-o`) sends to one receiver, and larger messages;
+/// then a sender whose QP blocks its own loopback (`-l`: rdma_create_qp_ex with
+/// IBV_QP_CREATE_BLOCK_SELF_MCAST_LB).
 #[test]
 fn mckey_senders_and_receivers() {
     if !have("mckey", "rdmacm-utils") {
@@ -276,9 +278,11 @@ fn mckey_senders_and_receivers() {
     let a = "127.0.74.1";
     let group: std::net::Ipv4Addr = "239.74.0.1".parse().unwrap();
     let g = group.to_string();
-    for (receivers, sender_extra, size, count) in
-        [(2, &[][..], "100", "10"), (1, &["-o"][..], "1000", "50")]
-    {
+    for (receivers, sender_extra, size, count) in [
+        (2, &[][..], "100", "10"),
+        (1, &["-o"][..], "1000", "50"),
+        (1, &["-l"][..], "100", "10"),
+    ] {
         let before = igmp_users(group);
         let recv_args = ["-m", &g, "-b", a, "-S", size, "-C", count];
         let rs: Vec<_> = (0..receivers)

@@ -642,6 +642,11 @@ impl Shared {
 
     /// `ibv_attach_mcast`: the engine attaches the QP, and the group's socket joins the group
     /// on the network if no QP of this process had.
+    /// `IBV_QP_CREATE_BLOCK_SELF_MCAST_LB` for QP `qpn`.
+    pub(crate) fn block_self_mcast_lb(&self, qpn: u32) -> Result<(), VerbError> {
+        self.with_engine(|st, _, _| st.ep.block_self_mcast_lb(qpn))
+    }
+
     pub(crate) fn attach_mcast(&self, qpn: u32, group: IpAddr) -> crate::Result<()> {
         let Some(mc) = &self.mcast else {
             log::debug!("ibv_attach_mcast: the in-memory backend has no IP multicast");

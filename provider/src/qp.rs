@@ -335,6 +335,21 @@ impl QueuePair {
         self.inner.pd.ctx.shared.attach_mcast(self.inner.qpn, group)
     }
 
+    /// `IBV_QP_CREATE_BLOCK_SELF_MCAST_LB` (a creation flag: set it before the QP sends): what
+    /// this QP sends to a multicast group it is attached to does not come back to it; the
+    /// group's other QPs, on this device too, still receive it.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] if the QP is gone.
+    pub fn block_self_multicast_loopback(&self) -> Result<()> {
+        self.inner
+            .pd
+            .ctx
+            .shared
+            .block_self_mcast_lb(self.inner.qpn)?;
+        Ok(())
+    }
+
     /// `ibv_detach_mcast`: the QP no longer receives `group`'s datagrams; the last QP of the
     /// process to detach leaves the group. Destroying a QP detaches it from every group.
     ///

@@ -215,3 +215,44 @@ fn destroying_the_last_attached_qp_leaves_the_group() {
     send(&sender, group, 1, 64);
     assert_eq!(received(&r, 1, Duration::from_secs(10)).len(), 1);
 }
+
+/// `IBV_QP_CREATE_BLOCK_SELF_MCAST_LB` (`QueuePair::block_self_multicast_loopback`): a QP's
+/// own sends to a group it is attached to do not come back to it; the device's other attached
+/// QP still gets them. Without the flag its own datagram comes back (mckey's default).
+#[test]
+fn a_qp_that_blocks_self_loopback_does_not_get_its_own_sends() {
+    let group: IpAddr = "239.98.0.1".parse().unwrap();
+    for block in [false, true] {
+        let u = ud([127, 0, 221, 1 + u8::from(block)], 2);
+        if block {
+            u.qps[0].block_self_multicast_loopback().unwrap();
+        }
+        for q in 0..2 {
+            u.qps[q].attach_mcast(group).unwrap();
+            post_recvs(&u, q, 4);
+        }
+        let mut w = SendWr::new(7, WrOpcode::SendWithImm);
+        w.send_flags = SendFlags::SIGNALED;
+        w.sg_list = vec![u.mr.sge(0, 100)].into();
+        w.imm_data = 7;
+        w.ud = Some(UdDest {
+            ah: AhAttr::new(group),
+            remote_qpn: MCAST_QPN,
+            remote_qkey: QKEY,
+        });
+        u.qps[0].post_send(&w).unwrap();
+        let want = if block { 2 } else { 3 };
+        let mut wcs = wait(&u.cq, want, Duration::from_secs(10));
+        wcs.extend(wait(&u.cq, 1, Duration::from_millis(300)));
+        let recvs: Vec<_> = wcs
+            .iter()
+            .filter(|w| w.opcode == ferroce::WcOpcode::Recv)
+            .map(|w| u.qps.iter().position(|q| q.qp_num() == w.qp_num).unwrap())
+            .collect();
+        let expect = if block { vec![1] } else { vec![0, 1] };
+        let mut got = recvs.clone();
+        got.sort_unstable();
+        assert_eq!(got, expect, "block {block}: receives by QP index");
+        assert_eq!(wcs.len(), want, "block {block}: {wcs:?}");
+    }
+}

@@ -581,13 +581,20 @@ impl Endpoint {
         self.inflight
     }
 
-    /// Whether a QP reports to CQ `cq` (its `send_cq` or `recv_cq`): what makes
-    /// `ibv_destroy_cq` refuse with EBUSY.
+    /// Whether a QP reports to CQ `cq` (its `send_cq` or `recv_cq`), or an XRC SRQ does: what
+    /// makes `ibv_destroy_cq` refuse with EBUSY. An XRC receive QP has no CQ of its own.
     pub fn cq_in_use(&self, cq: u32) -> bool {
-        self.qps.values().any(|q| {
-            let (s, r) = q.cqs();
-            s == cq || r == cq
-        })
+        self.qps
+            .values()
+            .filter(|q| q.qp_type != QpType::XrcRecv)
+            .any(|q| {
+                let (s, r) = q.cqs();
+                s == cq || r == cq
+            })
+            || self
+                .srqs
+                .values()
+                .any(|s| s.xrc.is_some_and(|x| x.cq == cq))
     }
 
     /// The QP numbers in use.
@@ -1050,10 +1057,18 @@ impl Endpoint {
         self.counters.rcvd_pkts += 1;
         // Few QPs per group (at most MAX_MCAST_QP_ATTACH): copied so each can be borrowed.
         let members = crate::SmallVec::<u32, 8>::from_slice(members);
+        let own = src.ip() == self.cfg.local;
         for &qpn in members.iter() {
             let Some(qp) = self.qps.get_mut(&qpn) else {
                 continue;
             };
+            if own && qp.block_self_mcast_lb && pkt.ext.deth.is_some_and(|d| d.src_qp == qpn) {
+                log::trace!(
+                    "QP {qpn:#x}: its own datagram to {dst} not delivered to it \
+                     (IBV_QP_CREATE_BLOCK_SELF_MCAST_LB)"
+                );
+                continue;
+            }
             let srq = match qp.srq {
                 Some(s) => self.srqs.get_mut(&s),
                 None => None,
@@ -1061,6 +1076,18 @@ impl Endpoint {
             let mut ctx = ctx!(self, mem, now, srq);
             qp.handle_request(&mut ctx, pkt, src.ip(), dst);
         }
+    }
+
+    /// `ibv_create_qp_ex`'s `IBV_QP_CREATE_BLOCK_SELF_MCAST_LB` for QP `qpn`: what it sends to
+    /// a group it is attached to is not delivered back to it (other QPs of the group still get
+    /// it). Kept across RESET, as a creation attribute.
+    ///
+    /// # Errors
+    /// [`VerbError::NoSuchQp`].
+    pub fn block_self_mcast_lb(&mut self, qpn: u32) -> Result<(), VerbError> {
+        let qp = self.qps.get_mut(&qpn).ok_or(VerbError::NoSuchQp(qpn))?;
+        qp.block_self_mcast_lb = true;
+        Ok(())
     }
 
     /// `ibv_attach_mcast`: UD QP `qpn` receives what is sent to the multicast `group`.

@@ -225,3 +225,35 @@ fn the_multicast_qpn_is_taken_only_for_ud_sends_to_a_group() {
     assert!(net.nodes[1].completions_of(r, WcQueue::Recv).is_empty());
     assert_eq!(net.nodes[1].endpoint.counters().no_qp, 1);
 }
+
+/// `IBV_QP_CREATE_BLOCK_SELF_MCAST_LB`: a QP attached to the group it sends to does not get
+/// its own datagrams back; another attached QP of its host does, and so does the QP without
+/// the flag (mckey's default: loopback on).
+#[test]
+fn a_qp_that_blocks_self_loopback_does_not_receive_its_own_group_sends() {
+    let mut net = Network::new(43, 2, LinkConfig::default());
+    let (sender, smr) = ud_qp(&mut net, 0, QKEY);
+    let (other, omr) = ud_qp(&mut net, 0, QKEY);
+    let (remote, rmr) = ud_qp(&mut net, 1, QKEY);
+    for (n, q) in [(0, sender), (0, other), (1, remote)] {
+        net.nodes[n].endpoint.attach_mcast(q, group()).unwrap();
+        net.join(n, group());
+    }
+    for (n, q, mr) in [(0, sender, &smr), (0, other, &omr), (1, remote, &rmr)] {
+        post_recvs(&mut net, n, q, mr, 4);
+    }
+    // Without the flag its own datagram comes back to the sender.
+    send_to_group(&mut net, sender, &smr, 1, 64, QKEY);
+    net.drive(100_000);
+    assert_eq!(net.nodes[0].completions_of(sender, WcQueue::Recv).len(), 1);
+    net.nodes[0].endpoint.block_self_mcast_lb(sender).unwrap();
+    send_to_group(&mut net, sender, &smr, 2, 64, QKEY);
+    net.drive(100_000);
+    assert_eq!(net.nodes[0].completions_of(sender, WcQueue::Recv).len(), 1);
+    assert_eq!(net.nodes[0].completions_of(other, WcQueue::Recv).len(), 2);
+    assert_eq!(net.nodes[1].completions_of(remote, WcQueue::Recv).len(), 2);
+    assert_eq!(
+        net.nodes[0].endpoint.block_self_mcast_lb(0xdead),
+        Err(VerbError::NoSuchQp(0xdead))
+    );
+}

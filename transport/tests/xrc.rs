@@ -316,3 +316,17 @@ fn xrc_transitions_follow_the_kernels_table() {
             .is_err()
     );
 }
+
+#[test]
+fn an_xrc_srqs_cq_is_in_use_and_a_receive_qps_is_not() {
+    let mut x = xrc(4, lossless());
+    let (a, tgt) = (x.srq_a, x.tgt);
+    x.send(1, WrOpcode::Send, a, 0, 64, 0);
+    assert!(x.run_until_sends(1));
+    let ep = &mut x.net.nodes[1].endpoint;
+    // The receive QP reported to CQ_A (its SRQ's), yet holds no CQ; CQ 0 was never named.
+    assert!(ep.cq_in_use(CQ_A) && ep.cq_in_use(CQ_B) && !ep.cq_in_use(0));
+    ep.destroy_srq(x.srq_b).unwrap();
+    assert!(!ep.cq_in_use(CQ_B));
+    assert!(ep.qp_state(tgt).is_some());
+}

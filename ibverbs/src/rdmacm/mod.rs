@@ -1550,6 +1550,33 @@ pub unsafe extern "C" fn ferroce_rdma_create_qp_ex(
     } else {
         core::ptr::null_mut()
     };
+    // Creation flags as ibv_create_qp_ex takes them (mckey -l asks BLOCK_SELF_MCAST_LB).
+    let flags = if a.comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS != 0 {
+        a.create_flags
+    } else {
+        0
+    };
+    if flags & !IBV_QP_CREATE_BLOCK_SELF_MCAST_LB != 0 {
+        log::debug!(
+            "rdma_create_qp_ex: create_flags {:#x} are not offered (EOPNOTSUPP)",
+            flags & !IBV_QP_CREATE_BLOCK_SELF_MCAST_LB
+        );
+        return fail_int(libc::EOPNOTSUPP);
+    }
     // SAFETY: `id` live, `pd` NULL or the caller's live PD, `base` valid.
-    unsafe { ferroce_rdma_create_qp(id, pd, &raw mut base) }
+    let r = unsafe { ferroce_rdma_create_qp(id, pd, &raw mut base) };
+    if r != 0 || flags == 0 {
+        return r;
+    }
+    // SAFETY: the call above succeeded, so `id` holds its new live QP.
+    let qp = unsafe { (*id).qp };
+    // SAFETY: `qp` is the live QP just made.
+    match unsafe { crate::qp::apply_create_flags(qp, flags) } {
+        0 => 0,
+        e => {
+            // SAFETY: `id` holds the QP just made, handed to no one yet.
+            unsafe { ferroce_rdma_destroy_qp(id) };
+            fail_int(e)
+        }
+    }
 }

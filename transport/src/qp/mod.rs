@@ -162,6 +162,8 @@ pub struct Qp {
     pub(crate) srq: Option<u32>,
     /// An XRC receive QP's XRC domain.
     pub(crate) xrcd: Option<u32>,
+    /// `IBV_QP_CREATE_BLOCK_SELF_MCAST_LB`: the QP's own sends to a group do not come back to it.
+    pub(crate) block_self_mcast_lb: bool,
     /// An XRC receive QP: whether the request being handled names an XRC SRQ of its domain
     /// (set by the endpoint before each request; `pd` and the receive CQ are that SRQ's).
     pub(crate) xrc_srq_ok: bool,
@@ -260,6 +262,7 @@ impl Qp {
             srq: init.srq,
             xrcd: (init.qp_type == QpType::XrcRecv).then_some(init.pd),
             xrc_srq_ok: false,
+            block_self_mcast_lb: false,
             sq_sig_all: init.sq_sig_all,
             cqs: (init.send_cq, init.recv_cq),
             cap: init.cap,
@@ -462,7 +465,9 @@ impl Qp {
             send_cq: self.cqs.0,
             recv_cq: self.cqs.1,
         };
+        let block = self.block_self_mcast_lb;
         *self = Qp::new(keep.0, &init, self.port_mtu);
+        self.block_self_mcast_lb = block;
         self.attr = QpAttr {
             qp_state: QpState::Reset,
             ..keep.6
