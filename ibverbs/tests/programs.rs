@@ -524,6 +524,7 @@ fn pyverbs_suite_with_a_sysfs_tree() {
         out.lines()
             .any(|l| l.starts_with(t) && l.ends_with(" ... ok"))
     });
+    println!("pyverbs suite with the sysfs tree: {summary}, {cm_ok} rdma_cm tests passed");
     assert!(
         ok && summary.starts_with("OK")
             && !out.contains("doesn't have net interface")

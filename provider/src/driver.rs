@@ -853,7 +853,8 @@ impl Shared {
             let EngineState { ep, tx, .. } = &mut *st;
             match ep.poll_transmit(now, tx.buffer(), &self.mrs) {
                 Ok(Some(t)) => {
-                    only_acks &= tx.buffer()[0] == Opcode::RC_ACKNOWLEDGE.0;
+                    let op = tx.buffer()[0];
+                    only_acks &= op == Opcode::RC_ACKNOWLEDGE.0 || op == Opcode::XRC_ACKNOWLEDGE.0;
                     built = true;
                     tx.commit(t.len, t.dst);
                 }

@@ -651,9 +651,59 @@ int main(void)
 	/* Busy parents and what ferroce does not offer. */
 	CHECK(ibv_dealloc_pd(a.pd) == EBUSY, "PD with children is busy");
 	CHECK(ibv_destroy_comp_channel(a.ch) == EBUSY, "channel with a CQ is busy");
-	struct ibv_qp_init_attr xrc = { .send_cq = a.cq, .recv_cq = a.cq, .qp_type = IBV_QPT_XRC_SEND,
+	/* XRC: domains by file, XRC SRQs and their numbers, both QP types, ibv_open_qp. */
+	struct ibv_qp_init_attr xrc = { .send_cq = a.cq, .qp_type = IBV_QPT_XRC_SEND,
 					.cap = { .max_send_wr = 1, .max_send_sge = 1 } };
-	CHECK(!ibv_create_qp(a.pd, &xrc) && errno == EOPNOTSUPP, "XRC is EOPNOTSUPP");
+	struct ibv_qp *xs = ibv_create_qp(a.pd, &xrc);
+	CHECK(xs && xs->qp_type == IBV_QPT_XRC_SEND && xrc.cap.max_recv_wr == 0,
+	      "XRC_SEND without a recv_cq: errno %d", errno);
+	CHECK(ibv_destroy_qp(xs) == 0, "destroy the XRC_SEND QP");
+	xrc.qp_type = IBV_QPT_XRC_RECV;
+	CHECK(!ibv_create_qp(a.pd, &xrc) && errno == EINVAL, "XRC_RECV needs ibv_create_qp_ex");
+	char xname[] = "/tmp/ferroce-abi-xrcd-XXXXXX";
+	int xfd = mkstemp(xname);
+	CHECK(xfd >= 0, "temporary file");
+	struct ibv_xrcd_init_attr xda = { .comp_mask = IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS,
+					 .fd = xfd, .oflags = 0 };
+	CHECK(!ibv_open_xrcd(a.ctx, &xda) && errno == EAGAIN, "no domain for the file, no O_CREAT");
+	xda.oflags = O_CREAT;
+	struct ibv_xrcd *xd = ibv_open_xrcd(a.ctx, &xda);
+	struct ibv_xrcd *xd2 = ibv_open_xrcd(a.ctx, &xda);
+	CHECK(xd && xd2, "open the domain twice by its file: errno %d", errno);
+	xda.oflags = O_CREAT | O_EXCL;
+	CHECK(!ibv_open_xrcd(a.ctx, &xda) && errno == EINVAL, "O_EXCL on an open domain");
+	struct ibv_srq_init_attr_ex xsa = {
+		.attr = { .max_wr = 4, .max_sge = 1 },
+		.comp_mask = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD | IBV_SRQ_INIT_ATTR_XRCD |
+			     IBV_SRQ_INIT_ATTR_CQ,
+		.srq_type = IBV_SRQT_XRC, .pd = a.pd, .xrcd = xd2, .cq = a.cq };
+	struct ibv_srq *xsrq = ibv_create_srq_ex(a.ctx, &xsa);
+	uint32_t srqn = 0;
+	CHECK(xsrq && ibv_get_srq_num(xsrq, &srqn) == 0 && srqn != 0, "XRC SRQ: errno %d", errno);
+	xsa.srq_type = IBV_SRQT_TM;
+	CHECK(!ibv_create_srq_ex(a.ctx, &xsa) && errno == EOPNOTSUPP, "tag-matching SRQ");
+	struct ibv_qp_init_attr_ex xe = { .qp_type = IBV_QPT_XRC_RECV,
+					  .comp_mask = IBV_QP_INIT_ATTR_XRCD, .xrcd = xd };
+	struct ibv_qp *xr = ibv_create_qp_ex(a.ctx, &xe);
+	CHECK(xr && xr->qp_type == IBV_QPT_XRC_RECV && !xr->pd && !xr->send_cq, "XRC_RECV: errno %d",
+	      errno);
+	struct ibv_qp_open_attr oa = { .comp_mask = IBV_QP_OPEN_ATTR_NUM | IBV_QP_OPEN_ATTR_XRCD |
+						    IBV_QP_OPEN_ATTR_CONTEXT | IBV_QP_OPEN_ATTR_TYPE,
+				       .qp_num = xr->qp_num, .xrcd = xd2, .qp_type = IBV_QPT_XRC_RECV };
+	struct ibv_qp *xop = ibv_open_qp(a.ctx, &oa);
+	CHECK(xop && xop != xr && xop->qp_num == xr->qp_num, "ibv_open_qp: errno %d", errno);
+	oa.qp_num = 0xabcdef;
+	CHECK(!ibv_open_qp(a.ctx, &oa) && errno == ENOENT, "ibv_open_qp of no QP");
+	struct ibv_qp_attr xq = { .qp_state = IBV_QPS_INIT, .port_num = 1,
+				  .qp_access_flags = IBV_ACCESS_REMOTE_WRITE };
+	CHECK(ibv_modify_qp(xop, &xq, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+					       IBV_QP_ACCESS_FLAGS) == 0,
+	      "modify through the opened handle");
+	CHECK(ibv_destroy_qp(xr) == 0 && ibv_destroy_qp(xop) == 0, "destroy both handles");
+	CHECK(ibv_destroy_srq(xsrq) == 0, "destroy the XRC SRQ");
+	CHECK(ibv_close_xrcd(xd) == 0 && ibv_close_xrcd(xd2) == 0, "close both domain handles");
+	close(xfd);
+	unlink(xname);
 	CHECK(ibv_attach_mcast(a.qp, &a.gid, 0) == EINVAL, "an RC QP and a unicast GID: EINVAL");
 	CHECK(!ibv_reg_dmabuf_mr(a.pd, 0, 4096, 0, -1, ACCESS) && errno == EOPNOTSUPP, "dmabuf");
 	CHECK(!ibv_reg_mr(a.pd, NULL, 4096, ACCESS) && errno == EINVAL, "NULL memory");
