@@ -7,148 +7,15 @@ mod common;
 
 use common::script::Script;
 use common::*;
-use ferroce_transport::sim::{LinkConfig, Network, run_seeds};
-use ferroce_transport::{
-    QpCap, QpInitAttr, QpType, RecvWr, SendWr, Service, SrqAttr, WcOpcode, WcQueue, WcStatus,
-    WrOpcode, XrcSrq,
-};
+use ferroce_transport::sim::xrc::{CQ_A, CQ_B, XrcPair, xrc_pair};
+use ferroce_transport::sim::{LinkConfig, run_seeds};
+use ferroce_transport::{RecvWr, SendWr, Service, WcOpcode, WcQueue, WcStatus, WrOpcode};
 use ferroce_wire::{Opcode, Transport};
 
 const STEPS: u64 = 200_000;
-const XRCD: u32 = 5;
-const OTHER_XRCD: u32 = 6;
-const SEND_CQ: u32 = 1;
-const CQ_A: u32 = 50;
-const CQ_B: u32 = 60;
 
-struct Xrc {
-    net: Network,
-    /// The XRC send QP on node 0.
-    ini: u32,
-    /// The XRC receive QP on node 1, in XRCD.
-    tgt: u32,
-    /// Two XRC SRQs of XRCD on node 1 (CQ_A, CQ_B) and one of another domain.
-    srq_a: u32,
-    srq_b: u32,
-    srq_other: u32,
-    mra: ferroce_transport::memory::VecMr,
-    mrb: ferroce_transport::memory::VecMr,
-}
-
-fn xrc(seed: u64, link: LinkConfig) -> Xrc {
-    let mut net = Network::new(seed, 2, link);
-    let o = Opts::default();
-    let mra = net.nodes[0].mem.register(PD, pattern(1 << 16, 3), o.access);
-    let mrb = net.nodes[1].mem.register(PD, vec![0; 1 << 16], o.access);
-    let srq = |net: &mut Network, xrcd, cq| {
-        net.nodes[1].endpoint.create_xrc_srq(
-            SrqAttr {
-                max_wr: 16,
-                max_sge: 1,
-                srq_limit: 0,
-            },
-            XrcSrq { xrcd, pd: PD, cq },
-        )
-    };
-    let srq_a = srq(&mut net, XRCD, CQ_A);
-    let srq_b = srq(&mut net, XRCD, CQ_B);
-    let srq_other = srq(&mut net, OTHER_XRCD, CQ_A);
-    let ini = net.nodes[0]
-        .endpoint
-        .create_qp(QpInitAttr {
-            qp_type: QpType::XrcSend,
-            pd: PD,
-            cap: QpCap {
-                max_send_wr: 64,
-                max_recv_wr: 0,
-                max_send_sge: 1,
-                max_recv_sge: 0,
-                max_inline_data: 0,
-            },
-            srq: None,
-            sq_sig_all: true,
-            send_cq: SEND_CQ,
-            recv_cq: SEND_CQ,
-        })
-        .unwrap();
-    let tgt = net.nodes[1]
-        .endpoint
-        .create_qp(QpInitAttr {
-            qp_type: QpType::XrcRecv,
-            pd: XRCD,
-            cap: QpCap::default(),
-            srq: None,
-            sq_sig_all: false,
-            send_cq: 0,
-            recv_cq: 0,
-        })
-        .unwrap();
-    let (aa, ab) = (net.nodes[0].addr, net.nodes[1].addr);
-    let o = Opts {
-        qp_type: QpType::XrcSend,
-        ..o
-    };
-    connect(&mut net, 0, ini, ab, tgt, 100, 200, &o);
-    let o = Opts {
-        qp_type: QpType::XrcRecv,
-        ..o
-    };
-    connect(&mut net, 1, tgt, aa, ini, 200, 100, &o);
-    for (i, s) in [(0u64, srq_a), (1, srq_b)] {
-        for k in 0..4u64 {
-            net.nodes[1]
-                .endpoint
-                .post_srq_recv(
-                    s,
-                    RecvWr {
-                        wr_id: i * 10 + k,
-                        sg_list: vec![mrb.sge((i * 4 + k) * 4096, 4096)].into(),
-                    },
-                )
-                .unwrap();
-        }
-    }
-    Xrc {
-        net,
-        ini,
-        tgt,
-        srq_a,
-        srq_b,
-        srq_other,
-        mra,
-        mrb,
-    }
-}
-
-impl Xrc {
-    fn send(&mut self, wr_id: u64, opcode: WrOpcode, srqn: u32, off: u64, len: u32, remote: u64) {
-        let mut w = SendWr::new(wr_id, opcode);
-        w.sg_list = vec![self.mra.sge(off, len)].into();
-        w.remote.remote_addr = self.mrb.addr + remote;
-        w.remote.rkey = self.mrb.rkey;
-        w.compare_add = 1;
-        w.remote_srqn = srqn;
-        let n = &mut self.net.nodes[0];
-        n.endpoint
-            .post_send(self.ini, w, &n.mem, self.net.now)
-            .unwrap();
-    }
-
-    fn run_until_sends(&mut self, n: usize) -> bool {
-        let ini = self.ini;
-        self.net.drive_until(STEPS, |net| {
-            net.nodes[0].completions_of(ini, WcQueue::Send).len() >= n
-        })
-    }
-
-    fn recv_on(&self, cq: u32) -> Vec<(u64, u32, u32)> {
-        self.net.nodes[1]
-            .completions
-            .iter()
-            .filter(|c| c.cq == cq && c.queue == WcQueue::Recv)
-            .map(|c| (c.wc.wr_id, c.wc.byte_len, c.qpn))
-            .collect()
-    }
+fn xrc(seed: u64, link: LinkConfig) -> XrcPair {
+    xrc_pair(seed, link)
 }
 
 #[test]

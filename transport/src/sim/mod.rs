@@ -18,6 +18,7 @@ use crate::time::Instant;
 
 pub mod pair;
 pub mod workload;
+pub mod xrc;
 
 pub use crate::rng::Rng;
 
