@@ -54,7 +54,7 @@ pub(crate) unsafe extern "C" fn vctx_open_xrcd(
     let file = if a.fd == -1 {
         None
     } else {
-        // SAFETY: fstat writes a stat into the zeroed buffer; any descriptor value is safe to ask about.
+        // SAFETY: `struct stat` is plain integers, for which all-zero bytes are a valid value.
         let mut st: libc::stat = unsafe { core::mem::zeroed() };
         // SAFETY: `st` is a valid stat buffer for the call to fill.
         if unsafe { libc::fstat(a.fd, &mut st) } != 0 {
