@@ -197,3 +197,51 @@ fn an_xrc_srqs_cq_is_in_use_and_a_receive_qps_is_not() {
     assert!(!ep.cq_in_use(CQ_B));
     assert!(ep.qp_state(tgt).is_some());
 }
+
+/// Two SRQs of one domain with different PDs: a long READ through the first is answered from
+/// the first's PD even while a SEND through the second (its buffer in the other PD) arrives
+/// between the READ's response packets.
+#[test]
+fn a_read_is_answered_through_the_pd_it_was_checked_against() {
+    use ferroce_transport::sim::xrc::XRCD;
+    use ferroce_transport::{AccessFlags, SrqAttr, XrcSrq};
+    let mut x = xrc(5, lossless());
+    let other_pd = 8;
+    let n = &mut x.net.nodes[1];
+    let mr8 = n
+        .mem
+        .register(other_pd, vec![0; 4096], AccessFlags::LOCAL_WRITE);
+    let srq8 = n.endpoint.create_xrc_srq(
+        SrqAttr {
+            max_wr: 4,
+            max_sge: 1,
+            srq_limit: 0,
+        },
+        XrcSrq {
+            xrcd: XRCD,
+            pd: other_pd,
+            cq: 70,
+        },
+    );
+    n.endpoint
+        .post_srq_recv(
+            srq8,
+            RecvWr {
+                wr_id: 80,
+                sg_list: vec![mr8.sge(0, 4096)].into(),
+            },
+        )
+        .unwrap();
+    // B's region holds a pattern to READ back (written by a first WRITE).
+    x.send(1, WrOpcode::RdmaWrite, x.srq_a, 0, 32768, 0);
+    assert!(x.run_until_sends(1));
+    x.send(2, WrOpcode::RdmaRead, x.srq_a, 32768, 32768, 0);
+    x.send(3, WrOpcode::Send, srq8, 0, 100, 0);
+    assert!(x.run_until_sends(3));
+    x.net.drive(STEPS);
+    let wcs = x.net.nodes[0].completions_of(x.ini, WcQueue::Send);
+    assert_eq!(statuses(&wcs), vec![WcStatus::Success; 3], "{wcs:?}");
+    assert_eq!(x.recv_on(70), vec![(80, 100, x.tgt)]);
+    let a = x.net.nodes[0].mem.bytes(x.mra.lkey).unwrap();
+    assert_eq!(a[32768..65536], a[..32768]);
+}

@@ -52,7 +52,7 @@ impl Qp {
                     if self.rd_atomic_outstanding(true)
                         < usize::from(self.attr.max_dest_rd_atomic.max(1))
                     {
-                        self.resp.queue_read(psn, &reth, msn, true);
+                        self.resp.queue_read(psn, &reth, self.pd, msn, true);
                     } else {
                         // A flood of duplicates must not grow the response queue either.
                         ctx.counters.rd_atomic_exceeded += 1;

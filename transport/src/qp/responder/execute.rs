@@ -257,7 +257,7 @@ impl Qp {
             .add_resource(Resource::Read, self.attr.max_dest_rd_atomic);
         self.resp.bump_msn();
         let msn = self.resp.msn;
-        self.resp.queue_read(psn, &reth, msn, false);
+        self.resp.queue_read(psn, &reth, self.pd, msn, false);
         Ok(last + 1)
     }
 

@@ -81,6 +81,9 @@ enum Response {
         psn: Psn,
         va: u64,
         rkey: u32,
+        /// The PD the request was checked against (an XRC receive QP's changes with the SRQ
+        /// each request names): the data is read through it.
+        pd: u32,
         remaining: u32,
         first: bool,
         msn: u32,
@@ -97,6 +100,7 @@ impl Response {
             psn,
             va: 0,
             rkey: 0,
+            pd: 0,
             remaining: 0,
             first: true,
             msn,
@@ -210,11 +214,12 @@ impl Responder {
     }
 
     /// Queues the responses of a READ (`dup`: a duplicate's, replaying its original).
-    fn queue_read(&mut self, psn: Psn, reth: &RethRepr, msn: u32, dup: bool) {
+    fn queue_read(&mut self, psn: Psn, reth: &RethRepr, pd: u32, msn: u32, dup: bool) {
         self.push(Response::Read {
             psn,
             va: reth.va,
             rkey: reth.rkey,
+            pd,
             remaining: reth.dma_len,
             first: true,
             msn,

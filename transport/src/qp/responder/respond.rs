@@ -62,6 +62,7 @@ impl Qp {
                     psn,
                     va,
                     rkey,
+                    pd,
                     remaining,
                     first,
                     msn,
@@ -109,7 +110,7 @@ impl Qp {
                     if plen > 0
                         && ctx
                             .mem
-                            .read_remote(self.pd, rkey, va, &mut buf[hl..hl + plen as usize])
+                            .read_remote(pd, rkey, va, &mut buf[hl..hl + plen as usize])
                             .is_err()
                     {
                         // The region was deregistered after the request was checked: the
