@@ -51,11 +51,27 @@ fn pair_of(server: (&str, &[&str]), client: (&str, &[&str]), addr: &str) -> (Str
         )
     };
     let (sok, sout) = finish(srv, LIMIT);
+    let (cok, sok) = if prog == "rping" {
+        (cok || rping_exit_race(&cout), sok || rping_exit_race(&sout))
+    } else {
+        (cok, sok)
+    };
     assert!(
         cok && sok,
         "{prog}: client ok {cok}, server ok {sok}\n--- server\n{sout}\n--- client\n{cout}"
     );
     (sout, cout)
+}
+
+/// rdma-core 44's rping: after the disconnect its event thread calls rdma_get_cm_event once
+/// more on the channel its main thread destroyed, and exits 255 on the EBADF (on the
+/// kernel's librdmacm too; fixed upstream in rping, rdma-core 61). Taken as a finished run
+/// when that is the last thing it printed, after the DISCONNECT event; the callers check the
+/// data lines.
+fn rping_exit_race(out: &str) -> bool {
+    out.contains("DISCONNECT EVENT")
+        && out.lines().rev().find(|l| !l.trim().is_empty())
+            == Some("rdma_get_cm_event: Bad file descriptor")
 }
 
 #[test]
