@@ -68,6 +68,7 @@ mod mr;
 pub mod mw;
 pub mod pcap;
 pub mod qp;
+pub mod rsocket;
 mod sys;
 pub mod udp;
 pub mod xrc;
