@@ -2,3 +2,4 @@
 //! sockets over an RC QP, speaking rdma-core's rsocket protocol ([`proto`]).
 
 pub mod proto;
+pub mod stream;
