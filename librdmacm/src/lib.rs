@@ -153,17 +153,6 @@ pub unsafe extern "C" fn rdma_reject_ece(id: P, data: *const c_void, len: u8) ->
     unsafe { rdma_reject(id, data, len) }
 }
 
-/// `rpoll`: `poll(2)` (rsockets are not offered; ordinary descriptors work).
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn rpoll(
-    fds: *mut libc::pollfd,
-    nfds: libc::nfds_t,
-    timeout: c_int,
-) -> c_int {
-    // SAFETY: poll's contract is rpoll's: `fds` holds `nfds` pollfds.
-    unsafe { libc::poll(fds, nfds, timeout) }
-}
-
 /// `rselect`: `select(2)`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn rselect(
@@ -192,29 +181,79 @@ macro_rules! no_rsocket {
 }
 
 no_rsocket! {
-    rsocket(domain: c_int, kind: c_int, protocol: c_int) -> c_int = -1;
-    rbind(s: c_int, a: P, l: u32) -> c_int = -1;
-    rlisten(s: c_int, backlog: c_int) -> c_int = -1;
-    raccept(s: c_int, a: P, l: P) -> c_int = -1;
-    rconnect(s: c_int, a: P, l: u32) -> c_int = -1;
-    rshutdown(s: c_int, how: c_int) -> c_int = -1;
-    rclose(s: c_int) -> c_int = -1;
-    rrecv(s: c_int, b: P, n: usize, f: c_int) -> isize = -1;
-    rrecvfrom(s: c_int, b: P, n: usize, f: c_int, a: P, l: P) -> isize = -1;
     rrecvmsg(s: c_int, m: P, f: c_int) -> isize = -1;
-    rsend(s: c_int, b: P, n: usize, f: c_int) -> isize = -1;
-    rsendto(s: c_int, b: P, n: usize, f: c_int, a: P, l: u32) -> isize = -1;
     rsendmsg(s: c_int, m: P, f: c_int) -> isize = -1;
-    rread(s: c_int, b: P, n: usize) -> isize = -1;
-    rreadv(s: c_int, v: P, n: c_int) -> isize = -1;
-    rwrite(s: c_int, b: P, n: usize) -> isize = -1;
-    rwritev(s: c_int, v: P, n: c_int) -> isize = -1;
-    rgetpeername(s: c_int, a: P, l: P) -> c_int = -1;
-    rgetsockname(s: c_int, a: P, l: P) -> c_int = -1;
-    rsetsockopt(s: c_int, lv: c_int, o: c_int, v: P, l: u32) -> c_int = -1;
-    rgetsockopt(s: c_int, lv: c_int, o: c_int, v: P, l: P) -> c_int = -1;
-    rfcntl(s: c_int, cmd: c_int, arg: usize) -> c_int = -1;
     riomap(s: c_int, b: P, n: usize, prot: c_int, f: c_int, off: i64) -> i64 = -1;
     riounmap(s: c_int, b: P, n: usize) -> c_int = -1;
     riowrite(s: c_int, b: P, n: usize, off: i64, f: c_int) -> usize = usize::MAX;
+}
+
+type S = libc::socklen_t;
+type A = *mut libc::sockaddr;
+
+forward! {
+    /// `rsocket`: a stream rsocket.
+    fn rsocket => ferroce_rdma_rsocket(domain: c_int, kind: c_int, protocol: c_int) -> c_int;
+    /// `rbind`.
+    fn rbind => ferroce_rdma_rbind(s: c_int, a: A, l: S) -> c_int;
+    /// `rlisten`.
+    fn rlisten => ferroce_rdma_rlisten(s: c_int, backlog: c_int) -> c_int;
+    /// `raccept`.
+    fn raccept => ferroce_rdma_raccept(s: c_int, a: A, l: *mut S) -> c_int;
+    /// `rconnect`.
+    fn rconnect => ferroce_rdma_rconnect(s: c_int, a: A, l: S) -> c_int;
+    /// `rshutdown`.
+    fn rshutdown => ferroce_rdma_rshutdown(s: c_int, how: c_int) -> c_int;
+    /// `rclose`.
+    fn rclose => ferroce_rdma_rclose(s: c_int) -> c_int;
+    /// `rrecv`.
+    fn rrecv => ferroce_rdma_rrecv(s: c_int, b: P, n: usize, f: c_int) -> isize;
+    /// `rsend`.
+    fn rsend => ferroce_rdma_rsend(s: c_int, b: P, n: usize, f: c_int) -> isize;
+    /// `rreadv`.
+    fn rreadv => ferroce_rdma_rreadv(s: c_int, v: *const libc::iovec, n: c_int) -> isize;
+    /// `rwritev`.
+    fn rwritev => ferroce_rdma_rwritev(s: c_int, v: *const libc::iovec, n: c_int) -> isize;
+    /// `rgetpeername`.
+    fn rgetpeername => ferroce_rdma_rgetpeername(s: c_int, a: A, l: *mut S) -> c_int;
+    /// `rgetsockname`.
+    fn rgetsockname => ferroce_rdma_rgetsockname(s: c_int, a: A, l: *mut S) -> c_int;
+    /// `rsetsockopt`.
+    fn rsetsockopt => ferroce_rdma_rsetsockopt(s: c_int, lv: c_int, o: c_int, v: P, l: S) -> c_int;
+    /// `rgetsockopt`.
+    fn rgetsockopt => ferroce_rdma_rgetsockopt(s: c_int, lv: c_int, o: c_int, v: P, l: *mut S) -> c_int;
+    /// `rfcntl` (F_GETFL, F_SETFL).
+    fn rfcntl => ferroce_rdma_rfcntl(s: c_int, cmd: c_int, arg: usize) -> c_int;
+    /// `rpoll`: rsockets by their state, other descriptors by `poll(2)`.
+    fn rpoll => ferroce_rdma_rpoll(fds: *mut libc::pollfd, nfds: libc::nfds_t, timeout: c_int) -> c_int;
+}
+
+/// `rread`: `rrecv` without flags.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rread(s: c_int, b: P, n: usize) -> isize {
+    // SAFETY: rrecv's contract is rread's.
+    unsafe { rrecv(s, b, n, 0) }
+}
+
+/// `rwrite`: `rsend` without flags.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rwrite(s: c_int, b: P, n: usize) -> isize {
+    // SAFETY: rsend's contract is rwrite's.
+    unsafe { rsend(s, b, n, 0) }
+}
+
+/// `rrecvfrom`: a stream rsocket's `rrecv` (the address is the peer's, not written).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rrecvfrom(s: c_int, b: P, n: usize, f: c_int, a: P, l: P) -> isize {
+    let _ = (a, l);
+    // SAFETY: rrecv's contract is rrecvfrom's.
+    unsafe { rrecv(s, b, n, f) }
+}
+
+/// `rsendto`: a stream rsocket's `rsend` (the address is ignored, as TCP's sendto).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rsendto(s: c_int, b: P, n: usize, f: c_int, a: P, l: u32) -> isize {
+    let _ = (a, l);
+    // SAFETY: rsend's contract is rsendto's.
+    unsafe { rsend(s, b, n, f) }
 }

@@ -11,6 +11,7 @@
 
 pub mod abi;
 pub mod addr;
+pub mod rsocket;
 
 use core::ffi::{c_char, c_int, c_void};
 use std::collections::HashMap;

@@ -337,8 +337,10 @@ mod tests {
             b,
             [
                 1, 2, 0x01, 0x80, 0, 0, 0, 0, // version, flags, credits, reserved, iomap size
-                0, 0, 0x7f, 0, 0x11, 0x22, 0x33, 0x44, 0xab, 0xcd, 0, 1, 0, 0, 0, 2, // target SGL
-                0, 0, 0x7f, 0, 0x55, 0x66, 0x77, 0x88, 0xab, 0xcd, 0, 2, 0, 1, 0, 0, // data buffer
+                0, 0, 0x7f, 0, 0x11, 0x22, 0x33, 0x44, 0xab, 0xcd, 0, 1, 0, 0, 0,
+                2, // target SGL
+                0, 0, 0x7f, 0, 0x55, 0x66, 0x77, 0x88, 0xab, 0xcd, 0, 2, 0, 1, 0,
+                0, // data buffer
             ]
         );
         assert_eq!(ConnData::parse(&b), Ok(c));

@@ -23,8 +23,7 @@ use super::proto::{
 };
 use crate::cm::{CmEventType, CmId, ConnParam, EventChannel, PortSpace};
 use crate::{
-    CompletionQueue, Context, Error, MemoryRegion, ProtectionDomain, QpInitAttr, QueuePair,
-    Result,
+    CompletionQueue, Context, Error, MemoryRegion, ProtectionDomain, QpInitAttr, QueuePair, Result,
 };
 
 /// A receive work request's wr_id bit (the rest is unused: no SGEs).
@@ -625,9 +624,11 @@ impl Drop for Stream {
 }
 
 fn expect(ch: &EventChannel, want: CmEventType) -> Result<crate::cm::CmEvent> {
-    let e = ch
-        .get_event_timeout(CM_TIMEOUT)
-        .ok_or(Error::Io(std::io::Error::from_raw_os_error(libc::ETIMEDOUT)))?;
+    let e =
+        ch.get_event_timeout(CM_TIMEOUT)
+            .ok_or(Error::Io(std::io::Error::from_raw_os_error(
+                libc::ETIMEDOUT,
+            )))?;
     if e.event == want {
         return Ok(e);
     }
@@ -672,6 +673,11 @@ impl Listener {
     /// The bound address.
     pub fn local_addr(&self) -> Option<SocketAddr> {
         self.id.local_addr()
+    }
+
+    /// Whether a connection request waits (`rpoll`'s POLLIN on a listener).
+    pub fn pending(&self) -> bool {
+        self.ch.pending() > 0
     }
 
     /// `raccept` (blocking, or `None` at once when `nonblock` and no connection waits).
