@@ -328,3 +328,37 @@ fn mckey_senders_and_receivers() {
     }
     assert_eq!(igmp_users(group), 0, "every member left the group");
 }
+
+/// rstream (rdmacm-utils), unmodified, over ferroce's rsockets: its nonblocking default
+/// (MSG_DONTWAIT), blocking (`-T b`) and rpoll-driven (`-T a`) loops, data verified (`-T v`),
+/// several transfer sizes.
+#[test]
+fn rstream_over_rsockets() {
+    if !have("rstream", "rdmacm-utils") {
+        return;
+    }
+    let a = "127.0.76.1";
+    for (i, (size, count, mode)) in [
+        ("64", "2000", "v"),
+        ("4096", "1000", "b"),
+        ("65536", "200", "a"),
+        ("1000000", "20", "v"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let port = (7600 + i).to_string();
+        let (s, c) = pair(
+            "rstream",
+            &["-b", a, "-p", &port, "-S", size, "-C", count, "-T", mode],
+            &["-s", a, "-p", &port, "-S", size, "-C", count, "-T", mode],
+            a,
+        );
+        for (side, out) in [("server", &s), ("client", &c)] {
+            assert!(
+                out.contains("Gb/sec") && out.lines().count() >= 2,
+                "rstream {side} -S {size} -T {mode}:\n{out}"
+            );
+        }
+    }
+}

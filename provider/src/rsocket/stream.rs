@@ -214,8 +214,9 @@ impl Stream {
             rbuf_bytes_avail: sizes.rbuf_size / 2,
             rbuf_free_offset: sizes.rbuf_size / 2,
         };
+        // Entry 0 is the peer's first offer; entry 1 stays as registered (zero) until the
+        // peer's first grant, which may already have landed there: it is not touched.
         s.set_target(0, peer.data_buf)?;
-        s.set_target(1, proto::Sge::default())?;
         Ok(s)
     }
 
@@ -571,20 +572,50 @@ impl Stream {
         Ok(got)
     }
 
+    /// The flow-control state, for a diagnosis.
+    pub fn dump(&self) -> String {
+        format!(
+            "state {:#x} sseq_no {} sseq_comp {} sqe_avail {} sbuf_avail {} target[{}] {:?} \
+             ctrl {}/{} rmsg {} rseq_no {} rseq_comp {} rbuf_avail {} rbuf_off {} free_off {}",
+            self.state,
+            self.sseq_no,
+            self.sseq_comp,
+            self.sqe_avail,
+            self.sbuf_bytes_avail,
+            self.target_sge,
+            self.target(self.target_sge),
+            self.ctrl_seqno,
+            self.ctrl_max_seqno,
+            self.rmsg.len(),
+            self.rseq_no,
+            self.rseq_comp,
+            self.rbuf_bytes_avail,
+            self.rbuf_offset,
+            self.rbuf_free_offset
+        )
+    }
+
     fn io_err(&self, e: i32) -> Error {
         Error::Io(std::io::Error::from_raw_os_error(e))
     }
 
+    /// Runs what has completed, granting credits as it goes (as a poll for readiness must:
+    /// a peer may be waiting for them).
+    fn progress(&mut self) {
+        let _ = self.update_credits();
+        let _ = self.poll_cq();
+        let _ = self.update_credits();
+    }
+
     /// Whether `rrecv` would return at once (data, the end of the stream, or an error).
     pub fn readable(&mut self) -> bool {
-        let _ = self.poll_cq();
+        self.progress();
         !self.rmsg.is_empty() || self.state & READABLE == 0
     }
 
     /// Whether `rsend` would take bytes at once.
     pub fn writable(&mut self) -> bool {
-        let _ = self.update_credits();
-        let _ = self.poll_cq();
+        self.progress();
         self.can_send() || self.state & WRITABLE == 0
     }
 
@@ -778,5 +809,76 @@ mod tests {
         let total = srv.join().unwrap();
         assert_eq!(total.len(), data.len());
         assert!(total == data, "the bytes arrive in order, unchanged");
+    }
+}
+
+#[cfg(test)]
+mod pingpong {
+    use super::*;
+
+    fn xfer_send(s: &mut Stream, buf: &[u8]) {
+        let mut off = 0;
+        let t0 = Instant::now();
+        while off < buf.len() {
+            match s.send(&buf[off..], true) {
+                Ok(n) => off += n,
+                Err(e) => assert_eq!(e.errno(), libc::EAGAIN, "{e}"),
+            }
+            assert!(t0.elapsed() < Duration::from_secs(10), "send stuck: {}", s.dump());
+        }
+    }
+
+    fn xfer_recv(s: &mut Stream, buf: &mut [u8]) {
+        let mut off = 0;
+        let t0 = Instant::now();
+        while off < buf.len() {
+            match s.recv(&mut buf[off..], true) {
+                Ok(0) => panic!("end of stream"),
+                Ok(n) => off += n,
+                Err(e) => assert_eq!(e.errno(), libc::EAGAIN, "{e}"),
+            }
+            assert!(t0.elapsed() < Duration::from_secs(10), "recv stuck: {}", s.dump());
+        }
+    }
+
+    #[test]
+    fn nonblocking_ping_pong_as_rstream_does() {
+        for round in 0..5u16 {
+            let port = 7200 + round;
+            let l = Listener::bind(
+                format!("127.0.232.1:{port}").parse().unwrap(),
+                4,
+                Sizes::default(),
+            )
+            .unwrap();
+            let srv = std::thread::spawn(move || {
+                let mut s = loop {
+                    if let Some(s) = l.accept(true).unwrap() {
+                        break s;
+                    }
+                    std::thread::yield_now();
+                };
+                let mut b = vec![0u8; 4096];
+                for _ in 0..200 {
+                    xfer_recv(&mut s, &mut b);
+                    xfer_send(&mut s, &b);
+                }
+            });
+            std::thread::sleep(Duration::from_millis(50));
+            let mut c = Stream::connect(
+                None,
+                format!("127.0.232.1:{port}").parse().unwrap(),
+                Sizes::default(),
+            )
+            .unwrap();
+            let data: Vec<u8> = (0..4096u32).map(|i| i as u8).collect();
+            let mut back = vec![0u8; 4096];
+            for _ in 0..200 {
+                xfer_send(&mut c, &data);
+                xfer_recv(&mut c, &mut back);
+                assert_eq!(back, data);
+            }
+            srv.join().unwrap();
+        }
     }
 }
