@@ -168,7 +168,7 @@ pub unsafe extern "C" fn ferroce_rdma_raccept(
         let Sock::Listening(l) = &g.sock else {
             return fail(libc::EINVAL);
         };
-        (l.accept(g.nonblock), g.nonblock, g.sizes)
+        (l.accept_with(g.nonblock, g.sizes), g.nonblock, g.sizes)
     };
     match r {
         Ok(Some(stream)) => {

@@ -335,9 +335,13 @@ impl Stream {
         Ok(())
     }
 
+    /// Grants credits when due. A grant the QP refuses (the connection is going down) is not
+    /// the caller's error, as in rdma-core: the next read sees the end of the stream.
     fn update_credits(&mut self) -> Result<()> {
         if self.give_credits() {
-            self.send_credits()?;
+            if let Err(e) = self.send_credits() {
+                log::debug!("rsocket QP {:#x}: credits not granted: {e}", self.qp.qp_num());
+            }
         }
         Ok(())
     }
@@ -717,6 +721,15 @@ impl Listener {
     /// A request whose connection data is not rsockets' is rejected and skipped; set-up
     /// failures are returned.
     pub fn accept(&self, nonblock: bool) -> Result<Option<Stream>> {
+        self.accept_with(nonblock, self.sizes)
+    }
+
+    /// `raccept` with the sizes the listener holds now (`rsetsockopt` on a listener after
+    /// `rlisten` sizes the connections it accepts, as rdma-core's inherit them).
+    ///
+    /// # Errors
+    /// As [`Listener::accept`].
+    pub fn accept_with(&self, nonblock: bool, sizes: Sizes) -> Result<Option<Stream>> {
         loop {
             let e = if nonblock {
                 match self.ch.try_get_event() {
@@ -743,15 +756,15 @@ impl Listener {
             let ctx = id
                 .context()
                 .ok_or(Error::InvalidArgument("no device for the address"))?;
-            let ep = make_ep(&id, &ctx, &self.sizes)?;
-            let mine = conn_data(&ep, &self.sizes).to_bytes().to_vec();
+            let ep = make_ep(&id, &ctx, &sizes)?;
+            let mine = conn_data(&ep, &sizes).to_bytes().to_vec();
             id.accept(&ConnParam {
                 private_data: mine,
                 flow_control: 1,
                 ..ConnParam::defaults()
             })?;
             expect(&ch, CmEventType::Established)?;
-            return Stream::new(ch, id, ep, self.sizes, &peer).map(Some);
+            return Stream::new(ch, id, ep, sizes, &peer).map(Some);
         }
     }
 }
@@ -842,9 +855,20 @@ mod pingpong {
     }
 
     #[test]
+    #[ignore = "long: 100,000 small ping-pongs past the 16-bit sequence wrap"]
+    fn many_small_ping_pongs() {
+        run(64, 100_000, 7300);
+    }
+
+    #[test]
     fn nonblocking_ping_pong_as_rstream_does() {
         for round in 0..5u16 {
-            let port = 7200 + round;
+            run(4096, 200, 7200 + round);
+        }
+    }
+
+    fn run(size: usize, iters: usize, port: u16) {
+        {
             let l = Listener::bind(
                 format!("127.0.232.1:{port}").parse().unwrap(),
                 4,
@@ -858,8 +882,8 @@ mod pingpong {
                     }
                     std::thread::yield_now();
                 };
-                let mut b = vec![0u8; 4096];
-                for _ in 0..200 {
+                let mut b = vec![0u8; size];
+                for _ in 0..iters {
                     xfer_recv(&mut s, &mut b);
                     xfer_send(&mut s, &b);
                 }
@@ -871,9 +895,9 @@ mod pingpong {
                 Sizes::default(),
             )
             .unwrap();
-            let data: Vec<u8> = (0..4096u32).map(|i| i as u8).collect();
-            let mut back = vec![0u8; 4096];
-            for _ in 0..200 {
+            let data: Vec<u8> = (0..size as u32).map(|i| i as u8).collect();
+            let mut back = vec![0u8; size];
+            for _ in 0..iters {
                 xfer_send(&mut c, &data);
                 xfer_recv(&mut c, &mut back);
                 assert_eq!(back, data);
