@@ -314,8 +314,17 @@ impl Stream {
             } else {
                 sge.to_le_bytes()
             };
-            wr.send_flags = SendFlags::INLINE;
-            wr.inline_data = Some(InlineData::from_slice(&bytes));
+            if self.sizes.sq_inline >= SGE_LEN as u32 {
+                wr.send_flags = SendFlags::INLINE;
+                wr.inline_data = Some(InlineData::from_slice(&bytes));
+            } else {
+                // No inline data on this QP: the SGE goes from a control slot behind the
+                // send buffer (one per control message in flight), as rdma-core's does.
+                let slot = self.sizes.sbuf_size as usize
+                    + SGE_LEN * (self.ctrl_seqno & (proto::QP_CTRL_SIZE - 1)) as usize;
+                self.sbuf.write(slot, &bytes)?;
+                wr.sg_list = vec![self.sbuf.sge(slot, SGE_LEN as u32)].into();
+            }
             wr.remote.remote_addr =
                 self.remote_sgl.addr + u64::from(self.remote_sge) * SGE_LEN as u64;
             wr.remote.rkey = self.remote_sgl.key;
@@ -904,5 +913,87 @@ mod pingpong {
             }
             srv.join().unwrap();
         }
+    }
+}
+
+#[cfg(test)]
+mod bandwidth {
+    use super::*;
+
+    /// rstream's bandwidth phase: 512 KiB buffers, no inline data on the sender, 100,000
+    /// 64-byte messages one way, then as many back, nonblocking.
+    #[test]
+    fn one_way_floods_then_the_other() {
+        let big = Sizes {
+            sbuf_size: 1 << 19,
+            rbuf_size: 1 << 19,
+            ..Sizes::default()
+        };
+        let l = Listener::bind("127.0.233.1:7400".parse().unwrap(), 4, big).unwrap();
+        let n = 100_000usize;
+        let srv = std::thread::spawn(move || {
+            let mut s = loop {
+                if let Some(s) = l.accept(true).unwrap() {
+                    break s;
+                }
+                std::thread::yield_now();
+            };
+            let mut b = [0u8; 64];
+            let t0 = Instant::now();
+            for i in 0..n {
+                let mut off = 0;
+                while off < 64 {
+                    match s.recv(&mut b[off..], true) {
+                        Ok(k) => off += k,
+                        Err(e) => assert_eq!(e.errno(), libc::EAGAIN),
+                    }
+                    assert!(t0.elapsed() < Duration::from_secs(60), "server recv {i}: {}", s.dump());
+                }
+            }
+            for i in 0..n {
+                let mut off = 0;
+                while off < 64 {
+                    match s.send(&b[off..], true) {
+                        Ok(k) => off += k,
+                        Err(e) => assert_eq!(e.errno(), libc::EAGAIN),
+                    }
+                    assert!(t0.elapsed() < Duration::from_secs(60), "server send {i}: {}", s.dump());
+                }
+            }
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        let mut c = Stream::connect(
+            None,
+            "127.0.233.1:7400".parse().unwrap(),
+            Sizes {
+                sq_inline: 0,
+                ..big
+            },
+        )
+        .unwrap();
+        let b = [7u8; 64];
+        let mut r = [0u8; 64];
+        let t0 = Instant::now();
+        for i in 0..n {
+            let mut off = 0;
+            while off < 64 {
+                match c.send(&b[off..], true) {
+                    Ok(k) => off += k,
+                    Err(e) => assert_eq!(e.errno(), libc::EAGAIN),
+                }
+                assert!(t0.elapsed() < Duration::from_secs(60), "client send {i}: {}", c.dump());
+            }
+        }
+        for i in 0..n {
+            let mut off = 0;
+            while off < 64 {
+                match c.recv(&mut r[off..], true) {
+                    Ok(k) => off += k,
+                    Err(e) => assert_eq!(e.errno(), libc::EAGAIN),
+                }
+                assert!(t0.elapsed() < Duration::from_secs(60), "client recv {i}: {}", c.dump());
+            }
+        }
+        srv.join().unwrap();
     }
 }
