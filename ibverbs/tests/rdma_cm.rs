@@ -362,3 +362,44 @@ fn rstream_over_rsockets() {
         }
     }
 }
+
+/// Debian's librspreload.so runs a plain TCP program (socket, bind, listen, accept, connect,
+/// send, recv; 4 MiB checked) over ferroce's rsockets. A kernel TCP listener holds the same
+/// port meanwhile: a program that fell back to kernel TCP could not bind it.
+#[test]
+fn librspreload_runs_a_tcp_program_over_rsockets() {
+    let preload = "/usr/lib/x86_64-linux-gnu/rsocket/librspreload.so";
+    let found = std::path::Path::new(preload).exists();
+    if !common::installed("librspreload.so", found, "librdmacm1") {
+        return;
+    }
+    let Some(exe) = common::compile_c("tcp_peer", "arpa/inet.h", "libc6-dev", &[]) else {
+        return;
+    };
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let a = "127.0.79.1";
+    let guard = std::net::TcpListener::bind((a, 7950)).unwrap();
+    let run = |role: &str| {
+        let mut c = Command::new(&exe);
+        c.args([role, a, "7950"])
+            .env("LD_PRELOAD", preload)
+            .env("LD_LIBRARY_PATH", lib_dir())
+            .env("FERROCE_DEVICES", a)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        start(c)
+    };
+    let srv = run("server");
+    assert!(
+        ferroce_tests::wait_cm_bound(a, srv.child.id(), LIMIT),
+        "the server never bound its rdma_cm port"
+    );
+    let (cok, cout) = finish(run("client"), LIMIT);
+    let (sok, sout) = finish(srv, LIMIT);
+    drop(guard);
+    assert!(
+        cok && sok && cout.contains("sum matches") && sout.contains("4194304 bytes"),
+        "client ok {cok}, server ok {sok}\n--- server\n{sout}\n--- client\n{cout}"
+    );
+}

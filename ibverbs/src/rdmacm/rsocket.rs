@@ -23,8 +23,8 @@ enum Sock {
     Fresh { bound: Option<SocketAddr> },
     /// Listening.
     Listening(Listener),
-    /// Connected.
-    Connected(Stream),
+    /// Connected (boxed: the stream's state is large beside the other variants).
+    Connected(Box<Stream>),
     /// Closed by the peer or shut down.
     Done,
 }
@@ -174,7 +174,7 @@ pub unsafe extern "C" fn ferroce_rdma_raccept(
         Ok(Some(stream)) => {
             let peer = stream.peer_addr();
             let fd = insert(Entry {
-                sock: Sock::Connected(stream),
+                sock: Sock::Connected(Box::new(stream)),
                 nonblock: false,
                 sizes,
             });
@@ -248,7 +248,7 @@ pub unsafe extern "C" fn ferroce_rdma_rconnect(
     match Stream::connect(bound, dst, g.sizes) {
         Ok(mut st) => {
             st.set_nonblocking(g.nonblock);
-            g.sock = Sock::Connected(st);
+            g.sock = Sock::Connected(Box::new(st));
             0
         }
         Err(err) => fail(errno(&err)),

@@ -349,7 +349,10 @@ impl Stream {
     fn update_credits(&mut self) -> Result<()> {
         if self.give_credits() {
             if let Err(e) = self.send_credits() {
-                log::debug!("rsocket QP {:#x}: credits not granted: {e}", self.qp.qp_num());
+                log::debug!(
+                    "rsocket QP {:#x}: credits not granted: {e}",
+                    self.qp.qp_num()
+                );
             }
         }
         Ok(())
@@ -846,7 +849,11 @@ mod pingpong {
                 Ok(n) => off += n,
                 Err(e) => assert_eq!(e.errno(), libc::EAGAIN, "{e}"),
             }
-            assert!(t0.elapsed() < Duration::from_secs(10), "send stuck: {}", s.dump());
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "send stuck: {}",
+                s.dump()
+            );
         }
     }
 
@@ -859,7 +866,11 @@ mod pingpong {
                 Ok(n) => off += n,
                 Err(e) => assert_eq!(e.errno(), libc::EAGAIN, "{e}"),
             }
-            assert!(t0.elapsed() < Duration::from_secs(10), "recv stuck: {}", s.dump());
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "recv stuck: {}",
+                s.dump()
+            );
         }
     }
 
@@ -947,7 +958,11 @@ mod bandwidth {
                         Ok(k) => off += k,
                         Err(e) => assert_eq!(e.errno(), libc::EAGAIN),
                     }
-                    assert!(t0.elapsed() < Duration::from_secs(60), "server recv {i}: {}", s.dump());
+                    assert!(
+                        t0.elapsed() < Duration::from_secs(60),
+                        "server recv {i}: {}",
+                        s.dump()
+                    );
                 }
             }
             for i in 0..n {
@@ -957,7 +972,11 @@ mod bandwidth {
                         Ok(k) => off += k,
                         Err(e) => assert_eq!(e.errno(), libc::EAGAIN),
                     }
-                    assert!(t0.elapsed() < Duration::from_secs(60), "server send {i}: {}", s.dump());
+                    assert!(
+                        t0.elapsed() < Duration::from_secs(60),
+                        "server send {i}: {}",
+                        s.dump()
+                    );
                 }
             }
         });
@@ -981,7 +1000,11 @@ mod bandwidth {
                     Ok(k) => off += k,
                     Err(e) => assert_eq!(e.errno(), libc::EAGAIN),
                 }
-                assert!(t0.elapsed() < Duration::from_secs(60), "client send {i}: {}", c.dump());
+                assert!(
+                    t0.elapsed() < Duration::from_secs(60),
+                    "client send {i}: {}",
+                    c.dump()
+                );
             }
         }
         for i in 0..n {
@@ -991,7 +1014,11 @@ mod bandwidth {
                     Ok(k) => off += k,
                     Err(e) => assert_eq!(e.errno(), libc::EAGAIN),
                 }
-                assert!(t0.elapsed() < Duration::from_secs(60), "client recv {i}: {}", c.dump());
+                assert!(
+                    t0.elapsed() < Duration::from_secs(60),
+                    "client recv {i}: {}",
+                    c.dump()
+                );
             }
         }
         srv.join().unwrap();
