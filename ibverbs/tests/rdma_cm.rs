@@ -403,3 +403,22 @@ fn librspreload_runs_a_tcp_program_over_rsockets() {
         "client ok {cok}, server ok {sok}\n--- server\n{sout}\n--- client\n{cout}"
     );
 }
+
+/// rsockets through their own API in one process (rselect and rpoll among them).
+#[test]
+fn rsocket_api_in_one_process() {
+    let Some(exe) = common::compile_c(
+        "rs_select",
+        "rdma/rsocket.h",
+        "librdmacm-dev",
+        &["-lrdmacm"],
+    ) else {
+        return;
+    };
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let (ok, out) = finish(
+        start(common::on_ferroce(&exe, &["127.0.80.1"], "127.0.80.1")),
+        LIMIT,
+    );
+    assert!(ok && out.contains("ok"), "{out}");
+}

@@ -4,10 +4,9 @@
 //! one ferroce provider, and the `ibv_context` of an `rdma_cm_id` is one the program's
 //! `ibv_*` calls reach. This library forwards each `rdma_*` call there.
 //!
-//! ECE is accepted and not carried on the wire. rsockets are not offered: those
-//! functions fail with ENOSYS (rsockets'
-//! `rpoll` and `rselect` are `poll(2)` and `select(2)`, as for ordinary descriptors, so
-//! programs that route their polls through them work).
+//! ECE is accepted and not carried on the wire. Stream rsockets are ferroce's
+//! (`ferroce_rdma_r*` in libibverbs.so.1); `rsendmsg`/`rrecvmsg` and the iomap functions fail
+//! with ENOSYS.
 
 #![allow(clippy::missing_safety_doc)]
 
@@ -153,19 +152,6 @@ pub unsafe extern "C" fn rdma_reject_ece(id: P, data: *const c_void, len: u8) ->
     unsafe { rdma_reject(id, data, len) }
 }
 
-/// `rselect`: `select(2)`.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn rselect(
-    nfds: c_int,
-    r: *mut libc::fd_set,
-    w: *mut libc::fd_set,
-    e: *mut libc::fd_set,
-    t: *mut libc::timeval,
-) -> c_int {
-    // SAFETY: select's contract is rselect's.
-    unsafe { libc::select(nfds, r, w, e, t) }
-}
-
 /// rsocket functions returning `int`: ENOSYS.
 macro_rules! no_rsocket {
     ($( $name:ident ( $($arg:ident : $ty:ty),* ) -> $ret:ty = $val:expr; )*) => {
@@ -224,6 +210,8 @@ forward! {
     fn rgetsockopt => ferroce_rdma_rgetsockopt(s: c_int, lv: c_int, o: c_int, v: P, l: *mut S) -> c_int;
     /// `rfcntl` (F_GETFL, F_SETFL).
     fn rfcntl => ferroce_rdma_rfcntl(s: c_int, cmd: c_int, arg: usize) -> c_int;
+    /// `rselect`: `select(2)` with rsockets among the descriptors.
+    fn rselect => ferroce_rdma_rselect(n: c_int, r: *mut libc::fd_set, w: *mut libc::fd_set, e: *mut libc::fd_set, t: *mut libc::timeval) -> c_int;
     /// `rpoll`: rsockets by their state, other descriptors by `poll(2)`.
     fn rpoll => ferroce_rdma_rpoll(fds: *mut libc::pollfd, nfds: libc::nfds_t, timeout: c_int) -> c_int;
 }

@@ -688,3 +688,80 @@ pub unsafe extern "C" fn ferroce_rdma_rreadv(s: c_int, iov: *const libc::iovec, 
     }
     got
 }
+
+/// `rselect`: as `select(2)`, with rsockets among the descriptors (through [`ferroce_rdma_rpoll`]).
+///
+/// # Safety
+/// The sets are NULL or valid `fd_set`s covering `nfds`; `timeout` NULL or valid.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ferroce_rdma_rselect(
+    nfds: c_int,
+    r: *mut libc::fd_set,
+    w: *mut libc::fd_set,
+    e: *mut libc::fd_set,
+    timeout: *mut libc::timeval,
+) -> c_int {
+    let any_rs = (0..nfds.max(0)).any(|fd| {
+        // SAFETY: each set is NULL or a valid fd_set (the caller's contract).
+        let set = |s: *mut libc::fd_set| !s.is_null() && unsafe { libc::FD_ISSET(fd, s) };
+        (set(r) || set(w) || set(e)) && lookup(fd).is_some()
+    });
+    if !any_rs {
+        // SAFETY: select's contract is rselect's.
+        return unsafe { libc::select(nfds, r, w, e, timeout) };
+    }
+    let mut fds = Vec::new();
+    for fd in 0..nfds {
+        let mut ev = 0i16;
+        // SAFETY: as above.
+        let set = |s: *mut libc::fd_set| !s.is_null() && unsafe { libc::FD_ISSET(fd, s) };
+        if set(r) {
+            ev |= libc::POLLIN;
+        }
+        if set(w) {
+            ev |= libc::POLLOUT;
+        }
+        if set(e) {
+            ev |= libc::POLLPRI;
+        }
+        if ev != 0 {
+            fds.push(libc::pollfd {
+                fd,
+                events: ev,
+                revents: 0,
+            });
+        }
+    }
+    let ms = if timeout.is_null() {
+        -1
+    } else {
+        // SAFETY: a non-NULL timeout is valid (the caller's contract).
+        let t = unsafe { *timeout };
+        (t.tv_sec * 1000 + t.tv_usec / 1000).clamp(0, i64::from(c_int::MAX)) as c_int
+    };
+    // SAFETY: a local array of pollfds.
+    let n = unsafe { ferroce_rdma_rpoll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+    if n < 0 {
+        return n;
+    }
+    let mut count = 0;
+    for s in [r, w, e] {
+        if !s.is_null() {
+            // SAFETY: a valid fd_set (the caller's contract).
+            unsafe { libc::FD_ZERO(s) };
+        }
+    }
+    for p in &fds {
+        let mut mark = |s: *mut libc::fd_set, bits: i16| {
+            if !s.is_null() && p.revents & bits != 0 {
+                // SAFETY: a valid fd_set, `fd` below `nfds` (the caller's contract).
+                unsafe { libc::FD_SET(p.fd, s) };
+                count += 1;
+            }
+        };
+        mark(r, libc::POLLIN | libc::POLLHUP | libc::POLLERR);
+        mark(w, libc::POLLOUT | libc::POLLERR);
+        mark(e, libc::POLLPRI);
+    }
+    count
+}

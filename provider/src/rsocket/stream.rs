@@ -10,7 +10,11 @@
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
 
 use ferroce_transport::{
     AccessFlags, InlineData, QpCap, QpType, RecvWr, SendFlags, SendWr, WcFlags, WcStatus,
@@ -691,11 +695,24 @@ fn expect(ch: &EventChannel, want: CmEventType) -> Result<crate::cm::CmEvent> {
     Err(Error::Io(std::io::Error::from_raw_os_error(errno)))
 }
 
-/// A listening stream rsocket (`rbind` + `rlisten`).
+/// What a listener's accepting thread and its callers share.
+struct Accepted {
+    /// The sizes new connections get (`rsetsockopt` on the listener changes them).
+    sizes: Mutex<Sizes>,
+    /// Connections accepted and not yet taken by `raccept`.
+    ready: Mutex<VecDeque<Stream>>,
+    cv: Condvar,
+    stop: AtomicBool,
+}
+
+/// A listening stream rsocket (`rbind` + `rlisten`). As rdma-core's, it accepts connections
+/// in the background (a thread of its own answers each request with this side's connection
+/// data), so a program may connect to itself before it calls `raccept`, which only takes the
+/// next accepted connection.
 pub struct Listener {
-    ch: EventChannel,
     id: CmId,
-    sizes: Sizes,
+    shared: Arc<Accepted>,
+    thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl std::fmt::Debug for Listener {
@@ -714,7 +731,22 @@ impl Listener {
         let id = CmId::new(&ch, PortSpace::Tcp)?;
         id.bind_addr(addr)?;
         id.listen(backlog)?;
-        Ok(Listener { ch, id, sizes })
+        let shared = Arc::new(Accepted {
+            sizes: Mutex::new(sizes),
+            ready: Mutex::new(VecDeque::new()),
+            cv: Condvar::new(),
+            stop: AtomicBool::new(false),
+        });
+        let sh = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name("ferroce-rsocket".into())
+            .spawn(move || accept_loop(&ch, &sh))
+            .map_err(Error::Io)?;
+        Ok(Listener {
+            id,
+            shared,
+            thread: Some(thread),
+        })
     }
 
     /// The bound address.
@@ -722,63 +754,96 @@ impl Listener {
         self.id.local_addr()
     }
 
-    /// Whether a connection request waits (`rpoll`'s POLLIN on a listener).
+    /// Whether an accepted connection waits (`rpoll`'s POLLIN on a listener).
     pub fn pending(&self) -> bool {
-        self.ch.pending() > 0
+        !self.shared.ready.lock().is_empty()
     }
 
-    /// `raccept` (blocking, or `None` at once when `nonblock` and no connection waits).
+    /// `raccept`: the next accepted connection (waiting for one, or `None` at once when
+    /// `nonblock`).
     ///
     /// # Errors
-    /// A request whose connection data is not rsockets' is rejected and skipped; set-up
-    /// failures are returned.
+    /// None today (set-up failures of a request are logged and the request rejected).
     pub fn accept(&self, nonblock: bool) -> Result<Option<Stream>> {
-        self.accept_with(nonblock, self.sizes)
+        let mut q = self.shared.ready.lock();
+        loop {
+            if let Some(s) = q.pop_front() {
+                return Ok(Some(s));
+            }
+            if nonblock {
+                return Ok(None);
+            }
+            self.shared.cv.wait(&mut q);
+        }
     }
 
-    /// `raccept` with the sizes the listener holds now (`rsetsockopt` on a listener after
-    /// `rlisten` sizes the connections it accepts, as rdma-core's inherit them).
+    /// `raccept` after setting the sizes of the connections accepted from now on
+    /// (`rsetsockopt` on a listener sizes the connections it accepts, as rdma-core's inherit
+    /// them).
     ///
     /// # Errors
     /// As [`Listener::accept`].
     pub fn accept_with(&self, nonblock: bool, sizes: Sizes) -> Result<Option<Stream>> {
-        loop {
-            let e = if nonblock {
-                match self.ch.try_get_event() {
-                    Some(e) => e,
-                    None => return Ok(None),
-                }
-            } else {
-                self.ch.get_event()
-            };
-            if e.event != CmEventType::ConnectRequest {
-                continue;
-            }
-            let id = e.id;
-            let peer = match ConnData::parse(&e.param.private_data) {
-                Ok(p) => p,
-                Err(err) => {
-                    log::debug!("raccept: {err}: rejected");
-                    let _ = id.reject(&[]);
-                    continue;
-                }
-            };
-            let ch = EventChannel::new()?;
-            id.migrate(&ch);
-            let ctx = id
-                .context()
-                .ok_or(Error::InvalidArgument("no device for the address"))?;
-            let ep = make_ep(&id, &ctx, &sizes)?;
-            let mine = conn_data(&ep, &sizes).to_bytes().to_vec();
-            id.accept(&ConnParam {
-                private_data: mine,
-                flow_control: 1,
-                ..ConnParam::defaults()
-            })?;
-            expect(&ch, CmEventType::Established)?;
-            return Stream::new(ch, id, ep, sizes, &peer).map(Some);
+        *self.shared.sizes.lock() = sizes;
+        self.accept(nonblock)
+    }
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
         }
     }
+}
+
+/// The listener's thread: answers each connection request (its connection data parsed, a QP
+/// and buffers made, this side's data in the accept) and queues the connection once it is
+/// established.
+fn accept_loop(ch: &EventChannel, sh: &Accepted) {
+    while !sh.stop.load(Ordering::SeqCst) {
+        let Some(e) = ch.get_event_timeout(Duration::from_millis(100)) else {
+            continue;
+        };
+        if e.event != CmEventType::ConnectRequest {
+            continue;
+        }
+        let sizes = *sh.sizes.lock();
+        match accept_one(e, sizes) {
+            Ok(s) => {
+                sh.ready.lock().push_back(s);
+                sh.cv.notify_all();
+            }
+            Err(err) => log::debug!("rsocket listener: a connection request failed: {err}"),
+        }
+    }
+}
+
+fn accept_one(e: crate::cm::CmEvent, sizes: Sizes) -> Result<Stream> {
+    let id = e.id;
+    let peer = match ConnData::parse(&e.param.private_data) {
+        Ok(p) => p,
+        Err(err) => {
+            log::debug!("rsocket listener: {err}: rejected");
+            let _ = id.reject(&[]);
+            return Err(Error::Invalid(err.to_string()));
+        }
+    };
+    let ch = EventChannel::new()?;
+    id.migrate(&ch);
+    let ctx = id
+        .context()
+        .ok_or(Error::InvalidArgument("no device for the address"))?;
+    let ep = make_ep(&id, &ctx, &sizes)?;
+    let mine = conn_data(&ep, &sizes).to_bytes().to_vec();
+    id.accept(&ConnParam {
+        private_data: mine,
+        flow_control: 1,
+        ..ConnParam::defaults()
+    })?;
+    expect(&ch, CmEventType::Established)?;
+    Stream::new(ch, id, ep, sizes, &peer)
 }
 
 #[cfg(test)]
