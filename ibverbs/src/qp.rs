@@ -61,7 +61,7 @@ unsafe fn create_qp(pd: *mut ibv_pd, a: &mut ibv_qp_init_attr, ex: bool) -> *mut
         );
         return fail(libc::EINVAL);
     }
-    // SAFETY: the program passes a PD and CQs of this library it has not destroyed (verbs' rule; checked non-NULL above).
+    // SAFETY: `pd`, `send_cq` and `rcq_ptr` are non-NULL (checked above) and, by verbs' rule for ibv_create_qp, objects of this library not yet destroyed: each points to its live Obj.
     let (p, scq, rcq) = unsafe { (pd_of(pd), cq_of(send_cq), cq_of(rcq_ptr)) };
     // SAFETY: a non-NULL srq is an SRQ of this library the program has not destroyed.
     let s = (!srq.is_null()).then(|| unsafe { &srq_of(srq).srq });

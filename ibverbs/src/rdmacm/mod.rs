@@ -1564,7 +1564,7 @@ pub unsafe extern "C" fn ferroce_rdma_create_qp_ex(
         );
         return fail_int(libc::EOPNOTSUPP);
     }
-    // SAFETY: `id` live, `pd` NULL or the caller's live PD, `base` valid.
+    // SAFETY: `id` is a live CM ID of ours (this function's contract), `pd` is NULL or a live PD of ours, and `base` is a local ibv_qp_init_attr valid for reading and writing.
     let r = unsafe { ferroce_rdma_create_qp(id, pd, &raw mut base) };
     if r != 0 || flags == 0 {
         return r;
