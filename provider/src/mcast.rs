@@ -128,7 +128,7 @@ fn open_group_socket(local: SocketAddr, group: IpAddr) -> io::Result<std::net::U
         IpAddr::V4(_) => socket2::Domain::IPV4,
         IpAddr::V6(_) => socket2::Domain::IPV6,
     };
-    let socket = socket2::Socket::new(domain, socket2::Type::DGRAM, Some(socket2::Protocol::UDP))?;
+    let socket = crate::sys::udp_socket(domain)?;
     socket.set_nonblocking(true)?;
     socket.set_reuse_address(true)?;
     let _ = socket.set_recv_buffer_size(1 << 20);

@@ -9,6 +9,40 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
+/// A new UDP socket of `domain` (close-on-exec), made by the `socket` system call itself
+/// rather than libc's `socket`: a program run under rdma-core's librspreload.so has every
+/// `socket()` call of the process turned into an rsocket, and ferroce's own sockets (the
+/// device's, the route probes', the multicast ones) must stay kernel UDP sockets.
+pub(crate) fn udp_socket(domain: socket2::Domain) -> io::Result<socket2::Socket> {
+    // SAFETY: the socket system call takes three integers and returns a new descriptor or -1.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_socket,
+            libc::c_int::from(domain),
+            libc::SOCK_DGRAM | libc::SOCK_CLOEXEC,
+            libc::IPPROTO_UDP,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is the descriptor the call just returned, open and owned by nobody else.
+    Ok(unsafe { socket2::Socket::from_raw_fd(fd as RawFd) })
+}
+
+/// [`udp_socket`] bound to `addr`, as `UdpSocket::bind` (which would go through libc's
+/// `socket`).
+pub(crate) fn bind_udp(addr: SocketAddr) -> io::Result<std::net::UdpSocket> {
+    let domain = if addr.is_ipv4() {
+        socket2::Domain::IPV4
+    } else {
+        socket2::Domain::IPV6
+    };
+    let s = udp_socket(domain)?;
+    s.bind(&addr.into())?;
+    Ok(s.into())
+}
+
 /// Sets an integer socket option.
 pub(crate) fn setsockopt_int(fd: RawFd, level: i32, name: i32, value: i32) -> io::Result<()> {
     // SAFETY: `value` lives for the call and its size is passed; the kernel only reads it.

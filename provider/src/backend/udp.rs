@@ -35,7 +35,7 @@ pub(crate) fn open(
     } else {
         socket2::Domain::IPV6
     };
-    let socket = socket2::Socket::new(domain, socket2::Type::DGRAM, Some(socket2::Protocol::UDP))?;
+    let socket = crate::sys::udp_socket(domain)?;
     socket.set_nonblocking(true)?;
     let _ = socket.set_recv_buffer_size(8 << 20);
     let _ = socket.set_send_buffer_size(8 << 20);

@@ -3,7 +3,7 @@
 //! ferroce device on it, the path MTU from the interface's, the flow label of the two rdma_cm
 //! ports; and rdma_cm's ephemeral ports.
 
-use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::net::{IpAddr, SocketAddr};
 use std::ops::RangeInclusive;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -29,7 +29,7 @@ pub(crate) fn source_for(dst: IpAddr) -> Result<IpAddr> {
     } else {
         (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
     };
-    let s = UdpSocket::bind(any)?;
+    let s = crate::sys::bind_udp(any)?;
     s.connect(SocketAddr::new(dst, 9))?;
     Ok(s.local_addr()?.ip())
 }

@@ -608,7 +608,7 @@ impl Membership {
         } else {
             "[::]:0".parse().map_err(std::io::Error::other)?
         };
-        let s = std::net::UdpSocket::bind(any)?;
+        let s = crate::sys::bind_udp(any)?;
         // The probe branch must be in force before the probes: attach it with the table of
         // the last answers (what data traffic is steered by until the new table).
         let reg = &self.registry;

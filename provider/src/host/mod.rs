@@ -32,7 +32,7 @@ pub(crate) fn join<R: Receiver>(
 ) -> crate::Result<(MemberReceiver<R>, Membership)> {
     // The forwarding socket: the device's address and a port of its own, outside the group,
     // where other members send what the group's steering handed them for this process.
-    let fwd = std::net::UdpSocket::bind(SocketAddr::new(local.ip(), 0))?;
+    let fwd = crate::sys::bind_udp(SocketAddr::new(local.ip(), 0))?;
     fwd.set_nonblocking(true)?;
     let fwd_port = fwd.local_addr()?.port();
     let membership = Membership::join(local, socket.clone())?;

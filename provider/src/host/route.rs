@@ -186,7 +186,7 @@ pub(crate) fn send_forwards(local: SocketAddr, registry: &Registry, forwards: &[
     } else {
         SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, 0))
     };
-    let Ok(s) = std::net::UdpSocket::bind(any) else {
+    let Ok(s) = crate::sys::bind_udp(any) else {
         return 0;
     };
     forwards
