@@ -36,6 +36,8 @@ pub const DEFAULT_INLINE: u32 = 64;
 pub const CONN_DATA_LEN: usize = 40;
 /// The length of an [`Sge`] on the wire.
 pub const SGE_LEN: usize = 16;
+/// The length of an [`Iomap`] on the wire.
+pub const IOMAP_LEN: usize = 24;
 
 /// The operation of a message's immediate data (its top 3 bits).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -180,6 +182,45 @@ impl Sge {
             addr: u64::from_le_bytes(a),
             key: u32::from_le_bytes(k),
             length: u32::from_le_bytes(l),
+        }
+    }
+}
+
+/// `struct rs_iomap`: a region the peer mapped with `riomap` and this side may `riowrite`:
+/// the offset the peer gave it, and where it lies in the peer's memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Iomap {
+    /// The first offset `riowrite` reaches it by.
+    pub offset: u64,
+    /// Its address, rkey and length in the peer's memory.
+    pub sge: Sge,
+}
+
+impl Iomap {
+    /// The 24 bytes as written into the peer's iomap area: in this (little-endian) host's
+    /// order, or swapped when the peer is big-endian (`swap`), as rdma-core writes them.
+    pub fn to_bytes(self, swap: bool) -> [u8; IOMAP_LEN] {
+        let mut b = [0u8; IOMAP_LEN];
+        if swap {
+            b[..8].copy_from_slice(&self.offset.to_be_bytes());
+            b[8..].copy_from_slice(&self.sge.to_be_bytes());
+        } else {
+            b[..8].copy_from_slice(&self.offset.to_le_bytes());
+            b[8..].copy_from_slice(&self.sge.to_le_bytes());
+        }
+        b
+    }
+
+    /// From 24 bytes of this host's iomap area (a little-endian peer's, or a big-endian
+    /// peer's that swapped them for this host).
+    pub fn from_le_bytes(b: &[u8; IOMAP_LEN]) -> Iomap {
+        let mut o = [0u8; 8];
+        o.copy_from_slice(&b[..8]);
+        let mut s = [0u8; SGE_LEN];
+        s.copy_from_slice(&b[8..]);
+        Iomap {
+            offset: u64::from_le_bytes(o),
+            sge: Sge::from_le_bytes(&s),
         }
     }
 }
@@ -365,6 +406,30 @@ mod tests {
         assert_eq!(Sge::from_be_bytes(&s.to_be_bytes()), s);
         assert_eq!(s.to_le_bytes()[0], 0x08);
         assert_eq!(s.to_be_bytes()[0], 0x01);
+    }
+
+    #[test]
+    fn iomap_entry_bytes() {
+        let m = Iomap {
+            offset: 0x1000,
+            sge: Sge {
+                addr: 0x7f00_0000_2000,
+                key: 0x1234,
+                length: 64,
+            },
+        };
+        let le = m.to_bytes(false);
+        assert_eq!(
+            le,
+            [
+                0x00, 0x10, 0, 0, 0, 0, 0, 0, // offset
+                0x00, 0x20, 0, 0, 0x00, 0x7f, 0, 0, // addr
+                0x34, 0x12, 0, 0, // key
+                64, 0, 0, 0, // length
+            ]
+        );
+        assert_eq!(Iomap::from_le_bytes(&le), m);
+        assert_eq!(m.to_bytes(true)[..8], [0, 0, 0, 0, 0, 0, 0x10, 0]);
     }
 
     #[test]

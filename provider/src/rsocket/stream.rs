@@ -22,10 +22,13 @@ use ferroce_transport::{
 };
 
 use super::proto::{
-    self, CONN_FLAG_IOMAP, CONN_FLAG_NET, ConnData, Ctrl, Msg, OLAP_START_SIZE, Op, SGE_LEN,
-    SGL_SIZE, SNDLOWAT,
+    self, CONN_FLAG_IOMAP, CONN_FLAG_NET, ConnData, Ctrl, IOMAP_LEN, Msg, OLAP_START_SIZE, Op,
+    SGE_LEN, SGL_SIZE, SNDLOWAT,
 };
 use crate::cm::{CmEventType, CmId, ConnParam, EventChannel, PortSpace};
+mod iomap;
+use iomap::Mapping;
+
 use crate::{
     CompletionQueue, Context, Error, MemoryRegion, ProtectionDomain, QpInitAttr, QueuePair, Result,
 };
@@ -49,6 +52,9 @@ pub struct Sizes {
     pub rbuf_size: u32,
     /// Inline data of the QP.
     pub sq_inline: u32,
+    /// Entries of the iomap area offered to the peer (`RDMA_IOMAPSIZE`; 0: none): how many
+    /// of its `riomap`s the peer may have this side `riowrite` at once.
+    pub iomap_size: u32,
 }
 
 impl Default for Sizes {
@@ -59,6 +65,7 @@ impl Default for Sizes {
             sbuf_size: proto::DEFAULT_BUF,
             rbuf_size: proto::DEFAULT_BUF,
             sq_inline: proto::DEFAULT_INLINE,
+            iomap_size: 0,
         }
     }
 }
@@ -107,6 +114,11 @@ pub struct Stream {
     rbuf_offset: u32,
     rbuf_bytes_avail: u32,
     rbuf_free_offset: u32,
+    // Direct writes (`riomap`, `riowrite`).
+    /// The peer's iomap area (its `length` counts entries).
+    remote_iomap: proto::Sge,
+    /// This side's `riomap`s.
+    iomaps: Vec<Mapping>,
 }
 
 impl std::fmt::Debug for Stream {
@@ -149,7 +161,11 @@ fn make_ep(id: &CmId, ctx: &Context, sizes: &Sizes) -> Result<Ep> {
     let ctrl = (proto::QP_CTRL_SIZE as usize) * SGE_LEN;
     let sbuf = pd.reg_mr(sizes.sbuf_size as usize + ctrl, AccessFlags::LOCAL_WRITE)?;
     let rbuf = pd.reg_mr(sizes.rbuf_size as usize, w)?;
-    let tsgl = pd.reg_mr(SGL_SIZE as usize * SGE_LEN, w)?;
+    // The target SGL, then the iomap area the peer writes its `riomap` entries into.
+    let tsgl = pd.reg_mr(
+        SGL_SIZE as usize * SGE_LEN + sizes.iomap_size as usize * IOMAP_LEN,
+        w,
+    )?;
     for _ in 0..sizes.rq_size {
         qp.post_recv(&RecvWr {
             wr_id: RECV,
@@ -171,7 +187,7 @@ fn conn_data(ep: &Ep, sizes: &Sizes) -> ConnData {
         version: proto::VERSION,
         flags: CONN_FLAG_IOMAP,
         credits: sizes.rq_size as u16,
-        target_iomap_size: 0,
+        target_iomap_size: proto::value_to_scale(sizes.iomap_size, 8) as u8,
         target_sgl: proto::Sge {
             addr: ep.tsgl.addr(),
             key: ep.tsgl.rkey(),
@@ -217,6 +233,16 @@ impl Stream {
             rbuf_offset: 0,
             rbuf_bytes_avail: sizes.rbuf_size / 2,
             rbuf_free_offset: sizes.rbuf_size / 2,
+            remote_iomap: if peer.flags & CONN_FLAG_IOMAP != 0 {
+                proto::Sge {
+                    addr: peer.target_sgl.addr + u64::from(peer.target_sgl.length) * SGE_LEN as u64,
+                    key: peer.target_sgl.key,
+                    length: proto::scale_to_value(u32::from(peer.target_iomap_size), 8),
+                }
+            } else {
+                proto::Sge::default()
+            },
+            iomaps: Vec::new(),
         };
         // Entry 0 is the peer's first offer; entry 1 stays as registered (zero) until the
         // peer's first grant, which may already have landed there: it is not touched.
@@ -261,6 +287,11 @@ impl Stream {
     /// The local address.
     pub fn local_addr(&self) -> Option<SocketAddr> {
         self.id.local_addr()
+    }
+
+    /// The connection's path MTU in bytes (`TCP_MAXSEG`).
+    pub fn path_mtu(&self) -> u32 {
+        self.qp.query().path_mtu.bytes()
     }
 
     /// `O_NONBLOCK`.
@@ -400,6 +431,10 @@ impl Stream {
                     self.state = 0;
                 }
             }
+            Op::IomapSgl => {
+                self.sqe_avail += 1;
+                self.sbuf_bytes_avail += IOMAP_LEN as u32;
+            }
             _ => {
                 self.sqe_avail += 1;
                 self.sbuf_bytes_avail += msg.data;
@@ -468,32 +503,15 @@ impl Stream {
     /// longer writable; EIO after a failed transfer.
     pub fn send(&mut self, buf: &[u8], dontwait: bool) -> Result<usize> {
         let nonblock = self.nonblock || dontwait;
+        self.flush_iomaps(nonblock)?;
         let mut done = 0usize;
         let mut olen = OLAP_START_SIZE;
         while done < buf.len() {
-            if !self.can_send() {
-                let r = self.process(nonblock, |s| s.can_send() || s.state & WRITABLE == 0);
-                if let Err(e) = r {
-                    return if done > 0 { Ok(done) } else { Err(e) };
-                }
-                if self.state & WRITABLE == 0 {
-                    return if done > 0 {
-                        Ok(done)
-                    } else {
-                        Err(self.io_err(libc::ECONNRESET))
-                    };
-                }
+            if let Err(e) = self.wait_can_send(nonblock) {
+                return if done > 0 { Ok(done) } else { Err(e) };
             }
             let left = (buf.len() - done) as u32;
-            let mut xfer = if olen < left {
-                let x = olen;
-                if olen < proto::MAX_TRANSFER {
-                    olen <<= 1;
-                }
-                x
-            } else {
-                left
-            };
+            let mut xfer = next_piece(&mut olen, left);
             let t = self.target(self.target_sge);
             xfer = xfer.min(self.sbuf_bytes_avail).min(t.length);
             let chunk = &buf[done..done + xfer as usize];
@@ -502,27 +520,7 @@ impl Stream {
             wr.imm_data = msg.imm();
             wr.remote.remote_addr = t.addr;
             wr.remote.rkey = t.key;
-            if xfer <= self.sizes.sq_inline {
-                wr.send_flags = SendFlags::INLINE;
-                wr.inline_data = Some(InlineData::from_slice(chunk));
-            } else {
-                let room = self.sizes.sbuf_size - self.ssgl_off;
-                if xfer <= room {
-                    self.sbuf.write(self.ssgl_off as usize, chunk)?;
-                    wr.sg_list = vec![self.sbuf.sge(self.ssgl_off as usize, xfer)].into();
-                    self.ssgl_off = if xfer < room { self.ssgl_off + xfer } else { 0 };
-                } else {
-                    let (a, b) = chunk.split_at(room as usize);
-                    self.sbuf.write(self.ssgl_off as usize, a)?;
-                    self.sbuf.write(0, b)?;
-                    wr.sg_list = vec![
-                        self.sbuf.sge(self.ssgl_off as usize, room),
-                        self.sbuf.sge(0, xfer - room),
-                    ]
-                    .into();
-                    self.ssgl_off = xfer - room;
-                }
-            }
+            self.stage(chunk, &mut wr)?;
             self.sseq_no = self.sseq_no.wrapping_add(1);
             self.sqe_avail -= 1;
             self.sbuf_bytes_avail -= xfer;
@@ -542,6 +540,46 @@ impl Stream {
             done += xfer as usize;
         }
         Ok(done)
+    }
+
+    /// Puts `chunk` into `wr`: inline when the QP takes that much, otherwise copied into the
+    /// send buffer's ring (in two pieces where it wraps), as rdma-core's sends.
+    fn stage(&mut self, chunk: &[u8], wr: &mut SendWr) -> Result<()> {
+        let len = chunk.len() as u32;
+        if len <= self.sizes.sq_inline {
+            wr.send_flags = SendFlags::INLINE;
+            wr.inline_data = Some(InlineData::from_slice(chunk));
+            return Ok(());
+        }
+        let room = self.sizes.sbuf_size - self.ssgl_off;
+        if len <= room {
+            self.sbuf.write(self.ssgl_off as usize, chunk)?;
+            wr.sg_list = vec![self.sbuf.sge(self.ssgl_off as usize, len)].into();
+            self.ssgl_off = if len < room { self.ssgl_off + len } else { 0 };
+        } else {
+            let (a, b) = chunk.split_at(room as usize);
+            self.sbuf.write(self.ssgl_off as usize, a)?;
+            self.sbuf.write(0, b)?;
+            wr.sg_list = vec![
+                self.sbuf.sge(self.ssgl_off as usize, room),
+                self.sbuf.sge(0, len - room),
+            ]
+            .into();
+            self.ssgl_off = len - room;
+        }
+        Ok(())
+    }
+
+    /// Waits (or EAGAIN when `nonblock`) until a message may go; ECONNRESET once the
+    /// connection is no longer writable.
+    fn wait_can_send(&mut self, nonblock: bool) -> Result<()> {
+        if !self.can_send() {
+            self.process(nonblock, |s| s.can_send() || s.state & WRITABLE == 0)?;
+        }
+        if self.state & WRITABLE == 0 {
+            return Err(self.io_err(libc::ECONNRESET));
+        }
+        Ok(())
     }
 
     /// `rrecv`: copies received bytes into `buf`; 0 at the end of the stream.
@@ -671,6 +709,25 @@ impl Stream {
 impl Drop for Stream {
     fn drop(&mut self) {
         self.shutdown();
+        // As rdma-core's close: every mapping deregistered, so the caller may free them.
+        for m in self.iomaps.drain(..) {
+            m.mr.dereg();
+        }
+    }
+}
+
+/// The size of a transfer's next piece with `left` bytes to go, as rdma-core overlaps its
+/// sends: `olen` (from [`OLAP_START_SIZE`], doubling up to [`proto::MAX_TRANSFER`]) while more
+/// than that is left, then the rest.
+fn next_piece(olen: &mut u32, left: u32) -> u32 {
+    if *olen < left {
+        let x = *olen;
+        if *olen < proto::MAX_TRANSFER {
+            *olen <<= 1;
+        }
+        x
+    } else {
+        left
     }
 }
 
@@ -777,15 +834,11 @@ impl Listener {
         }
     }
 
-    /// `raccept` after setting the sizes of the connections accepted from now on
-    /// (`rsetsockopt` on a listener sizes the connections it accepts, as rdma-core's inherit
-    /// them).
-    ///
-    /// # Errors
-    /// As [`Listener::accept`].
-    pub fn accept_with(&self, nonblock: bool, sizes: Sizes) -> Result<Option<Stream>> {
+    /// Sets the sizes of the connections accepted from now on (`rsetsockopt` on a listener:
+    /// rdma-core's accepted rsockets inherit the listener's options when the request
+    /// arrives).
+    pub fn set_sizes(&self, sizes: Sizes) {
         *self.shared.sizes.lock() = sizes;
-        self.accept(nonblock)
     }
 }
 
