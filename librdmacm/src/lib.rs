@@ -152,28 +152,6 @@ pub unsafe extern "C" fn rdma_reject_ece(id: P, data: *const c_void, len: u8) ->
     unsafe { rdma_reject(id, data, len) }
 }
 
-/// rsocket functions returning `int`: ENOSYS.
-macro_rules! no_rsocket {
-    ($( $name:ident ( $($arg:ident : $ty:ty),* ) -> $ret:ty = $val:expr; )*) => {
-        $(
-            #[doc = concat!("`", stringify!($name), "`: rsockets are not offered (ENOSYS).")]
-            #[unsafe(no_mangle)]
-            pub extern "C" fn $name($(_: $ty),*) -> $ret {
-                let _ = enosys();
-                $val
-            }
-        )*
-    };
-}
-
-no_rsocket! {
-    rrecvmsg(s: c_int, m: P, f: c_int) -> isize = -1;
-    rsendmsg(s: c_int, m: P, f: c_int) -> isize = -1;
-    riomap(s: c_int, b: P, n: usize, prot: c_int, f: c_int, off: i64) -> i64 = -1;
-    riounmap(s: c_int, b: P, n: usize) -> c_int = -1;
-    riowrite(s: c_int, b: P, n: usize, off: i64, f: c_int) -> usize = usize::MAX;
-}
-
 type S = libc::socklen_t;
 type A = *mut libc::sockaddr;
 
@@ -194,6 +172,20 @@ forward! {
     fn rclose => ferroce_rdma_rclose(s: c_int) -> c_int;
     /// `rrecv`.
     fn rrecv => ferroce_rdma_rrecv(s: c_int, b: P, n: usize, f: c_int) -> isize;
+    /// `rsendto`.
+    fn rsendto => ferroce_rdma_rsendto(s: c_int, b: P, n: usize, f: c_int, a: P, l: S) -> isize;
+    /// `rrecvfrom`.
+    fn rrecvfrom => ferroce_rdma_rrecvfrom(s: c_int, b: P, n: usize, f: c_int, a: A, l: *mut S) -> isize;
+    /// `rsendmsg`.
+    fn rsendmsg => ferroce_rdma_rsendmsg(s: c_int, m: P, f: c_int) -> isize;
+    /// `rrecvmsg`.
+    fn rrecvmsg => ferroce_rdma_rrecvmsg(s: c_int, m: P, f: c_int) -> isize;
+    /// `riomap`.
+    fn riomap => ferroce_rdma_riomap(s: c_int, b: P, n: usize, prot: c_int, f: c_int, off: i64) -> i64;
+    /// `riounmap`.
+    fn riounmap => ferroce_rdma_riounmap(s: c_int, b: P, n: usize) -> c_int;
+    /// `riowrite`.
+    fn riowrite => ferroce_rdma_riowrite(s: c_int, b: P, n: usize, off: i64, f: c_int) -> usize;
     /// `rsend`.
     fn rsend => ferroce_rdma_rsend(s: c_int, b: P, n: usize, f: c_int) -> isize;
     /// `rreadv`.
@@ -228,20 +220,4 @@ pub unsafe extern "C" fn rread(s: c_int, b: P, n: usize) -> isize {
 pub unsafe extern "C" fn rwrite(s: c_int, b: P, n: usize) -> isize {
     // SAFETY: rsend's contract is rwrite's.
     unsafe { rsend(s, b, n, 0) }
-}
-
-/// `rrecvfrom`: a stream rsocket's `rrecv` (the address is the peer's, not written).
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn rrecvfrom(s: c_int, b: P, n: usize, f: c_int, a: P, l: P) -> isize {
-    let _ = (a, l);
-    // SAFETY: rrecv's contract is rrecvfrom's.
-    unsafe { rrecv(s, b, n, f) }
-}
-
-/// `rsendto`: a stream rsocket's `rsend` (the address is ignored, as TCP's sendto).
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn rsendto(s: c_int, b: P, n: usize, f: c_int, a: P, l: u32) -> isize {
-    let _ = (a, l);
-    // SAFETY: rsend's contract is rsendto's.
-    unsafe { rsend(s, b, n, f) }
 }

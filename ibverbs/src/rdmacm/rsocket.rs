@@ -2,7 +2,7 @@
 //! `rrecv`, ... `rpoll`, `rselect`) over the provider's stream rsockets
 //! ([`ferroce::rsocket`]); librdmacm.so.1 forwards its `r*` symbols here. An rsocket's number
 //! is an eventfd of its own, so it never equals another descriptor of the process.
-//! Stream sockets only: datagram rsockets and `riomap`/`riowrite` are ENOSYS.
+//! Stream sockets, with `riomap`/`riounmap`/`riowrite`, and datagram sockets.
 
 use core::ffi::{c_int, c_void};
 use std::collections::HashMap;
@@ -10,6 +10,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use ferroce::rsocket::dgram::Datagram;
 use ferroce::rsocket::stream::{Listener, Sizes, Stream};
 use parking_lot::Mutex;
 
@@ -25,6 +26,8 @@ enum Sock {
     Listening(Listener),
     /// Connected (boxed: the stream's state is large beside the other variants).
     Connected(Box<Stream>),
+    /// A datagram rsocket (shared: a blocking receive runs without the socket's lock).
+    Dgram(Arc<Datagram>),
     /// Closed by the peer or shut down.
     Done,
 }
@@ -81,19 +84,29 @@ fn errno(e: &ferroce::Error) -> c_int {
     crate::errno_of(e)
 }
 
-/// `rsocket`: a stream rsocket (AF_INET or AF_INET6; `SOCK_NONBLOCK` taken).
+/// `rsocket`: a stream or datagram rsocket (AF_INET or AF_INET6; `SOCK_NONBLOCK` taken).
 #[unsafe(no_mangle)]
 pub extern "C" fn ferroce_rdma_rsocket(domain: c_int, kind: c_int, protocol: c_int) -> c_int {
-    let _ = protocol;
     if domain != libc::AF_INET && domain != libc::AF_INET6 {
         return fail(libc::EAFNOSUPPORT);
     }
-    if kind & 0xF != libc::SOCK_STREAM {
-        log::debug!("rsocket: only SOCK_STREAM rsockets are offered");
-        return fail(libc::ENOTSUP);
-    }
+    let sock = match (kind & 0xF, protocol) {
+        (libc::SOCK_STREAM, 0 | libc::IPPROTO_TCP) => Sock::Fresh { bound: None },
+        (libc::SOCK_DGRAM, 0 | libc::IPPROTO_UDP) => {
+            match Datagram::new(domain == libc::AF_INET6, Sizes::default()) {
+                Ok(d) => Sock::Dgram(Arc::new(d)),
+                Err(err) => return fail(errno(&err)),
+            }
+        }
+        _ => {
+            log::debug!(
+                "rsocket: type {kind:#x} protocol {protocol}: stream (TCP) or datagram (UDP) only"
+            );
+            return fail(libc::ENOTSUP);
+        }
+    };
     let fd = insert(Entry {
-        sock: Sock::Fresh { bound: None },
+        sock,
         nonblock: kind & libc::SOCK_NONBLOCK != 0,
         sizes: Sizes::default(),
     });
@@ -117,7 +130,7 @@ pub unsafe extern "C" fn ferroce_rdma_rbind(
     let Some(e) = lookup(s) else {
         return fail(libc::EBADF);
     };
-    // SAFETY: the caller's contract.
+    // SAFETY: `addr` points to a sockaddr of its family's size (this function's contract).
     let Some(a) = (unsafe { sockaddr_of(addr) }) else {
         return fail(libc::EAFNOSUPPORT);
     };
@@ -126,6 +139,10 @@ pub unsafe extern "C" fn ferroce_rdma_rbind(
             *bound = Some(a);
             0
         }
+        Sock::Dgram(d) => match d.bind(a) {
+            Ok(()) => 0,
+            Err(err) => fail(errno(&err)),
+        },
         _ => fail(libc::EINVAL),
     }
 }
@@ -168,7 +185,7 @@ pub unsafe extern "C" fn ferroce_rdma_raccept(
         let Sock::Listening(l) = &g.sock else {
             return fail(libc::EINVAL);
         };
-        (l.accept_with(g.nonblock, g.sizes), g.nonblock, g.sizes)
+        (l.accept(g.nonblock), g.nonblock, g.sizes)
     };
     match r {
         Ok(Some(stream)) => {
@@ -182,7 +199,8 @@ pub unsafe extern "C" fn ferroce_rdma_raccept(
                 return fail(libc::EMFILE);
             }
             if let Some(p) = peer {
-                // SAFETY: the caller's contract.
+                // raccept's contract covers `addr` and `len`.
+                // SAFETY: `addr`/`len` are NULL or a writable sockaddr area and its length.
                 unsafe { put_addr(addr, len, p) };
             }
             let _ = nonblock;
@@ -235,7 +253,7 @@ pub unsafe extern "C" fn ferroce_rdma_rconnect(
     let Some(e) = lookup(s) else {
         return fail(libc::EBADF);
     };
-    // SAFETY: the caller's contract.
+    // SAFETY: `addr` points to a sockaddr of its family's size (this function's contract).
     let Some(dst) = (unsafe { sockaddr_of(addr) }) else {
         return fail(libc::EAFNOSUPPORT);
     };
@@ -243,6 +261,12 @@ pub unsafe extern "C" fn ferroce_rdma_rconnect(
     let bound = match &g.sock {
         Sock::Fresh { bound, .. } => *bound,
         Sock::Connected(_) => return fail(libc::EISCONN),
+        Sock::Dgram(d) => {
+            return match d.connect(dst) {
+                Ok(()) => 0,
+                Err(err) => fail(errno(&err)),
+            };
+        }
         _ => return fail(libc::EINVAL),
     };
     match Stream::connect(bound, dst, g.sizes) {
@@ -271,7 +295,55 @@ fn with_stream<R: From<i8>>(s: c_int, f: impl FnOnce(&mut Stream) -> ferroce::Re
     }
 }
 
-/// `rsend`.
+/// Moves bytes through a connected rsocket: `step(stream, done)` is one nonblocking attempt
+/// from offset `done` that returns the bytes it moved (0: the end of the stream). A nonblocking
+/// call (`O_NONBLOCK` or MSG_DONTWAIT) makes one attempt; a blocking one repeats them until
+/// `enough(done)`, with the socket's lock released in between (the CPU yielded, as the
+/// provider's CQ wait does), so another thread may send while one waits to receive, as
+/// rdma-core's separate send and receive locks allow. Returns the bytes moved, or -1 and
+/// errno when none were.
+fn transfer(
+    s: c_int,
+    dontwait: bool,
+    enough: impl Fn(usize) -> bool,
+    mut step: impl FnMut(&mut Stream, usize) -> ferroce::Result<usize>,
+) -> isize {
+    let Some(e) = lookup(s) else {
+        return fail(libc::EBADF);
+    };
+    let mut done = 0usize;
+    loop {
+        let mut g = e.lock();
+        let nonblock = dontwait || g.nonblock;
+        let Sock::Connected(st) = &mut g.sock else {
+            return if done > 0 {
+                done as isize
+            } else {
+                fail(libc::ENOTCONN)
+            };
+        };
+        match step(st, done) {
+            Ok(n) => {
+                done += n;
+                if n == 0 || nonblock || enough(done) {
+                    return done as isize;
+                }
+            }
+            Err(err) if errno(&err) == libc::EAGAIN && !nonblock => {}
+            Err(err) => {
+                return if done > 0 {
+                    done as isize
+                } else {
+                    fail(errno(&err))
+                };
+            }
+        }
+        drop(g);
+        std::thread::yield_now();
+    }
+}
+
+/// `rsend`: all of `buf` when blocking.
 ///
 /// # Safety
 /// `buf` holds `len` readable bytes.
@@ -285,12 +357,172 @@ pub unsafe extern "C" fn ferroce_rdma_rsend(
     if len == 0 {
         return 0;
     }
-    // SAFETY: the caller's contract.
+    // SAFETY: `buf` holds `len` readable bytes (this function's contract) and `len` > 0.
     let data = unsafe { core::slice::from_raw_parts(buf.cast::<u8>(), len) };
+    if let Some((d, nonblock)) = dgram(s) {
+        return match d.send_to(data, None, nonblock || flags & libc::MSG_DONTWAIT != 0) {
+            Ok(n) => n as isize,
+            Err(err) => fail(errno(&err)),
+        };
+    }
+    transfer(
+        s,
+        flags & libc::MSG_DONTWAIT != 0,
+        |done| done == len,
+        |st, done| st.send(&data[done..], true),
+    )
+}
+
+/// The datagram rsocket `s` is, with its O_NONBLOCK, if it is one.
+fn dgram(s: c_int) -> Option<(Arc<Datagram>, bool)> {
+    let e = lookup(s)?;
+    let g = e.lock();
+    match &g.sock {
+        Sock::Dgram(d) => Some((d.clone(), g.nonblock)),
+        _ => None,
+    }
+}
+
+/// `rsendto`: a datagram rsocket's datagram to `addr` (its connected peer with no address);
+/// on a stream rsocket `rsend`, EISCONN with an address, as rdma-core's.
+///
+/// # Safety
+/// `buf` holds `len` readable bytes; `addr` is NULL or a sockaddr of its family's size.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ferroce_rdma_rsendto(
+    s: c_int,
+    buf: *const c_void,
+    len: usize,
+    flags: c_int,
+    addr: *const libc::sockaddr,
+    alen: libc::socklen_t,
+) -> isize {
+    let Some((d, nonblock)) = dgram(s) else {
+        if !addr.is_null() || alen != 0 {
+            return fail(libc::EISCONN);
+        }
+        // SAFETY: `buf` holds `len` readable bytes (our contract), all rsend requires.
+        return unsafe { ferroce_rdma_rsend(s, buf, len, flags) };
+    };
+    let dst = if addr.is_null() {
+        None
+    } else {
+        // SAFETY: `addr` is non-NULL here and a sockaddr of its family's size (our contract).
+        match unsafe { sockaddr_of(addr) } {
+            Some(a) => Some(a),
+            None => return fail(libc::EAFNOSUPPORT),
+        }
+    };
+    let data = if len == 0 {
+        &[][..]
+    } else {
+        // SAFETY: `buf` holds `len` readable bytes (this function's contract) and `len` > 0.
+        unsafe { core::slice::from_raw_parts(buf.cast::<u8>(), len) }
+    };
+    match d.send_to(data, dst, nonblock || flags & libc::MSG_DONTWAIT != 0) {
+        Ok(n) => n as isize,
+        Err(err) => fail(errno(&err)),
+    }
+}
+
+/// `rrecvfrom`: a datagram rsocket's next datagram and its sender (MSG_PEEK leaves it); on a
+/// stream rsocket `rrecv`, and the peer's address as rdma-core's.
+///
+/// # Safety
+/// `buf` holds `len` writable bytes; `addr`/`alen` NULL or as `recvfrom`'s.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ferroce_rdma_rrecvfrom(
+    s: c_int,
+    buf: *mut c_void,
+    len: usize,
+    flags: c_int,
+    addr: *mut libc::sockaddr,
+    alen: *mut libc::socklen_t,
+) -> isize {
+    let Some((d, nonblock)) = dgram(s) else {
+        // SAFETY: `buf` holds `len` writable bytes (our contract), all rrecv requires.
+        let n = unsafe { ferroce_rdma_rrecv(s, buf, len, flags) };
+        if n > 0 && !addr.is_null() {
+            // SAFETY: non-NULL `addr`/`alen`: a writable sockaddr area and its length.
+            unsafe { name(s, addr, alen, true) };
+        }
+        return n;
+    };
+    let out = if len == 0 {
+        &mut [][..]
+    } else {
+        // SAFETY: `buf` holds `len` writable bytes (this function's contract) and `len` > 0.
+        unsafe { core::slice::from_raw_parts_mut(buf.cast::<u8>(), len) }
+    };
+    let nb = nonblock || flags & libc::MSG_DONTWAIT != 0;
+    match d.recv_from(out, nb, flags & libc::MSG_PEEK != 0) {
+        Ok((n, from)) => {
+            // SAFETY: `addr`/`alen` are NULL or a writable sockaddr area and its length.
+            unsafe { put_addr(addr, alen, from) };
+            n as isize
+        }
+        Err(err) => fail(errno(&err)),
+    }
+}
+
+/// `riomap`: maps `len` bytes at `buf` for the peer's `riowrite` (`PROT_WRITE`) at `offset`
+/// (-1: the buffer's address); returns the offset.
+///
+/// # Safety
+/// `buf` holds `len` bytes that stay valid until `riounmap` of them or `rclose`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ferroce_rdma_riomap(
+    s: c_int,
+    buf: *mut c_void,
+    len: usize,
+    prot: c_int,
+    flags: c_int,
+    offset: i64,
+) -> i64 {
+    let _ = flags;
+    if prot & !(libc::PROT_WRITE | libc::PROT_NONE) != 0 {
+        log::debug!("riomap: prot {prot:#x}: only PROT_WRITE or PROT_NONE");
+        return fail(libc::EINVAL);
+    }
+    let at = (offset != -1).then_some(offset as u64);
     with_stream(s, |st| {
-        st.send(data, flags & libc::MSG_DONTWAIT != 0)
-            .map(|n| n as isize)
+        // rclose and riounmap deregister the mapping, and the bytes live until then (our
+        // contract).
+        // SAFETY: `buf..buf+len` stays valid until the mapping is deregistered.
+        unsafe { st.iomap(buf.cast(), len, prot & libc::PROT_WRITE != 0, at) }.map(|o| o as i64)
     })
+}
+
+/// `riounmap`: ends the mapping of exactly `buf`/`len`.
+#[unsafe(no_mangle)]
+pub extern "C" fn ferroce_rdma_riounmap(s: c_int, buf: *mut c_void, len: usize) -> c_int {
+    with_stream(s, |st| st.iounmap(buf.cast_const().cast(), len).map(|()| 0))
+}
+
+/// `riowrite`: writes `len` bytes of `buf` into the peer's mapping at `offset`; the bytes
+/// taken, or `(size_t)-1` with errno.
+///
+/// # Safety
+/// `buf` holds `len` readable bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ferroce_rdma_riowrite(
+    s: c_int,
+    buf: *const c_void,
+    len: usize,
+    offset: i64,
+    flags: c_int,
+) -> usize {
+    if len == 0 {
+        return 0;
+    }
+    // SAFETY: `buf` holds `len` readable bytes (this function's contract) and `len` > 0.
+    let data = unsafe { core::slice::from_raw_parts(buf.cast::<u8>(), len) };
+    transfer(
+        s,
+        flags & libc::MSG_DONTWAIT != 0,
+        |done| done == len,
+        |st, done| st.iowrite(&data[done..], offset as u64 + done as u64, true),
+    ) as usize
 }
 
 /// `rrecv`.
@@ -304,26 +536,31 @@ pub unsafe extern "C" fn ferroce_rdma_rrecv(
     len: usize,
     flags: c_int,
 ) -> isize {
+    if dgram(s).is_some() {
+        // SAFETY: `buf` holds `len` writable bytes (our contract); NULL address: none written.
+        return unsafe {
+            ferroce_rdma_rrecvfrom(
+                s,
+                buf,
+                len,
+                flags,
+                core::ptr::null_mut(),
+                core::ptr::null_mut(),
+            )
+        };
+    }
     if len == 0 {
         return 0;
     }
-    // SAFETY: the caller's contract.
+    // SAFETY: `buf` holds `len` writable bytes (this function's contract) and `len` > 0.
     let out = unsafe { core::slice::from_raw_parts_mut(buf.cast::<u8>(), len) };
-    with_stream(s, |st| {
-        let dontwait = flags & libc::MSG_DONTWAIT != 0;
-        if flags & libc::MSG_WAITALL != 0 && !dontwait {
-            let mut got = 0;
-            while got < out.len() {
-                let n = st.recv(&mut out[got..], false)?;
-                if n == 0 {
-                    break;
-                }
-                got += n;
-            }
-            return Ok(got as isize);
-        }
-        st.recv(out, dontwait).map(|n| n as isize)
-    })
+    let waitall = flags & libc::MSG_WAITALL != 0;
+    transfer(
+        s,
+        flags & libc::MSG_DONTWAIT != 0,
+        |done| done == len || (!waitall && done > 0),
+        |st, done| st.recv(&mut out[done..], true),
+    )
 }
 
 /// `rshutdown`.
@@ -378,12 +615,15 @@ unsafe fn name(
         (Sock::Connected(st), false) => st.local_addr(),
         (Sock::Listening(l), false) => l.local_addr(),
         (Sock::Fresh { bound, .. }, false) => *bound,
+        (Sock::Dgram(d), true) => d.peer_addr(),
+        (Sock::Dgram(d), false) => d.local_addr(),
         _ => None,
     };
     let Some(a) = a else {
         return fail(libc::ENOTCONN);
     };
-    // SAFETY: the caller's contract.
+    // This function's contract covers `addr` and `len`.
+    // SAFETY: `addr`/`len` are NULL or a writable sockaddr area and its length.
     unsafe { put_addr(addr, len, a) };
     0
 }
@@ -398,7 +638,7 @@ pub unsafe extern "C" fn ferroce_rdma_rgetpeername(
     addr: *mut libc::sockaddr,
     len: *mut libc::socklen_t,
 ) -> c_int {
-    // SAFETY: the caller's contract.
+    // SAFETY: `addr`/`len` are NULL or a writable sockaddr area and its length, as name needs.
     unsafe { name(s, addr, len, true) }
 }
 
@@ -412,7 +652,7 @@ pub unsafe extern "C" fn ferroce_rdma_rgetsockname(
     addr: *mut libc::sockaddr,
     len: *mut libc::socklen_t,
 ) -> c_int {
-    // SAFETY: the caller's contract.
+    // SAFETY: `addr`/`len` are NULL or a writable sockaddr area and its length, as name needs.
     unsafe { name(s, addr, len, false) }
 }
 
@@ -439,7 +679,7 @@ pub unsafe extern "C" fn ferroce_rdma_rsetsockopt(
         None
     };
     let mut g = e.lock();
-    match (level, opt) {
+    let r = match (level, opt) {
         (libc::SOL_SOCKET, libc::SO_RCVBUF) => {
             if let Some(v) = int.filter(|v| *v > 0) {
                 g.sizes.rbuf_size = (v as u32).max(ferroce::rsocket::proto::SNDLOWAT * 2);
@@ -472,13 +712,29 @@ pub unsafe extern "C" fn ferroce_rdma_rsetsockopt(
             }
             0
         }
-        // No iomap area is offered; a route comes from the addresses.
-        (SOL_RDMA, RDMA_IOMAPSIZE | RDMA_ROUTE) => 0,
+        (SOL_RDMA, RDMA_IOMAPSIZE) => {
+            if let Some(v) = int.filter(|v| *v >= 0) {
+                // rdma-core keeps what its 8-bit scale can carry.
+                use ferroce::rsocket::proto::{scale_to_value, value_to_scale};
+                g.sizes.iomap_size = scale_to_value(value_to_scale(v as u32, 8) & 0xFF, 8);
+            }
+            0
+        }
+        // A route comes from the addresses.
+        (SOL_RDMA, RDMA_ROUTE) => 0,
         _ => fail(libc::ENOTSUP),
+    };
+    match &g.sock {
+        Sock::Listening(l) => l.set_sizes(g.sizes),
+        Sock::Dgram(d) => d.set_sizes(g.sizes),
+        _ => {}
     }
+    r
 }
 
-/// `rgetsockopt`: SO_RCVBUF, SO_SNDBUF, SO_ERROR (0), TCP_NODELAY (1).
+/// `rgetsockopt`: the options rdma-core's answers (SO_RCVBUF, SO_SNDBUF, SO_ERROR,
+/// SO_LINGER, IP_TOS, TCP_NODELAY, TCP_MAXSEG as the path MTU, TCP_INFO with the state and
+/// the send queue as its window, the keepalive values, the `SOL_RDMA` sizes).
 ///
 /// # Safety
 /// `val` is writable for `*len` bytes.
@@ -493,29 +749,63 @@ pub unsafe extern "C" fn ferroce_rdma_rgetsockopt(
     let Some(e) = lookup(s) else {
         return fail(libc::EBADF);
     };
-    let g = e.lock();
-    let v: c_int = match (level, opt) {
-        (libc::SOL_SOCKET, libc::SO_RCVBUF) => g.sizes.rbuf_size as c_int,
-        (libc::SOL_SOCKET, libc::SO_SNDBUF) => g.sizes.sbuf_size as c_int,
-        (libc::SOL_SOCKET, libc::SO_ERROR | libc::SO_KEEPALIVE) => 0,
-        (libc::IPPROTO_TCP, libc::TCP_NODELAY) => 1,
-        (libc::IPPROTO_TCP, libc::TCP_KEEPIDLE) => 7200,
-        (SOL_RDMA, RDMA_SQSIZE) => g.sizes.sq_size as c_int,
-        (SOL_RDMA, RDMA_RQSIZE) => g.sizes.rq_size as c_int,
-        (SOL_RDMA, RDMA_INLINE) => g.sizes.sq_inline as c_int,
-        (SOL_RDMA, RDMA_IOMAPSIZE) => 0,
-        _ => return fail(libc::ENOTSUP),
+    let mut g = e.lock();
+    let int = |v: c_int| v.to_ne_bytes().to_vec();
+    let v: Vec<u8> = match (level, opt) {
+        (libc::SOL_SOCKET, libc::SO_RCVBUF) => int(g.sizes.rbuf_size as c_int),
+        (libc::SOL_SOCKET, libc::SO_SNDBUF) => int(g.sizes.sbuf_size as c_int),
+        (libc::SOL_SOCKET, libc::SO_ERROR | libc::SO_KEEPALIVE | libc::SO_REUSEADDR) => int(0),
+        (libc::SOL_SOCKET, libc::SO_LINGER) => {
+            // rdma-core's default: on, no time.
+            let l = libc::linger {
+                l_onoff: 1,
+                l_linger: 0,
+            };
+            [l.l_onoff.to_ne_bytes(), l.l_linger.to_ne_bytes()].concat()
+        }
+        (libc::IPPROTO_IP, libc::IP_TOS) => int(0),
+        (libc::IPPROTO_TCP, libc::TCP_NODELAY) => int(1),
+        (libc::IPPROTO_TCP, libc::TCP_KEEPIDLE) => int(7200),
+        (libc::IPPROTO_TCP, libc::TCP_KEEPCNT | libc::TCP_KEEPINTVL) => int(1),
+        // rdma-core's: the path MTU of a connection, 2048 before one.
+        (libc::IPPROTO_TCP, libc::TCP_MAXSEG) => int(match &mut g.sock {
+            Sock::Connected(st) => st.path_mtu() as c_int,
+            _ => 2048,
+        }),
+        // rdma-core's: all zero but the state and, as the congestion window, the send
+        // queue's size.
+        (libc::IPPROTO_TCP, libc::TCP_INFO) => {
+            let mut info = [0u8; core::mem::size_of::<libc::tcp_info>()];
+            info[0] = if matches!(g.sock, Sock::Connected(_)) {
+                1 // TCP_ESTABLISHED
+            } else {
+                7 // TCP_CLOSE
+            };
+            let cwnd = core::mem::offset_of!(libc::tcp_info, tcpi_snd_cwnd);
+            info[cwnd..cwnd + 4].copy_from_slice(&g.sizes.sq_size.to_ne_bytes());
+            info.to_vec()
+        }
+        (SOL_RDMA, RDMA_SQSIZE) => int(g.sizes.sq_size as c_int),
+        (SOL_RDMA, RDMA_RQSIZE) => int(g.sizes.rq_size as c_int),
+        (SOL_RDMA, RDMA_INLINE) => int(g.sizes.sq_inline as c_int),
+        (SOL_RDMA, RDMA_IOMAPSIZE) => int(g.sizes.iomap_size as c_int),
+        _ => {
+            log::debug!("rgetsockopt: level {level} option {opt} is not offered");
+            return fail(libc::ENOTSUP);
+        }
     };
     if val.is_null() || len.is_null() {
         return fail(libc::EINVAL);
     }
-    // SAFETY: the caller's contract: `len` valid, `val` writable for `*len` bytes.
+    // The caller's contract: `len` valid, `val` writable for `*len` bytes.
+    // SAFETY: both are non-NULL (checked above); at most `*len` bytes are written to `val`.
     unsafe {
-        if (*len as usize) < 4 {
+        let n = (*len as usize).min(v.len());
+        if n < v.len().min(4) {
             return fail(libc::EINVAL);
         }
-        val.cast::<c_int>().write_unaligned(v);
-        *len = 4;
+        core::ptr::copy_nonoverlapping(v.as_ptr(), val.cast::<u8>(), n);
+        *len = n as libc::socklen_t;
     }
     0
 }
@@ -560,11 +850,22 @@ fn ready(s: c_int, events: i16) -> Option<i16> {
                 r |= libc::POLLIN;
             }
         }
+        Sock::Dgram(d) => {
+            if events & libc::POLLIN != 0 && d.readable() {
+                r |= libc::POLLIN;
+            }
+            if events & libc::POLLOUT != 0 && d.writable() {
+                r |= libc::POLLOUT;
+            }
+        }
         Sock::Done => r |= libc::POLLHUP,
         Sock::Fresh { .. } => {}
     }
     Some(r)
 }
+
+/// How long `rpoll` polls before it sleeps between polls.
+const POLL_SPIN: Duration = Duration::from_micros(200);
 
 /// `rpoll`: rsockets by their state, other descriptors by `poll(2)`, until something is
 /// ready or `timeout` ms pass.
@@ -581,14 +882,16 @@ pub unsafe extern "C" fn ferroce_rdma_rpoll(
         // SAFETY: poll with no descriptors only sleeps.
         return unsafe { libc::poll(fds, nfds, timeout) };
     }
-    // SAFETY: the caller's contract.
+    // This function's contract: `fds` holds `nfds` pollfds.
+    // SAFETY: `fds` is not NULL (checked above) and holds `nfds` initialized pollfds.
     let fds = unsafe { core::slice::from_raw_parts_mut(fds, nfds as usize) };
     let is_rs: Vec<bool> = fds.iter().map(|p| lookup(p.fd).is_some()).collect();
     if !is_rs.iter().any(|b| *b) {
         // SAFETY: the caller's pollfds.
         return unsafe { libc::poll(fds.as_mut_ptr(), nfds, timeout) };
     }
-    let deadline = (timeout >= 0).then(|| Instant::now() + Duration::from_millis(timeout as u64));
+    let start = Instant::now();
+    let deadline = (timeout >= 0).then(|| start + Duration::from_millis(timeout as u64));
     loop {
         let mut n = 0;
         for (p, rs) in fds.iter_mut().zip(&is_rs) {
@@ -621,56 +924,57 @@ pub unsafe extern "C" fn ferroce_rdma_rpoll(
                 n += 1;
             }
         }
-        if n > 0 || deadline.is_some_and(|d| Instant::now() >= d) {
+        let now = Instant::now();
+        if n > 0 || deadline.is_some_and(|d| now >= d) {
             return n;
         }
-        std::thread::sleep(Duration::from_micros(50));
+        // As rdma-core's rpoll polls a while before it sleeps: a reply that comes within
+        // POLL_SPIN is seen at once; a longer wait sleeps in short steps.
+        if now - start < POLL_SPIN {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(Duration::from_micros(50));
+        }
     }
 }
 
-/// `rwritev`.
+/// Gathers `n` iovecs and sends them as one `rsend` with `flags`.
 ///
 /// # Safety
 /// `iov` holds `n` iovecs of readable memory.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn ferroce_rdma_rwritev(
-    s: c_int,
-    iov: *const libc::iovec,
-    n: c_int,
-) -> isize {
-    if n < 0 || (iov.is_null() && n > 0) {
+unsafe fn send_iov(s: c_int, iov: *const libc::iovec, n: usize, flags: c_int) -> isize {
+    if iov.is_null() && n > 0 {
         return fail(libc::EINVAL);
     }
     let mut data = Vec::new();
-    for i in 0..n as usize {
+    for i in 0..n {
         // SAFETY: the caller's contract: `n` iovecs, each of readable memory.
         let v = unsafe { *iov.add(i) };
         if v.iov_len > 0 {
-            // SAFETY: as above.
+            // SAFETY: the iovec's base holds `iov_len` readable bytes (our contract).
             data.extend_from_slice(unsafe {
                 core::slice::from_raw_parts(v.iov_base.cast::<u8>(), v.iov_len)
             });
         }
     }
-    // SAFETY: `data` holds its length in bytes.
-    unsafe { ferroce_rdma_rsend(s, data.as_ptr().cast(), data.len(), 0) }
+    // SAFETY: `data` is a live Vec: its pointer holds `data.len()` readable bytes.
+    unsafe { ferroce_rdma_rsend(s, data.as_ptr().cast(), data.len(), flags) }
 }
 
-/// `rreadv`.
+/// One `rrecv` with `flags` into a buffer, then scattered over `n` iovecs.
 ///
 /// # Safety
 /// `iov` holds `n` iovecs of writable memory.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn ferroce_rdma_rreadv(s: c_int, iov: *const libc::iovec, n: c_int) -> isize {
-    if n < 0 || (iov.is_null() && n > 0) {
+unsafe fn recv_iov(s: c_int, iov: *const libc::iovec, n: usize, flags: c_int) -> isize {
+    if iov.is_null() && n > 0 {
         return fail(libc::EINVAL);
     }
     // SAFETY: the caller's contract: `n` iovecs.
-    let vs: Vec<libc::iovec> = (0..n as usize).map(|i| unsafe { *iov.add(i) }).collect();
+    let vs: Vec<libc::iovec> = (0..n).map(|i| unsafe { *iov.add(i) }).collect();
     let total: usize = vs.iter().map(|v| v.iov_len).sum();
     let mut tmp = vec![0u8; total];
     // SAFETY: `tmp` holds `total` writable bytes.
-    let got = unsafe { ferroce_rdma_rrecv(s, tmp.as_mut_ptr().cast(), total, 0) };
+    let got = unsafe { ferroce_rdma_rrecv(s, tmp.as_mut_ptr().cast(), total, flags) };
     if got <= 0 {
         return got;
     }
@@ -687,6 +991,83 @@ pub unsafe extern "C" fn ferroce_rdma_rreadv(s: c_int, iov: *const libc::iovec, 
         off += k;
     }
     got
+}
+
+/// `rwritev`.
+///
+/// # Safety
+/// `iov` holds `n` iovecs of readable memory.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ferroce_rdma_rwritev(
+    s: c_int,
+    iov: *const libc::iovec,
+    n: c_int,
+) -> isize {
+    let Ok(n) = usize::try_from(n) else {
+        return fail(libc::EINVAL);
+    };
+    // SAFETY: the caller's contract is send_iov's.
+    unsafe { send_iov(s, iov, n, 0) }
+}
+
+/// `rreadv`.
+///
+/// # Safety
+/// `iov` holds `n` iovecs of writable memory.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ferroce_rdma_rreadv(s: c_int, iov: *const libc::iovec, n: c_int) -> isize {
+    let Ok(n) = usize::try_from(n) else {
+        return fail(libc::EINVAL);
+    };
+    // SAFETY: the caller's contract is recv_iov's.
+    unsafe { recv_iov(s, iov, n, 0) }
+}
+
+/// `rsendmsg`: the message's iovecs as one send (ENOTSUP with control data, as rdma-core's).
+///
+/// # Safety
+/// `msg` is a valid msghdr whose iovecs are readable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ferroce_rdma_rsendmsg(
+    s: c_int,
+    msg: *const libc::msghdr,
+    flags: c_int,
+) -> isize {
+    // SAFETY: the caller's contract: NULL or a valid msghdr.
+    let Some(m) = (unsafe { msg.as_ref() }) else {
+        return fail(libc::EINVAL);
+    };
+    if !m.msg_control.is_null() && m.msg_controllen > 0 {
+        log::debug!("rsendmsg: control data is not carried by rsockets");
+        return fail(libc::ENOTSUP);
+    }
+    // SAFETY: the msghdr's iovecs are the caller's readable memory.
+    unsafe { send_iov(s, m.msg_iov, m.msg_iovlen, flags) }
+}
+
+/// `rrecvmsg`: received bytes scattered over the message's iovecs (ENOTSUP with a control
+/// buffer, as rdma-core's). `flags` (MSG_DONTWAIT, MSG_WAITALL) are taken as `rrecv` takes
+/// them; rdma-core's reads the message's `msg_flags` instead, which a caller leaves 0.
+///
+/// # Safety
+/// `msg` is a valid msghdr whose iovecs are writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ferroce_rdma_rrecvmsg(
+    s: c_int,
+    msg: *mut libc::msghdr,
+    flags: c_int,
+) -> isize {
+    // SAFETY: the caller's contract: NULL or a valid msghdr.
+    let Some(m) = (unsafe { msg.as_mut() }) else {
+        return fail(libc::EINVAL);
+    };
+    if !m.msg_control.is_null() && m.msg_controllen > 0 {
+        log::debug!("rrecvmsg: control data is not carried by rsockets");
+        return fail(libc::ENOTSUP);
+    }
+    m.msg_flags = 0;
+    // SAFETY: the msghdr's iovecs are the caller's writable memory.
+    unsafe { recv_iov(s, m.msg_iov, m.msg_iovlen, flags) }
 }
 
 /// `rselect`: as `select(2)`, with rsockets among the descriptors (through [`ferroce_rdma_rpoll`]).
