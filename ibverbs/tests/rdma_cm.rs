@@ -363,6 +363,92 @@ fn rstream_over_rsockets() {
     }
 }
 
+/// rdma-core's riostream, unmodified: each side `riomap`s its buffer, the other `riowrite`s
+/// into it and the receiver spins on the buffer's last byte (data verified by riostream's
+/// own check, `-T v`), nonblocking, blocking and rpoll-driven, several sizes.
+#[test]
+fn riostream_writes_into_riomapped_buffers() {
+    if !have("riostream", "rdmacm-utils") {
+        return;
+    }
+    let a = "127.0.76.2";
+    for (i, (size, count, mode)) in [
+        ("64", "200", "n"),
+        ("4096", "200", "b"),
+        ("65536", "50", "a"),
+        ("1000000", "10", "v"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let port = (7620 + i).to_string();
+        let (s, c) = pair(
+            "riostream",
+            &[
+                "-b", a, "-p", &port, "-S", size, "-C", count, "-T", mode, "-T", "v",
+            ],
+            &[
+                "-s", a, "-p", &port, "-S", size, "-C", count, "-T", mode, "-T", "v",
+            ],
+            a,
+        );
+        for (side, out) in [("server", &s), ("client", &c)] {
+            assert!(
+                out.contains("Gb/sec") && out.lines().count() >= 2,
+                "riostream {side} -S {size} -T {mode}:\n{out}"
+            );
+        }
+    }
+}
+
+/// rdma-core's udpong, unmodified, over datagram rsockets: its login goes through the UDP
+/// sockets, the rest as UD SENDs once each side knows the other's QPN; echoed runs (each
+/// message answered within udpong's 1 ms resend timer) of three sizes up to 1400 bytes,
+/// blocking and rpoll-driven, and a one-way run. The server never exits by itself: it is
+/// stopped after the client.
+#[test]
+fn udpong_over_datagram_rsockets() {
+    if !have("udpong", "rdmacm-utils") {
+        return;
+    }
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let a = "127.0.82.2";
+    for (i, opts) in [
+        &["-S", "64", "-C", "2000", "-T", "e"][..],
+        &["-S", "1024", "-C", "2000", "-T", "e", "-T", "a"],
+        &["-S", "1400", "-C", "1000", "-T", "e", "-T", "n"],
+        &["-S", "1024", "-C", "20000"],
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let port = (7730 + i).to_string();
+        let run = |args: &[&str]| {
+            let mut c = Command::new("stdbuf");
+            c.arg("-oL")
+                .arg("udpong")
+                .args(args)
+                .args(opts)
+                .env("LD_LIBRARY_PATH", lib_dir())
+                .env("FERROCE_DEVICES", a)
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            start(c)
+        };
+        let mut srv = run(&["-b", a, "-p", &port]);
+        std::thread::sleep(Duration::from_millis(300));
+        let (cok, cout) = finish(run(&["-s", a, "-p", &port]), LIMIT);
+        let _ = srv.child.kill();
+        let (_, sout) = finish(srv, LIMIT);
+        assert!(
+            cok && cout.lines().any(|l| l.starts_with("custom "))
+                && sout.contains("client login from"),
+            "udpong {opts:?}: client ok {cok}\n--- server\n{sout}\n--- client\n{cout}"
+        );
+    }
+}
+
 /// Debian's librspreload.so runs a plain TCP program (socket, bind, listen, accept, connect,
 /// send, recv; 4 MiB checked) over ferroce's rsockets. A kernel TCP listener holds the same
 /// port meanwhile: a program that fell back to kernel TCP could not bind it.
@@ -402,6 +488,79 @@ fn librspreload_runs_a_tcp_program_over_rsockets() {
         cok && sok && cout.contains("sum matches") && sout.contains("4194304 bytes"),
         "client ok {cok}, server ok {sok}\n--- server\n{sout}\n--- client\n{cout}"
     );
+}
+
+/// iperf3, unmodified, under Debian's librspreload.so: its control connection and its data
+/// connection are rsockets over ferroce, 64 MiB each way (`-R` reverses it); iperf3's
+/// getsockopt of TCP_MAXSEG and TCP_INFO answered as rdma-core's. A kernel TCP listener holds
+/// the port meanwhile, so a fallback to kernel TCP could not bind it.
+#[test]
+fn librspreload_runs_iperf3() {
+    let preload = "/usr/lib/x86_64-linux-gnu/rsocket/librspreload.so";
+    let found = std::path::Path::new(preload).exists();
+    if !common::installed("librspreload.so", found, "librdmacm1") || !have("iperf3", "iperf3") {
+        return;
+    }
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let a = "127.0.79.3";
+    for (i, reverse) in [false, true].into_iter().enumerate() {
+        let port = (7970 + i).to_string();
+        let guard = std::net::TcpListener::bind((a, 7970 + i as u16)).unwrap();
+        let run = |args: &[&str]| {
+            let mut c = Command::new("iperf3");
+            c.args(args)
+                .env("LD_PRELOAD", preload)
+                .env("LD_LIBRARY_PATH", lib_dir())
+                .env("FERROCE_DEVICES", a)
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            start(c)
+        };
+        let srv = run(&["-s", "-B", a, "-p", &port, "-1"]);
+        assert!(
+            ferroce_tests::wait_cm_bound(a, srv.child.id(), LIMIT),
+            "the iperf3 server never bound its rdma_cm port"
+        );
+        let mut args = vec!["-c", a, "-p", &port, "-n", "64M"];
+        if reverse {
+            args.push("-R");
+        }
+        let (cok, cout) = finish(run(&args), LIMIT);
+        let (sok, sout) = finish(srv, LIMIT);
+        drop(guard);
+        let ends = cout
+            .lines()
+            .filter(|l| {
+                l.contains("64.0 MBytes") && (l.contains("sender") || l.contains("receiver"))
+            })
+            .count();
+        assert!(
+            cok && sok && ends == 2 && !cout.contains("error") && !sout.contains("error"),
+            "iperf3 reverse {reverse}: client ok {cok}, server ok {sok}\n--- server\n{sout}\n--- client\n{cout}"
+        );
+    }
+}
+
+/// Full duplex from several threads: on each socket of a connected pair one thread sends
+/// 8 MiB while another receives the peer's (a receiver waiting for data must not keep its
+/// socket's sender out, as rdma-core's separate locks allow); every byte checked.
+#[test]
+fn rsockets_full_duplex_from_two_threads_per_socket() {
+    let Some(exe) = common::compile_c(
+        "rs_duplex",
+        "rdma/rsocket.h",
+        "librdmacm-dev",
+        &["-lrdmacm", "-lpthread"],
+    ) else {
+        return;
+    };
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let (ok, out) = finish(
+        start(common::on_ferroce(&exe, &["127.0.80.2"], "127.0.80.2")),
+        LIMIT,
+    );
+    assert!(ok && out.contains("ok"), "{out}");
 }
 
 /// rsockets through their own API in one process (rselect and rpoll among them).

@@ -20,7 +20,7 @@ gip() { echo "10.77.0.$((10+$1))"; }
 
 lab_down() {
   [ -n "$CAPPID" ] && cap_stop
-  for g in "$RUN"/g*; do [ -d "$g" ] && touch "$g/stop"; done
+  for g in "${RUN:-/nonexistent}"/g*; do [ -d "$g" ] && touch "$g/stop"; done
   local i p alive
   for i in $(seq 1 60); do
     alive=0; for p in "${QPIDS[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done

@@ -4,7 +4,7 @@
 # lab's namespace); kernel rxe in guest g1 (10.77.0.11). A failing scenario keeps its pcap under
 # $FERROCE_LAB_OUT (default /tmp/ferroce-interop) and `ferroce pcap` decodes it.
 #   tests/interop/suite.sh            build (or reuse) the image, run every scenario
-#   SCENARIOS="pingpong matrix loss programs shared cm fuzz bench"  a subset of these groups (default: all)
+#   SCENARIOS="pingpong matrix loss programs shared cm rsockets fuzz bench"  a subset of these groups (default: all)
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 TOP=$(cd "$HERE/../.." && pwd)
@@ -39,11 +39,11 @@ result() { # NAME OK DETAIL
   if [ "$2" = 1 ]; then PASS=$((PASS+1)); echo "PASS $1"; else FAIL=$((FAIL+1)); echo "FAIL $1 $3"; fi
 }
 G=10.77.0.11
-SCENARIOS=${SCENARIOS:-pingpong matrix loss programs shared cm fuzz bench}
+SCENARIOS=${SCENARIOS:-pingpong matrix loss programs shared cm rsockets fuzz bench}
 want() { [[ " $SCENARIOS " == *" $1 "* ]]; }
 # ferroce's libibverbs.so.1 (ibverbs/build.sh) for the unmodified-programs group.
 IBV_DIR=
-if want programs || want cm || want bench; then
+if want programs || want cm || want rsockets || want bench; then
   IBV_DIR=$OUT/ibverbs
   # Both drop-in libraries: libibverbs.so.1 and librdmacm.so.1 (the cm group's programs).
   "$TOP/librdmacm/build.sh" "$IBV_DIR" >"$OUT/ibverbs.build.log" 2>&1 || IBV_DIR=
@@ -156,10 +156,10 @@ cm_pair() { # ROLE PROG WANT SARGS CARGS   (PROG: one program, or SERVER|CLIENT)
     sleep 2
     # rdma_cm listeners are not in ss: a REQ before the guest's (slow, emulated) server
     # listens is rejected (8) by its kernel CM, a SIDR_REQ answered with status 1 (no such
-    # service: UNREACHABLE, error 1), and the client is tried again.
+    # service: UNREACHABLE, error 1; rconnect's ECONNREFUSED), and the client is tried again.
     for try in 1 2 3 4 5 6 7 8 9 10; do
       nsexec env $fenv timeout 120 $cprog ${fc//DEV/ferroce0} >"$fo" 2>&1; frc=$?
-      { [ $frc != 0 ] && grep -Eq 'REJECTED|UNREACHABLE, error: 1$' "$fo"; } || break
+      { [ $frc != 0 ] && grep -Eq 'REJECTED|UNREACHABLE, error: 1$|Connection refused' "$fo"; } || break
       sleep 1
     done
     go=$(gwait 1 "$id" 120); local grc=$?
@@ -452,7 +452,7 @@ fuzz_rxe() {
 
 for mtu_link in 1500 4200; do
   # The one-guest groups (bench boots a lab of its own).
-  { want pingpong || want matrix || want loss || want programs || want shared || want cm || want fuzz; } || break
+  { want pingpong || want matrix || want loss || want programs || want shared || want cm || want rsockets || want fuzz; } || break
   mtu=1024; [ $mtu_link = 4200 ] && mtu=4096
   if ! lab_up 1 $mtu_link; then result "lab boot (bridge MTU $mtu_link)" 0 ""; lab_down; continue; fi
   log "guest: kernel $(gexec 1 'uname -r' 30), $(gexec 1 "dpkg-query -W -f '\${Package} \${Version}' ibverbs-providers" 30)"
@@ -519,6 +519,17 @@ for mtu_link in 1500 4200; do
     else
       result "rdma_cm ipv6 mtu $mtu" 0 "(no IPv6 address or no rxe0 GID for it)"
     fi
+  fi
+  if want rsockets; then
+    for role in ferroce-server rxe-server; do
+      # rsockets: ferroce's against rdma-core's own (librdmacm's rsocket.c in the guest), data
+      # verified by the programs (-T v); rstream's credits and buffer grants over a 1 MB
+      # transfer, riostream's riomap entries and direct writes. (Not udpong: rdma-core's
+      # datagram rsockets fail on RoCE even between two of its own, see docs/interop.md.)
+      cm_pair $role rstream "Gb/sec" "-b @ -S 4096 -C 100 -T v" "-s @ -S 4096 -C 100 -T v"
+      CM_TAG=" 1 MB blocking" cm_pair $role rstream "Gb/sec" "-b @ -S 1000000 -C 4 -T b -T v" "-s @ -S 1000000 -C 4 -T b -T v"
+      cm_pair $role riostream "Gb/sec" "-b @ -S 65536 -C 20 -T v" "-s @ -S 65536 -C 20 -T v"
+    done
   fi
   [ $mtu_link = 1500 ] && want fuzz && fuzz_rxe
   if [ $mtu_link = 1500 ] && want loss; then

@@ -4,7 +4,7 @@
 # libibverbs.so.1 and librdmacm.so.1 copied in, then its unmodified programs run in it over
 # loopback, each pair checked by its own success output: ibv_devinfo, the four pingpongs,
 # every perftest program (and -R, through rdma_cm), rping, ucmatose, udaddy, rdma_server and
-# rdma_client. (rdma-core 56's own pyverbs suite: tests/userland/trixie-guest.sh.) Needs
+# rdma_client, rstream, riostream. (rdma-core 56's own pyverbs suite: tests/userland/trixie-guest.sh.) Needs
 # root (chroot, mounts) and the Debian mirror; fails on the first program that fails.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -101,6 +101,8 @@ pair rping 'ping data: rdma-ping-9' rping -s -a "$addr" -v -C 10 -- rping -c -a 
 pair ucmatose 'return status 0' ucmatose -c 2 -C 10 -- ucmatose -s "$addr" -c 2 -C 10
 pair udaddy 'return status 0' udaddy -- udaddy -s "$addr"
 pair rdma_client 'rdma_client: end 0' rdma_server -s "$addr" -- rdma_client -s "$addr"
+pair rstream 'Gb/sec' rstream -b "$addr" -S 65536 -C 100 -T v -- rstream -s "$addr" -S 65536 -C 100 -T v
+pair riostream 'Gb/sec' riostream -b "$addr" -S 65536 -C 50 -T v -- riostream -s "$addr" -S 65536 -C 50 -T v
 
 # rdma-core 56's pyverbs suite runs in a lab guest (tests/userland/trixie-guest.sh): it finds
 # a device's interface with iproute2's `rdma link show`, which needs the kernel's RDMA netlink.

@@ -1,6 +1,7 @@
 /* rsockets through their own API: a listener and a client rsocket in one process, the
  * accept and the data awaited with rselect and rpoll, a nonblocking rrecv's EAGAIN, the
- * peer's name, and the end of the stream after rshutdown. Prints "ok" when all hold. */
+ * peer's name, rsendmsg/rrecvmsg over iovecs, and the end of the stream after rshutdown.
+ * Prints "ok" when all hold. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -40,6 +41,21 @@ int main(int argc, char **argv)
 	socklen_t len = sizeof peer;
 	CHECK(rgetpeername(s, (void *)&peer, &len) == 0 && peer.sin_addr.s_addr == a.sin_addr.s_addr,
 	      "the peer's name");
+	{
+		/* rsendmsg gathers, rrecvmsg scatters; control data is refused as rdma-core's. */
+		char a1[] = "scatter ", a2[] = "gather", b1[5], b2[16];
+		struct iovec out[2] = { { a1, 8 }, { a2, 6 } }, in[2] = { { b1, 5 }, { b2, 16 } };
+		struct msghdr m = { .msg_iov = out, .msg_iovlen = 2 };
+		char ctl[16];
+		CHECK(rsendmsg(c, &m, 0) == 14, "rsendmsg");
+		m.msg_iov = in;
+		CHECK(rpoll(&p, 1, 5000) == 1, "rpoll for the message");
+		CHECK(rrecvmsg(s, &m, 0) == 14 && !memcmp(b1, "scatt", 5) && !memcmp(b2, "er gather", 9),
+		      "rrecvmsg");
+		m.msg_control = ctl;
+		m.msg_controllen = sizeof ctl;
+		CHECK(rsendmsg(c, &m, 0) < 0 && errno == ENOTSUP, "control data: ENOTSUP");
+	}
 	CHECK(rshutdown(c, SHUT_RDWR) == 0, "rshutdown");
 	CHECK(rfcntl(s, F_SETFL, 0) == 0, "blocking again");
 	CHECK(rrecv(s, buf, sizeof buf, 0) == 0, "the end of the stream");
