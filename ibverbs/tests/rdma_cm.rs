@@ -329,6 +329,41 @@ fn mckey_senders_and_receivers() {
     assert_eq!(igmp_users(group), 0, "every member left the group");
 }
 
+/// Runs `prog` (rstream or riostream), unmodified, server on `addr` and client to it, once
+/// per (size, count, mode) from port `base_port` on, each side with `-T mode` and `extra`;
+/// each side must finish with its figures line.
+fn stream_runs(
+    prog: &str,
+    addr: &str,
+    base_port: usize,
+    cases: &[(&str, &str, &str)],
+    extra: &[&str],
+) {
+    for (i, &(size, count, mode)) in cases.iter().enumerate() {
+        let port = (base_port + i).to_string();
+        let common = ["-p", &port, "-S", size, "-C", count, "-T", mode];
+        let server: Vec<&str> = ["-b", addr]
+            .iter()
+            .chain(&common)
+            .chain(extra)
+            .copied()
+            .collect();
+        let client: Vec<&str> = ["-s", addr]
+            .iter()
+            .chain(&common)
+            .chain(extra)
+            .copied()
+            .collect();
+        let (s, c) = pair(prog, &server, &client, addr);
+        for (side, out) in [("server", &s), ("client", &c)] {
+            assert!(
+                out.contains("Gb/sec") && out.lines().count() >= 2,
+                "{prog} {side} -S {size} -T {mode}:\n{out}"
+            );
+        }
+    }
+}
+
 /// rstream (rdmacm-utils), unmodified, over ferroce's rsockets: its nonblocking default
 /// (MSG_DONTWAIT), blocking (`-T b`) and rpoll-driven (`-T a`) loops, data verified (`-T v`),
 /// several transfer sizes.
@@ -337,30 +372,13 @@ fn rstream_over_rsockets() {
     if !have("rstream", "rdmacm-utils") {
         return;
     }
-    let a = "127.0.76.1";
-    for (i, (size, count, mode)) in [
+    let cases = [
         ("64", "2000", "v"),
         ("4096", "1000", "b"),
         ("65536", "200", "a"),
         ("1000000", "20", "v"),
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        let port = (7600 + i).to_string();
-        let (s, c) = pair(
-            "rstream",
-            &["-b", a, "-p", &port, "-S", size, "-C", count, "-T", mode],
-            &["-s", a, "-p", &port, "-S", size, "-C", count, "-T", mode],
-            a,
-        );
-        for (side, out) in [("server", &s), ("client", &c)] {
-            assert!(
-                out.contains("Gb/sec") && out.lines().count() >= 2,
-                "rstream {side} -S {size} -T {mode}:\n{out}"
-            );
-        }
-    }
+    ];
+    stream_runs("rstream", "127.0.76.1", 7600, &cases, &[]);
 }
 
 /// rdma-core's riostream, unmodified: each side `riomap`s its buffer, the other `riowrite`s
@@ -371,34 +389,13 @@ fn riostream_writes_into_riomapped_buffers() {
     if !have("riostream", "rdmacm-utils") {
         return;
     }
-    let a = "127.0.76.2";
-    for (i, (size, count, mode)) in [
+    let cases = [
         ("64", "200", "n"),
         ("4096", "200", "b"),
         ("65536", "50", "a"),
         ("1000000", "10", "v"),
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        let port = (7620 + i).to_string();
-        let (s, c) = pair(
-            "riostream",
-            &[
-                "-b", a, "-p", &port, "-S", size, "-C", count, "-T", mode, "-T", "v",
-            ],
-            &[
-                "-s", a, "-p", &port, "-S", size, "-C", count, "-T", mode, "-T", "v",
-            ],
-            a,
-        );
-        for (side, out) in [("server", &s), ("client", &c)] {
-            assert!(
-                out.contains("Gb/sec") && out.lines().count() >= 2,
-                "riostream {side} -S {size} -T {mode}:\n{out}"
-            );
-        }
-    }
+    ];
+    stream_runs("riostream", "127.0.76.2", 7620, &cases, &["-T", "v"]);
 }
 
 /// rdma-core's udpong, unmodified, over datagram rsockets: its login goes through the UDP

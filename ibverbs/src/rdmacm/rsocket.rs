@@ -673,7 +673,7 @@ pub unsafe extern "C" fn ferroce_rdma_rsetsockopt(
         return fail(libc::EBADF);
     };
     let int = if !val.is_null() && len as usize >= 4 {
-        // SAFETY: the caller's contract: at least 4 readable bytes.
+        // SAFETY: `val` is non-NULL and the option's value it points to is `len` >= 4 readable bytes; read unaligned.
         Some(unsafe { val.cast::<c_int>().read_unaligned() })
     } else {
         None
@@ -948,7 +948,7 @@ unsafe fn send_iov(s: c_int, iov: *const libc::iovec, n: usize, flags: c_int) ->
     }
     let mut data = Vec::new();
     for i in 0..n {
-        // SAFETY: the caller's contract: `n` iovecs, each of readable memory.
+        // SAFETY: `iov` is non-NULL here (n > 0) and points to `n` iovecs; i < n.
         let v = unsafe { *iov.add(i) };
         if v.iov_len > 0 {
             // SAFETY: the iovec's base holds `iov_len` readable bytes (our contract).
@@ -969,7 +969,7 @@ unsafe fn recv_iov(s: c_int, iov: *const libc::iovec, n: usize, flags: c_int) ->
     if iov.is_null() && n > 0 {
         return fail(libc::EINVAL);
     }
-    // SAFETY: the caller's contract: `n` iovecs.
+    // SAFETY: `iov` points to `n` iovecs (non-NULL when n > 0, checked above); i < n.
     let vs: Vec<libc::iovec> = (0..n).map(|i| unsafe { *iov.add(i) }).collect();
     let total: usize = vs.iter().map(|v| v.iov_len).sum();
     let mut tmp = vec![0u8; total];
@@ -1006,7 +1006,7 @@ pub unsafe extern "C" fn ferroce_rdma_rwritev(
     let Ok(n) = usize::try_from(n) else {
         return fail(libc::EINVAL);
     };
-    // SAFETY: the caller's contract is send_iov's.
+    // SAFETY: `iov` is NULL with n == 0 (refused otherwise) or points to `n` iovecs of readable memory, all send_iov requires.
     unsafe { send_iov(s, iov, n, 0) }
 }
 
@@ -1019,7 +1019,7 @@ pub unsafe extern "C" fn ferroce_rdma_rreadv(s: c_int, iov: *const libc::iovec, 
     let Ok(n) = usize::try_from(n) else {
         return fail(libc::EINVAL);
     };
-    // SAFETY: the caller's contract is recv_iov's.
+    // SAFETY: `iov` is NULL with n == 0 (refused otherwise) or points to `n` iovecs of writable memory, all recv_iov requires.
     unsafe { recv_iov(s, iov, n, 0) }
 }
 
@@ -1033,7 +1033,7 @@ pub unsafe extern "C" fn ferroce_rdma_rsendmsg(
     msg: *const libc::msghdr,
     flags: c_int,
 ) -> isize {
-    // SAFETY: the caller's contract: NULL or a valid msghdr.
+    // SAFETY: `msg` is NULL (refused by as_ref/as_mut) or points to a valid, aligned msghdr.
     let Some(m) = (unsafe { msg.as_ref() }) else {
         return fail(libc::EINVAL);
     };
@@ -1041,7 +1041,7 @@ pub unsafe extern "C" fn ferroce_rdma_rsendmsg(
         log::debug!("rsendmsg: control data is not carried by rsockets");
         return fail(libc::ENOTSUP);
     }
-    // SAFETY: the msghdr's iovecs are the caller's readable memory.
+    // SAFETY: `msg_iov` points to `msg_iovlen` iovecs of readable memory (a valid msghdr), all send_iov requires.
     unsafe { send_iov(s, m.msg_iov, m.msg_iovlen, flags) }
 }
 
@@ -1057,7 +1057,7 @@ pub unsafe extern "C" fn ferroce_rdma_rrecvmsg(
     msg: *mut libc::msghdr,
     flags: c_int,
 ) -> isize {
-    // SAFETY: the caller's contract: NULL or a valid msghdr.
+    // SAFETY: `msg` is NULL (refused by as_ref/as_mut) or points to a valid, aligned msghdr.
     let Some(m) = (unsafe { msg.as_mut() }) else {
         return fail(libc::EINVAL);
     };
@@ -1066,7 +1066,7 @@ pub unsafe extern "C" fn ferroce_rdma_rrecvmsg(
         return fail(libc::ENOTSUP);
     }
     m.msg_flags = 0;
-    // SAFETY: the msghdr's iovecs are the caller's writable memory.
+    // SAFETY: `msg_iov` points to `msg_iovlen` iovecs of writable memory (a valid msghdr), all recv_iov requires.
     unsafe { recv_iov(s, m.msg_iov, m.msg_iovlen, flags) }
 }
 

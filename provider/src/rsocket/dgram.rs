@@ -57,7 +57,7 @@ struct UdEp {
 }
 
 struct State {
-    ep: Option<UdEp>,
+    ud: Option<UdEp>,
     dests: HashMap<SocketAddr, Dest>,
     received: VecDeque<(SocketAddr, Vec<u8>)>,
     connected: Option<SocketAddr>,
@@ -111,7 +111,7 @@ impl Datagram {
         let sh = Arc::new(Shared {
             udp,
             st: Mutex::new(State {
-                ep: None,
+                ud: None,
                 dests: HashMap::new(),
                 received: VecDeque::new(),
                 connected: None,
@@ -160,7 +160,7 @@ impl Datagram {
     /// The queue and inline sizes (`rsetsockopt`), taken until the UD QP is made.
     pub fn set_sizes(&self, sizes: Sizes) {
         let mut st = self.sh.st.lock();
-        if st.ep.is_none() {
+        if st.ud.is_none() {
             st.rq_size = sizes.rq_size.min(sizes.rbuf_size / SLOT as u32).max(2);
             st.sq_size = sizes.sq_size.min(sizes.sbuf_size / SLOT as u32).max(2);
             st.sq_inline = sizes.sq_inline;
@@ -211,7 +211,7 @@ impl Datagram {
         loop {
             let mut guard = self.sh.st.lock();
             let st = &mut *guard;
-            let Some(ep) = st.ep.as_mut() else {
+            let Some(ep) = st.ud.as_mut() else {
                 return Err(io(libc::ENOTCONN));
             };
             let hdr = DsHeader { src: ep.local };
@@ -276,7 +276,7 @@ impl Datagram {
             {
                 let mut st = self.sh.st.lock();
                 let st = &mut *st;
-                if let Some(ep) = st.ep.as_mut() {
+                if let Some(ep) = st.ud.as_mut() {
                     poll_ep(ep, &mut st.received);
                 }
                 let front = if peek {
@@ -307,7 +307,7 @@ impl Datagram {
     pub fn readable(&self) -> bool {
         let mut st = self.sh.st.lock();
         let st = &mut *st;
-        if let Some(ep) = st.ep.as_mut() {
+        if let Some(ep) = st.ud.as_mut() {
             poll_ep(ep, &mut st.received);
         }
         !st.received.is_empty()
@@ -317,7 +317,7 @@ impl Datagram {
     pub fn writable(&self) -> bool {
         let mut st = self.sh.st.lock();
         let st = &mut *st;
-        match st.ep.as_mut() {
+        match st.ud.as_mut() {
             Some(ep) => {
                 poll_ep(ep, &mut st.received);
                 !ep.free.is_empty()
@@ -341,7 +341,7 @@ impl Shared {
     /// (rdma-core's ds_get_qp: its source address is the UDP socket's, or the route's when
     /// that is a wildcard).
     fn ensure_ep(&self, st: &mut State, dst: SocketAddr) -> Result<()> {
-        if st.ep.is_some() {
+        if st.ud.is_some() {
             return Ok(());
         }
         let mut local = self.udp.local_addr().map_err(Error::Io)?;
@@ -385,7 +385,7 @@ impl Shared {
             "datagram rsocket {local}: UD QP {:#x}, MTU {mtu}",
             qp.qp_num()
         );
-        st.ep = Some(UdEp {
+        st.ud = Some(UdEp {
             _ch: ch,
             _id: id,
             _pd: pd,
@@ -405,7 +405,7 @@ impl Shared {
     fn send_udp(&self, buf: &[u8], dst: SocketAddr, op: u8) -> Result<()> {
         let (qpn, ip) = {
             let st = self.st.lock();
-            let Some(ep) = st.ep.as_ref() else {
+            let Some(ep) = st.ud.as_ref() else {
                 return Err(io(libc::ENOTCONN));
             };
             (ep.qp.qp_num(), ep.local.ip())
