@@ -68,6 +68,10 @@ pair() {
         if out=$(in_root timeout 60 "${client[@]}" 2>&1); then
             wait "$spid" && ok=1
         else
+            # $spid is the shell running in_root; the server is its child (chroot's exec chain
+            # ends in timeout, which passes the signal on). Killing only $spid left the server
+            # listening for up to 60 s, holding the next program's rdma_cm port.
+            pkill -TERM -P "$spid" 2>/dev/null || true
             kill "$spid" 2>/dev/null || true
             wait "$spid" 2>/dev/null || true
         fi
