@@ -973,7 +973,7 @@ unsafe fn recv_iov(s: c_int, iov: *const libc::iovec, n: usize, flags: c_int) ->
     let vs: Vec<libc::iovec> = (0..n).map(|i| unsafe { *iov.add(i) }).collect();
     let total: usize = vs.iter().map(|v| v.iov_len).sum();
     let mut tmp = vec![0u8; total];
-    // SAFETY: `tmp` holds `total` writable bytes.
+    // SAFETY: `tmp` is a live Vec of `total` bytes: its pointer is valid for writing `total` bytes during the call, all rrecv requires.
     let got = unsafe { ferroce_rdma_rrecv(s, tmp.as_mut_ptr().cast(), total, flags) };
     if got <= 0 {
         return got;
@@ -1023,6 +1023,16 @@ pub unsafe extern "C" fn ferroce_rdma_rreadv(s: c_int, iov: *const libc::iovec, 
     unsafe { recv_iov(s, iov, n, 0) }
 }
 
+/// Refuses (ENOTSUP, said at debug as `call`'s) a msghdr with control data, which rsockets
+/// do not carry (as rdma-core's).
+fn without_control(m: &libc::msghdr, call: &str) -> Result<(), isize> {
+    if !m.msg_control.is_null() && m.msg_controllen > 0 {
+        log::debug!("{call}: control data is not carried by rsockets");
+        return Err(fail(libc::ENOTSUP));
+    }
+    Ok(())
+}
+
 /// `rsendmsg`: the message's iovecs as one send (ENOTSUP with control data, as rdma-core's).
 ///
 /// # Safety
@@ -1037,9 +1047,8 @@ pub unsafe extern "C" fn ferroce_rdma_rsendmsg(
     let Some(m) = (unsafe { msg.as_ref() }) else {
         return fail(libc::EINVAL);
     };
-    if !m.msg_control.is_null() && m.msg_controllen > 0 {
-        log::debug!("rsendmsg: control data is not carried by rsockets");
-        return fail(libc::ENOTSUP);
+    if let Err(e) = without_control(m, "rsendmsg") {
+        return e;
     }
     // SAFETY: `msg_iov` points to `msg_iovlen` iovecs of readable memory (a valid msghdr), all send_iov requires.
     unsafe { send_iov(s, m.msg_iov, m.msg_iovlen, flags) }
@@ -1061,9 +1070,8 @@ pub unsafe extern "C" fn ferroce_rdma_rrecvmsg(
     let Some(m) = (unsafe { msg.as_mut() }) else {
         return fail(libc::EINVAL);
     };
-    if !m.msg_control.is_null() && m.msg_controllen > 0 {
-        log::debug!("rrecvmsg: control data is not carried by rsockets");
-        return fail(libc::ENOTSUP);
+    if let Err(e) = without_control(m, "rrecvmsg") {
+        return e;
     }
     m.msg_flags = 0;
     // SAFETY: `msg_iov` points to `msg_iovlen` iovecs of writable memory (a valid msghdr), all recv_iov requires.
