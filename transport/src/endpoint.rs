@@ -865,6 +865,11 @@ impl Endpoint {
                 return;
             }
             self.counters.no_qp += 1;
+            log::debug!(
+                "{} PSN {:#x} from {src} for QP {qpn:#x} dropped: no such QP here",
+                pkt.bth.opcode,
+                pkt.bth.psn.value()
+            );
             return;
         };
         let transport_ok = matches!(
@@ -944,8 +949,10 @@ impl Endpoint {
     /// A MAD for QP1 while this endpoint has none (no connection manager runs in this
     /// process): a Get or Set is answered as the kernel's MAD layer answers one that no agent
     /// serves, the MAD back to the sender's QP as a GetResp with status 0x000C (unsupported
-    /// method/attribute) — how a prober (`ferroce doctor`) finds a RoCE stack here. False for
-    /// anything else (counted as for no QP), or when [`MAX_UNSERVED_MADS`] answers wait.
+    /// method/attribute) — how a prober (`ferroce doctor`) finds a RoCE stack here; a CM DREQ
+    /// (for a connection of a process that is gone, routed to this role holder) gets its DREP,
+    /// as the kernel's CM answers one for a connection it does not hold. False for anything
+    /// else (counted as for no QP), or when [`MAX_UNSERVED_MADS`] answers wait.
     fn answer_unserved_mad(&mut self, src: IpAddr, pkt: &PacketRepr<'_>) -> bool {
         let Some(deth) = pkt.ext.deth else {
             return false;
@@ -953,7 +960,19 @@ impl Endpoint {
         if pkt.bth.opcode != Opcode::UD_SEND_ONLY || deth.qkey != ferroce_wire::GSI_QKEY {
             return false;
         }
-        let Some(resp) = crate::cm::unmatched_response(pkt.payload) else {
+        let (resp, answer) = if let Some(r) = crate::cm::unmatched_response(pkt.payload) {
+            (
+                r,
+                "a Get/Set nobody serves: answered unsupported (status 0x000c), as the kernel's \
+                 MAD layer does",
+            )
+        } else if let Some(r) = crate::cm::unserved_dreq_answer(pkt.payload) {
+            (
+                r,
+                "a CM DREQ for a connection nobody here holds (its process is gone): answered \
+                 with its DREP, as the kernel's CM does",
+            )
+        } else {
             return false;
         };
         if self.unserved_mads.len() >= MAX_UNSERVED_MADS {
@@ -965,9 +984,8 @@ impl Endpoint {
             return false;
         }
         log::debug!(
-            "a Get/Set of MAD class {:#04x} from {src} QP {:#x} for QP1, which no connection \
-             manager here serves: answered unsupported (status 0x000c), as the kernel's MAD \
-             layer does",
+            "a MAD of class {:#04x} from {src} QP {:#x} for QP1, which no connection manager \
+             here serves, {answer}",
             pkt.payload[1],
             deth.src_qp
         );

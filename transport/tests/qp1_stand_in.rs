@@ -1,7 +1,9 @@
 //! QP1 of an endpoint that has none (no connection manager runs in its process): a Get or Set
 //! MAD is answered as the kernel's MAD layer answers one no agent serves — a GetResp with
-//! status 0x000C from QP1 to the asking QP — so a prober finds a RoCE stack; any other MAD is
-//! dropped as for no QP, and at most 16 answers wait.
+//! status 0x000C from QP1 to the asking QP — so a prober finds a RoCE stack; a CM DREQ (for a
+//! connection of a process that is gone) gets its DREP, as the kernel's CM answers one for a
+//! connection it does not hold; any other MAD is dropped as for no QP, and at most 16 answers
+//! wait.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -89,4 +91,52 @@ fn a_get_for_qp1_of_an_endpoint_without_one_is_answered_unsupported() {
     }
     assert_eq!(sent_by_1(&mut p).len(), 16);
     assert_eq!(p.counters(1).no_qp, 1 + 24);
+}
+
+/// The role holder of an address may run no connection manager (a verbs-only program); the
+/// DREQs of connections whose processes died reach it. Unanswered, the peer would resend its
+/// DREQ for a minute before its DISCONNECTED event (rping's and ucmatose's servers wait for it);
+/// the kernel's CM answers at once with the DREP, and so does this QP1.
+#[test]
+fn a_dreq_for_qp1_of_an_endpoint_without_one_gets_its_drep() {
+    use ferroce_wire::cm::{Message, drep, dreq};
+    let mut p = pair(72, lossless(), Opts::default());
+    let tid = 0x0000_0002_1234_5678;
+    let mut mad = [0u8; 256];
+    Message::Dreq(
+        dreq::Repr {
+            local_comm_id: 0x0300_0011,
+            remote_comm_id: 0x0700_0022,
+            remote_qpn: 0x07_0001,
+        },
+        &[],
+    )
+    .emit(tid, &mut mad)
+    .unwrap();
+    mad_to_qp1(&mut p, &mad);
+    let sent = sent_by_1(&mut p);
+    assert_eq!(sent.len(), 1);
+    let pkt = PacketRepr::parse(&sent[0]).unwrap();
+    assert_eq!(pkt.bth.opcode, Opcode::UD_SEND_ONLY);
+    assert_eq!(pkt.bth.dest_qp, 0x12_3456);
+    let (hdr, msg) = Message::parse(pkt.payload).unwrap();
+    assert_eq!(hdr.transaction_id, tid);
+    let Message::Drep(r, _) = msg else {
+        panic!("not a DREP: {msg:?}")
+    };
+    assert_eq!(
+        r,
+        drep::Repr {
+            local_comm_id: 0x0700_0022,
+            remote_comm_id: 0x0300_0011,
+        }
+    );
+    assert_eq!(p.counters(1).no_qp, 0);
+
+    // A DREP (nothing to answer) is dropped as for no QP.
+    let mut drep_mad = [0u8; 256];
+    drep_mad.copy_from_slice(pkt.payload);
+    mad_to_qp1(&mut p, &drep_mad);
+    assert!(sent_by_1(&mut p).is_empty());
+    assert_eq!(p.counters(1).no_qp, 1);
 }

@@ -81,6 +81,14 @@ pub(super) fn route<'a>(
         // lost to a retransmission.
         _ => match bytes.get(5) {
             Some(&to) if to != slot && registry.is_live(to, slot) => Fate::Forward(to),
+            Some(&to) if to != slot => {
+                log::debug!(
+                    "{local}: a data packet from {from} for slot {to}, which no live process \
+                     holds, reached slot {slot}: to this engine (which drops it as for an \
+                     unknown QP)"
+                );
+                Fate::Here
+            }
             _ => Fate::Here,
         },
     }

@@ -576,6 +576,27 @@ fn sidr_key(src: IpAddr) -> u64 {
     }
 }
 
+/// The kernel CM's answer to a DREQ for a connection it does not hold (`cm_issue_drep`): the
+/// DREP it waits for, with the DREQ's TransactionID and the comm IDs swapped. A process with no
+/// connection manager that holds its address's QP1 role gives it for the connections of
+/// processes that are gone, whose peers would otherwise resend the DREQ until every retry is
+/// spent. `None` for anything but a well-formed DREQ.
+pub(crate) fn unserved_dreq_answer(mad: &[u8]) -> Option<[u8; ferroce_wire::mad::MAD_LEN]> {
+    let (hdr, Message::Dreq(r, _)) = Message::parse(mad).ok()? else {
+        return None;
+    };
+    let drep = Message::Drep(
+        wire_cm::drep::Repr {
+            local_comm_id: r.remote_comm_id,
+            remote_comm_id: r.local_comm_id,
+        },
+        &[],
+    );
+    let mut out = [0u8; ferroce_wire::mad::MAD_LEN];
+    drep.emit(hdr.transaction_id, &mut out).ok()?;
+    Some(out)
+}
+
 /// The kernel's answer to a Get or Set that no agent serves (`generate_unmatched_resp`): the
 /// request as it came, its method GetResp and its status "unsupported method/attribute
 /// combination" (with the direction bit for a directed-route SMP); `None` for any other

@@ -9,7 +9,7 @@
 
 mod conn;
 mod incoming;
-pub(crate) use incoming::unmatched_response;
+pub(crate) use incoming::{unmatched_response, unserved_dreq_answer};
 pub mod param;
 
 use std::collections::{HashMap, VecDeque};
