@@ -124,9 +124,9 @@ impl std::error::Error for PostError {}
 /// A posted send work request and its progress.
 #[derive(Debug, Clone)]
 pub(crate) struct SendWqe {
+    /// The request; its `inline_data` holds the data of an INLINE send (copied at post time)
+    /// and is `None` otherwise, so the payload is gathered from `sg_list` when it is sent.
     pub(crate) wr: SendWr,
-    /// The data, copied at post time for INLINE sends.
-    pub(crate) inline: Option<InlineData>,
     pub(crate) len: u32,
     pub(crate) signaled: bool,
     /// PSNs assigned when the WQE is first sent; they never change on retransmission.
@@ -535,10 +535,10 @@ impl Qp {
         } else {
             None
         };
+        wr.inline_data = inline;
         let signaled = self.sq_sig_all || wr.send_flags.contains(SendFlags::SIGNALED);
         self.sq.push_back(SendWqe {
             wr,
-            inline,
             len: len as u32,
             signaled,
             first_psn: Psn::new(0),

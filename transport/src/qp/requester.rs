@@ -417,7 +417,7 @@ impl Qp {
         let tx = self.emit(idx, &mut repr, buf);
         let hl = repr.header_len();
         let payload = &mut buf[hl..hl + plen as usize];
-        match &w.inline {
+        match &w.wr.inline_data {
             Some(data) => payload.copy_from_slice(&data[off as usize..(off + plen) as usize]),
             None => memory::gather(ctx.mem, self.pd, &w.wr.sg_list, u64::from(off), payload)
                 .map_err(|e| match e {
