@@ -124,6 +124,7 @@ fn the_engine_predicts_rxe_ids_and_checks_them_fully() {
     use ferroce_transport::memory::VecMemory;
     use ferroce_transport::{Endpoint, EndpointConfig, Instant};
     let (mut total, mut partial, mut answered) = (0u64, 0u64, 0u64);
+    let mut buf = vec![0u8; 8192];
     for (name, _) in CAPTURES {
         let (link, frames) = frames(name);
         // One engine per receiving address, as on the hosts that captured the traffic.
@@ -143,7 +144,6 @@ fn the_engine_predicts_rxe_ids_and_checks_them_fully() {
             // With no QPs here, what the engine sends is QP1's stand-in answering a MAD (the
             // DREP of a DREQ, as the kernel's CM answers one for a connection it does not
             // hold): that packet was taken too.
-            let mut buf = vec![0u8; 8192];
             while ep
                 .poll_transmit(Instant::ZERO, &mut buf, &mem)
                 .unwrap()

@@ -434,7 +434,7 @@ impl CmEngine {
         let Some(c) = self.conns.get_mut(&id) else {
             // A DREQ for nothing here: the DREP it expects, built from it.
             log::debug!("CM: DREQ from {src} for unknown {id:#010x}: DREP");
-            self.send_drep(src, tid, id, r.local_comm_id);
+            self.send_once(src, &Message::Drep(drep_answering(r), &[]), tid);
             return;
         };
         if r.remote_qpn != c.local_qpn {
@@ -576,6 +576,15 @@ fn sidr_key(src: IpAddr) -> u64 {
     }
 }
 
+/// The DREP that answers DREQ `r`: its comm IDs swapped (the DREQ's sender is the DREP's
+/// remote side). Both answers to a DREQ for a connection nobody here holds are built by it.
+fn drep_answering(r: &wire_cm::dreq::Repr) -> wire_cm::drep::Repr {
+    wire_cm::drep::Repr {
+        local_comm_id: r.remote_comm_id,
+        remote_comm_id: r.local_comm_id,
+    }
+}
+
 /// The kernel CM's answer to a DREQ for a connection it does not hold (`cm_issue_drep`): the
 /// DREP it waits for, with the DREQ's TransactionID and the comm IDs swapped. A process with no
 /// connection manager that holds its address's QP1 role gives it for the connections of
@@ -585,13 +594,7 @@ pub(crate) fn unserved_dreq_answer(mad: &[u8]) -> Option<[u8; ferroce_wire::mad:
     let (hdr, Message::Dreq(r, _)) = Message::parse(mad).ok()? else {
         return None;
     };
-    let drep = Message::Drep(
-        wire_cm::drep::Repr {
-            local_comm_id: r.remote_comm_id,
-            remote_comm_id: r.local_comm_id,
-        },
-        &[],
-    );
+    let drep = Message::Drep(drep_answering(&r), &[]);
     let mut out = [0u8; ferroce_wire::mad::MAD_LEN];
     drep.emit(hdr.transaction_id, &mut out).ok()?;
     Some(out)
