@@ -1,9 +1,10 @@
 //! The driver: it owns a device's engine, the lock around it and its timers, and moves
 //! datagrams between the engine and a [`backend`](crate::backend) it knows only by its traits.
 //!
-//! One engine and one progress thread per device. The handles reach the engine only through
-//! the verbs methods of [`Shared`] (`post_send`, `modify_qp`, `copy_barrier`…); each locks the
-//! engine, does its work and hands what the engine produced to the backend right away (so a
+//! One [`Shard`] (the engine and its send batch) and one progress thread per device. The
+//! handles reach the engine only through the verbs methods of [`Shared`] (`post_send`,
+//! `modify_qp`, `copy_barrier`…), and those only through the shard's methods; each locks the
+//! shard, does its work and hands what the engine produced to the backend right away (so a
 //! `post_send` leaves in the caller's thread). A pump publishes completions before it sends;
 //! bare ACKs built by the poll of a program that answers what it receives wait for its answer
 //! and leave with it in one system call ([`Flush::Join`]).
@@ -21,16 +22,15 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use ferroce_transport::{
-    Endpoint, EndpointConfig, Instant, QpAttr, QpAttrMask, RecvWr, SendWr, SrqAttr, VerbError,
-    WcStatus,
+    EndpointConfig, Instant, QpAttr, QpAttrMask, RecvWr, SendWr, SrqAttr, VerbError, WcStatus,
 };
-use ferroce_wire::Opcode;
 use parking_lot::Mutex;
 
-use crate::backend::{self, DatapathStats, Receiver, Transmitter};
+use crate::backend::{self, DatapathStats, Receiver};
 use crate::cq::CqInner;
 use crate::events::{AsyncEventRecord, EventRouter, Owned};
 use crate::mr::MrTable;
+use crate::shard::{ACK_HOLD, Settled, Shard};
 use crate::sys::{self, EventFd};
 
 /// Datagrams one pump sends before it lets received packets in (a long READ response must
@@ -41,7 +41,7 @@ const PUMP_BUDGET: usize = 128;
 /// It sleeps until the window ends and looks again: a program that polls its CQ once and then
 /// spins on memory (perftest's ib_write_lat) has its datagrams taken by this thread at most
 /// this late, and one that keeps polling costs it a wake-up per window.
-const INLINE_WINDOW: Duration = Duration::from_micros(100);
+pub(crate) const INLINE_WINDOW: Duration = Duration::from_micros(100);
 /// The shortest sleep of the progress thread beside a polling program.
 const INLINE_MIN_SLEEP: Duration = Duration::from_micros(20);
 /// The progress thread's scheduler slice ([`sys::short_slice`]): the shortest Linux takes.
@@ -72,22 +72,6 @@ pub(crate) enum Flush {
     /// else is sent now.
     Join,
 }
-
-/// The longest a bare ACK waits in the send batch for the program's answer ([`Flush::Join`]):
-/// a peer's send completes at most this much later than it would with an ACK of its own.
-/// As long as the progress thread sleeps while a program polls ([`INLINE_WINDOW`]), so that a
-/// hold never costs it a wake-up of its own; a program whose ACKs are held answers within
-/// microseconds ([`HOLD_AFTER`]), so this bound is for the one that stops answering.
-const ACK_HOLD: Duration = INLINE_WINDOW;
-
-/// A program "answers" a receipt when it posts a send within this time of the poll that
-/// received it.
-const ANSWER_WITHIN: Duration = Duration::from_micros(20);
-
-/// Receipts in a row a program must have answered before its ACKs are held for its answer:
-/// a ping-pong is held, a handshake (perftest's, whose client goes on to connect while its
-/// server waits for the send completion before it listens) is not delayed.
-const HOLD_AFTER: u32 = 4;
 
 /// How much later than a hold's end the progress thread may wake before a hold signals it.
 const HOLD_SLACK: Duration = Duration::from_micros(100);
@@ -129,25 +113,11 @@ pub struct RuntimeCounters {
     pub empty_recvs: u64,
 }
 
-/// Everything the engine lock protects.
-struct EngineState {
-    ep: Endpoint,
-    /// The backend's sending half: datagrams are built straight into its buffers.
-    tx: Box<dyn Transmitter>,
-    counters: RuntimeCounters,
-    /// Since when bare ACKs wait in `tx` for the program's answer (engine ns), or `None`.
-    acks_held: Option<u64>,
-    /// When a program's poll last received packets that drew bare ACKs and it has not posted
-    /// a send since (engine ns).
-    answer_due: Option<u64>,
-    /// Receipts in a row the program answered within [`ANSWER_WITHIN`].
-    answer_streak: u32,
-}
-
 /// What a device's handles share with its progress thread.
 pub(crate) struct Shared {
     local: SocketAddr,
-    engine: Mutex<EngineState>,
+    /// The device's one shard (its engine and send batch): the engine lock.
+    shard: Mutex<Shard>,
     mrs: MrTable,
     wake: EventFd,
     shutdown: AtomicBool,
@@ -234,8 +204,8 @@ impl Drop for Runtime {
         if log::log_enabled!(log::Level::Info) {
             // The device's last context is closing: what it did, as `ibv_devinfo` and the
             // port's hw_counters would show it (the counters that are not zero).
-            let st = self.shared.engine.lock();
-            let (e, r) = (*st.ep.counters(), self.shared.counters(&st));
+            let sh = self.shared.shard.lock();
+            let (e, r) = (sh.engine_counters(), self.shared.counters(&sh));
             let nonzero: Vec<String> = e
                 .named()
                 .into_iter()
@@ -386,14 +356,7 @@ impl Shared {
         let rx_side_fd = rx.side_fd();
         let shared = Arc::new(Shared {
             local: cfg.local,
-            engine: Mutex::new(EngineState {
-                ep: Endpoint::new(cfg.engine),
-                tx,
-                counters: RuntimeCounters::default(),
-                acks_held: None,
-                answer_due: None,
-                answer_streak: 0,
-            }),
+            shard: Mutex::new(Shard::new(cfg.engine, tx)),
             mrs: MrTable::default(),
             wake: EventFd::new()?,
             shutdown: AtomicBool::new(false),
@@ -478,8 +441,8 @@ impl Shared {
     /// --counters` reads them (at most one keeper period old).
     fn publish_counters(&self, membership: &crate::host::group::Membership) {
         let (e, r) = {
-            let st = self.engine.lock();
-            (*st.ep.counters(), self.counters(&st))
+            let sh = self.shard.lock();
+            (sh.engine_counters(), self.counters(&sh))
         };
         let values = e.named().into_iter().chain(r.named()).map(|(_, v)| v);
         membership.registry.publish(membership.slot, values);
@@ -488,42 +451,7 @@ impl Shared {
     /// Copies this process's QPs (its failed ones first, then by QPN; QP1 left out) to its
     /// table in the registry, where `ferroce devinfo --qps` reads them.
     fn publish_qps(&self, membership: &crate::host::group::Membership) {
-        use crate::host::qptable::{QpRecord, RECORDS};
-        let (total, records) = {
-            let st = self.engine.lock();
-            let mut qpns: Vec<(bool, u32)> = st
-                .ep
-                .qpns()
-                .filter(|&q| q > 1)
-                .map(|q| (st.ep.qp_error(q).is_none(), q))
-                .collect();
-            let total = qpns.len();
-            qpns.sort_unstable();
-            let records: Vec<QpRecord> = qpns
-                .iter()
-                .take(RECORDS)
-                .filter_map(|&(_, qpn)| {
-                    let a = st.ep.query_qp(qpn)?;
-                    // RTR and later (ERR included) have a peer, if ever connected.
-                    let connected = a.qp_state as u32 >= ferroce_transport::QpState::Rtr as u32;
-                    Some(QpRecord {
-                        qpn,
-                        qp_type: st.ep.qp_type(qpn).map_or(0, |t| t as u8),
-                        state: a.qp_state as u8,
-                        path_mtu: a.path_mtu as u8,
-                        dest_qp_num: a.dest_qp_num,
-                        sq_psn: a.sq_psn,
-                        rq_psn: a.rq_psn,
-                        peer: a.ah_attr.filter(|_| connected).map(|ah| ah.dest),
-                        error: st
-                            .ep
-                            .qp_error(qpn)
-                            .map(|e| (e.status as u8, e.wr_id, e.to_string())),
-                    })
-                })
-                .collect();
-            (total, records)
-        };
+        let (total, records) = self.shard.lock().qp_records(crate::host::qptable::RECORDS);
         membership.registry.publish_qps(
             membership.slot,
             u32::try_from(total).unwrap_or(u32::MAX),
@@ -556,21 +484,21 @@ impl Shared {
         Instant::from_nanos(self.epoch.elapsed().as_nanos() as u64)
     }
 
-    /// Runs `f` on the engine, then sends what it produced and routes completions.
-    fn with_engine<R>(&self, f: impl FnOnce(&mut EngineState, &MrTable, Instant) -> R) -> R {
-        self.with_engine_flush(Flush::Now, f)
+    /// Runs `f` on the shard, then sends what it produced and routes completions.
+    fn on_shard<R>(&self, f: impl FnOnce(&mut Shard, &MrTable, Instant) -> R) -> R {
+        self.on_shard_flush(Flush::Now, f)
     }
 
-    /// As [`Shared::with_engine`], pumping as `flush` says.
-    fn with_engine_flush<R>(
+    /// As [`Shared::on_shard`], pumping as `flush` says.
+    fn on_shard_flush<R>(
         &self,
         flush: Flush,
-        f: impl FnOnce(&mut EngineState, &MrTable, Instant) -> R,
+        f: impl FnOnce(&mut Shard, &MrTable, Instant) -> R,
     ) -> R {
-        let mut st = self.engine.lock();
+        let mut sh = self.shard.lock();
         let now = self.now();
-        let r = f(&mut st, &self.mrs, now);
-        self.pump(&mut st, now, flush);
+        let r = f(&mut sh, &self.mrs, now);
+        self.pump(&mut sh, now, flush);
         r
     }
 
@@ -579,17 +507,13 @@ impl Shared {
     /// the retransmit timer), whose processing sends it with everything else queued by then:
     /// a deep queue of small messages leaves in trains, one system call for many. A post to
     /// a QP with nothing in flight (a lone message) leaves at once, in the caller's thread.
-    fn with_engine_post<R>(
-        &self,
-        qpn: u32,
-        f: impl FnOnce(&mut EngineState, &MrTable, Instant) -> R,
-    ) -> R {
-        let mut st = self.engine.lock();
+    fn on_shard_post<R>(&self, qpn: u32, f: impl FnOnce(&mut Shard, &MrTable, Instant) -> R) -> R {
+        let mut sh = self.shard.lock();
         let now = self.now();
-        let in_flight = st.ep.unacked_psns(qpn) >= DEFER_MIN_PSNS;
-        let r = f(&mut st, &self.mrs, now);
+        let in_flight = sh.unacked_psns(qpn) >= DEFER_MIN_PSNS;
+        let r = f(&mut sh, &self.mrs, now);
         self.pump(
-            &mut st,
+            &mut sh,
             now,
             if in_flight { Flush::Hold } else { Flush::Now },
         );
@@ -606,12 +530,8 @@ impl Shared {
         gsi: bool,
         registered: impl FnOnce(u32),
     ) -> Result<u32, VerbError> {
-        self.with_engine(|st, _, _| {
-            let r = if gsi {
-                st.ep.create_gsi_qp(init)
-            } else {
-                st.ep.create_qp(init)
-            };
+        self.on_shard(|sh, _, _| {
+            let r = sh.create_qp(init, gsi);
             if let Ok(qpn) = r {
                 registered(qpn);
             }
@@ -622,12 +542,12 @@ impl Shared {
     /// `ibv_destroy_qp`: its unfinished work is dropped (a destroyed QP completes nothing).
     pub(crate) fn destroy_qp(&self, qpn: u32) {
         let mut mc = self.mcast.as_ref().map(|m| m.lock());
-        self.with_engine(|st, _, _| {
-            let _ = st.ep.destroy_qp(qpn);
+        self.on_shard(|sh, _, _| {
+            sh.destroy_qp(qpn);
             // Groups its destruction left without a QP here are left on the network.
             if let Some(mc) = mc.as_mut() {
                 for g in mc.groups() {
-                    if !st.ep.mcast_attached(g) {
+                    if !sh.mcast_attached(g) {
                         mc.leave(g);
                     }
                 }
@@ -637,14 +557,14 @@ impl Shared {
 
     /// The QP's first error since RESET and why ([`ferroce_transport::QpError`]).
     pub(crate) fn qp_error(&self, qpn: u32) -> Option<ferroce_transport::QpError> {
-        self.with_engine(|st, _, _| st.ep.qp_error(qpn))
+        self.on_shard(|sh, _, _| sh.qp_error(qpn))
     }
 
     /// `ibv_attach_mcast`: the engine attaches the QP, and the group's socket joins the group
     /// on the network if no QP of this process had.
     /// `IBV_QP_CREATE_BLOCK_SELF_MCAST_LB` for QP `qpn`.
     pub(crate) fn block_self_mcast_lb(&self, qpn: u32) -> Result<(), VerbError> {
-        self.with_engine(|st, _, _| st.ep.block_self_mcast_lb(qpn))
+        self.on_shard(|sh, _, _| sh.block_self_mcast_lb(qpn))
     }
 
     pub(crate) fn attach_mcast(&self, qpn: u32, group: IpAddr) -> crate::Result<()> {
@@ -656,7 +576,7 @@ impl Shared {
         };
         let mut mc = mc.lock();
         let new = self
-            .with_engine(|st, _, _| st.ep.attach_mcast(qpn, group))
+            .on_shard(|sh, _, _| sh.attach_mcast(qpn, group))
             .map_err(|e| {
                 log::debug!("ibv_attach_mcast QP {qpn:#x} to {group}: {e}");
                 crate::Error::from(e)
@@ -668,7 +588,7 @@ impl Shared {
                     self.local
                 );
                 if new {
-                    let _ = self.with_engine(|st, _, _| st.ep.detach_mcast(qpn, group));
+                    let _ = self.on_shard(|sh, _, _| sh.detach_mcast(qpn, group));
                 }
                 return Err(e.into());
             }
@@ -690,7 +610,7 @@ impl Shared {
         };
         let mut mc = mc.lock();
         let empty = self
-            .with_engine(|st, _, _| st.ep.detach_mcast(qpn, group))
+            .on_shard(|sh, _, _| sh.detach_mcast(qpn, group))
             .map_err(|e| {
                 log::debug!("ibv_detach_mcast QP {qpn:#x} from {group}: {e}");
                 crate::Error::from(e)
@@ -707,14 +627,14 @@ impl Shared {
         let Some(mut mc) = self.mcast.as_ref().and_then(|m| m.try_lock()) else {
             return;
         };
-        let mut st = self.engine.lock();
+        let mut sh = self.shard.lock();
         let now = self.now();
-        let ep = &mut st.ep;
-        let n = mc.drain(&mut |from, group, bytes| ep.handle(now, from, group, bytes, &self.mrs));
+        let n = mc
+            .drain(&mut |from, group, bytes| sh.receive_group(now, from, group, bytes, &self.mrs));
         drop(mc);
         if n > 0 {
             DatapathStats::add(&self.stats.rcvd, n as u64);
-            self.pump(&mut st, now, Flush::Now);
+            self.pump(&mut sh, now, Flush::Now);
         }
     }
 
@@ -725,42 +645,32 @@ impl Shared {
         attr: &QpAttr,
         mask: QpAttrMask,
     ) -> Result<(), VerbError> {
-        self.with_engine(|st, mrs, now| st.ep.modify_qp(qpn, attr, mask, mrs, now))
+        self.on_shard(|sh, mrs, now| sh.modify_qp(qpn, attr, mask, mrs, now))
     }
 
     /// `ibv_query_qp`.
     pub(crate) fn query_qp(&self, qpn: u32) -> Option<QpAttr> {
-        self.engine.lock().ep.query_qp(qpn)
+        self.shard.lock().query_qp(qpn)
     }
 
     /// `ibv_post_send` for a list: posts in order and stops at the first refused WR, which
     /// is returned with its index; the WRs before it were posted. See
-    /// [`Shared::with_engine_post`] for when the packets leave.
+    /// [`Shared::on_shard_post`] for when the packets leave.
     pub(crate) fn post_send(&self, qpn: u32, wrs: &[SendWr]) -> Result<(), (usize, VerbError)> {
-        self.with_engine_post(qpn, |st, mrs, now| {
-            Self::note_answer(st, now);
-            for (index, wr) in wrs.iter().enumerate() {
-                st.ep
-                    .post_send(qpn, wr.clone(), mrs, now)
-                    .map_err(|e| (index, e))?;
-            }
-            Ok(())
-        })
+        self.on_shard_post(qpn, |sh, mrs, now| sh.post_send(qpn, wrs, mrs, now))
     }
 
     /// `ibv_post_recv`.
     /// ACKs held for the program's answer stay held: a program reposts its receive before
     /// it answers.
     pub(crate) fn post_recv(&self, qpn: u32, wr: &RecvWr) -> Result<(), VerbError> {
-        self.with_engine_flush(Flush::Join, |st, mrs, now| {
-            st.ep.post_recv(qpn, wr.clone(), mrs, now)
-        })
+        self.on_shard_flush(Flush::Join, |sh, mrs, now| sh.post_recv(qpn, wr, mrs, now))
     }
 
     /// `ibv_create_srq`: `registered` runs with its number under the engine lock.
     pub(crate) fn create_srq(&self, attr: SrqAttr, registered: impl FnOnce(u32)) -> u32 {
-        self.with_engine(|st, _, _| {
-            let n = st.ep.create_srq(attr);
+        self.on_shard(|sh, _, _| {
+            let n = sh.create_srq(attr);
             registered(n);
             n
         })
@@ -774,8 +684,8 @@ impl Shared {
         xrc: ferroce_transport::XrcSrq,
         registered: impl FnOnce(u32),
     ) -> u32 {
-        self.with_engine(|st, _, _| {
-            let n = st.ep.create_xrc_srq(attr, xrc);
+        self.on_shard(|sh, _, _| {
+            let n = sh.create_xrc_srq(attr, xrc);
             registered(n);
             n
         })
@@ -783,45 +693,38 @@ impl Shared {
 
     /// `ibv_destroy_srq`.
     pub(crate) fn destroy_srq(&self, srqn: u32) {
-        self.with_engine(|st, _, _| {
-            let _ = st.ep.destroy_srq(srqn);
-        });
+        self.on_shard(|sh, _, _| sh.destroy_srq(srqn));
     }
 
     /// Whether a QP receives through SRQ `srqn`.
     pub(crate) fn srq_in_use(&self, srqn: u32) -> bool {
-        self.engine.lock().ep.srq_in_use(srqn)
+        self.shard.lock().srq_in_use(srqn)
     }
 
     /// Whether a QP reports to CQ `cq`.
     pub(crate) fn cq_in_use(&self, cq: u32) -> bool {
-        self.engine.lock().ep.cq_in_use(cq)
+        self.shard.lock().cq_in_use(cq)
     }
 
     /// `ibv_post_srq_recv` (held ACKs stay held, as [`Shared::post_recv`]).
     pub(crate) fn post_srq_recv(&self, srqn: u32, wr: &RecvWr) -> Result<(), VerbError> {
-        self.with_engine_flush(Flush::Join, |st, _, _| {
-            st.ep.post_srq_recv(srqn, wr.clone())
-        })
+        self.on_shard_flush(Flush::Join, |sh, _, _| sh.post_srq_recv(srqn, wr))
     }
 
     /// `ibv_modify_srq` with `IBV_SRQ_LIMIT`; `None` if the limit is above `max_wr`.
     pub(crate) fn arm_srq(&self, srqn: u32, limit: u32) -> Option<Result<(), VerbError>> {
-        self.with_engine(|st, _, _| {
-            let max = st.ep.query_srq(srqn).map_or(0, |a| a.max_wr);
-            (limit <= max).then(|| st.ep.arm_srq(srqn, limit))
-        })
+        self.on_shard(|sh, _, _| sh.arm_srq(srqn, limit))
     }
 
     /// `ibv_query_srq`.
     pub(crate) fn query_srq(&self, srqn: u32) -> Option<SrqAttr> {
-        self.engine.lock().ep.query_srq(srqn)
+        self.shard.lock().query_srq(srqn)
     }
 
     /// The engine's counters (named as rxe's hw_counters) and the runtime's.
     pub(crate) fn all_counters(&self) -> (ferroce_transport::Counters, RuntimeCounters) {
-        let st = self.engine.lock();
-        (*st.ep.counters(), self.counters(&st))
+        let sh = self.shard.lock();
+        (sh.engine_counters(), self.counters(&sh))
     }
 
     /// Returns once no copy into or out of a region that started before the call is still
@@ -829,7 +732,7 @@ impl Shared {
     /// lock, so once the lock has been free once, a key removed before the call is used by
     /// none (`ibv_dereg_mr`, `ibv_rereg_mr`).
     pub(crate) fn copy_barrier(&self) {
-        drop(self.engine.lock());
+        drop(self.shard.lock());
     }
 
     /// Stops the progress thread.
@@ -843,121 +746,61 @@ impl Shared {
     /// system call that carries the ACK, which leaves right after: a peer's send completes
     /// when the packet is received, as with a NIC, not when the program next calls a verb);
     /// wakes the progress thread if the next deadline moved earlier.
-    fn pump(&self, st: &mut EngineState, now: Instant, flush: Flush) {
-        let mut budget = if flush == Flush::Hold { 0 } else { PUMP_BUDGET };
-        // Whether everything built by this pump is a bare ACK (which may wait: `Flush::Join`).
-        let mut only_acks = true;
-        let mut built = false;
-        while budget > 0 {
-            budget -= 1;
-            let EngineState { ep, tx, .. } = &mut *st;
-            match ep.poll_transmit(now, tx.buffer(), &self.mrs) {
-                Ok(Some(t)) => {
-                    let op = tx.buffer()[0];
-                    only_acks &= op == Opcode::RC_ACKNOWLEDGE.0 || op == Opcode::XRC_ACKNOWLEDGE.0;
-                    built = true;
-                    tx.commit(t.len, t.dst);
+    fn pump(&self, sh: &mut Shard, now: Instant, flush: Flush) {
+        let budget = if flush == Flush::Hold { 0 } else { PUMP_BUDGET };
+        let built = sh.build(now, &self.mrs, budget);
+        if built.more {
+            // More to send: the progress thread carries on without sleeping.
+            self.wake.signal();
+        }
+        self.route_completions(sh);
+        while let Some(e) = sh.next_event() {
+            self.push_event(AsyncEventRecord::Engine(e));
+        }
+        if sh.settle(now, flush == Flush::Join, built) == Settled::NewHold {
+            // Bare ACKs wait for this thread's program to answer, at most ACK_HOLD.
+            let noted = HELD_HERE.try_with(|h| {
+                let mut h = h.borrow_mut();
+                if !h.contains(&self.local) {
+                    h.push(self.local);
                 }
-                Ok(None) => break,
-                Err(e) => {
-                    // Backend buffers are MAX_PACKET long, above MIN_TRANSMIT_BUF (a
-                    // compile-time check in `backend`); this cannot happen, but is no panic.
-                    log::error!("{e}");
-                    break;
-                }
+            });
+            if noted.is_err() {
+                // This thread's locals are gone (the process is exiting): nobody would
+                // send them on its next poll.
+                sh.flush();
             }
-            if budget == 0 {
-                // More to send: the progress thread carries on without sleeping.
+            let due = now.as_nanos() + ACK_HOLD.as_nanos() as u64;
+            if self.wakes_at.load(Ordering::SeqCst) > due + HOLD_SLACK.as_nanos() as u64 {
+                // The progress thread sleeps past the hold (it is not in its short sleeps
+                // beside a polling program): it must send them in time.
                 self.wake.signal();
             }
         }
-        self.route_completions(st);
-        while let Some(e) = st.ep.poll_event() {
-            self.push_event(AsyncEventRecord::Engine(e));
-        }
-        let expired = st
-            .acks_held
-            .is_some_and(|t| now.as_nanos().saturating_sub(t) >= ACK_HOLD.as_nanos() as u64);
-        if flush == Flush::Join && only_acks && !expired {
-            if built && st.answer_due.replace(now.as_nanos()).is_some() {
-                // The program left the last receipt unanswered.
-                st.answer_streak = 0;
-            }
-            if st.acks_held.is_none() && st.answer_streak < HOLD_AFTER {
-                Self::flush_tx(st);
-            } else if built && st.acks_held.is_none() {
-                // Bare ACKs: they wait for the program's answer, at most ACK_HOLD.
-                st.acks_held = Some(now.as_nanos());
-                let noted = HELD_HERE.try_with(|h| {
-                    let mut h = h.borrow_mut();
-                    if !h.contains(&self.local) {
-                        h.push(self.local);
-                    }
-                });
-                if noted.is_err() {
-                    // This thread's locals are gone (the process is exiting): nobody would
-                    // send them on its next poll.
-                    Self::flush_tx(st);
-                }
-                let due = now.as_nanos() + ACK_HOLD.as_nanos() as u64;
-                if self.wakes_at.load(Ordering::SeqCst) > due + HOLD_SLACK.as_nanos() as u64 {
-                    // The progress thread sleeps past the hold (it is not in its short sleeps
-                    // beside a polling program): it must send them in time.
-                    self.wake.signal();
-                }
-            }
-        } else {
-            Self::flush_tx(st);
-        }
         // A new, earlier deadline must wake the progress thread.
-        if let Some(t) = st.ep.poll_timeout() {
+        if let Some(t) = sh.deadline() {
             if t.as_nanos() < self.sleep_until.load(Ordering::SeqCst) {
                 self.wake.signal();
             }
         }
     }
 
-    /// Sends everything queued in the send batch; ACKs held are held no more (and since they
-    /// leave without an answer, the next are not held until the program answers again).
-    fn flush_tx(st: &mut EngineState) {
-        st.tx.flush();
-        if st.acks_held.take().is_some() {
-            st.answer_streak = 0;
-        }
-    }
-
-    /// A program's send: it answers what its poll last received if it comes within
-    /// [`ANSWER_WITHIN`]; ACKs held for it leave with it (the caller's pump sends them).
-    fn note_answer(st: &mut EngineState, now: Instant) {
-        if let Some(t) = st.answer_due.take() {
-            if now.as_nanos().saturating_sub(t) <= ANSWER_WITHIN.as_nanos() as u64 {
-                st.answer_streak = st.answer_streak.saturating_add(1);
-            } else {
-                st.answer_streak = 0;
-            }
-        }
-        st.acks_held = None;
-    }
-
     /// Sends the bare ACKs held for the program's answer ([`Flush::Join`]), if any.
     fn flush_held(&self) {
-        let mut st = self.engine.lock();
-        if st.acks_held.is_some() {
-            Self::flush_tx(&mut st);
-        }
+        self.shard.lock().flush_held();
     }
 
     /// Completions to the CQs the engine names: the registry is read once per run of
     /// completions of one CQ, not once per completion.
-    fn route_completions(&self, st: &mut EngineState) {
+    fn route_completions(&self, sh: &mut Shard) {
         let mut last: Option<Arc<CqInner>> = None;
-        while let Some(c) = st.ep.poll_completion() {
+        while let Some(c) = sh.next_completion() {
             // Every error completion says why at info, so an unmodified program's user sees
             // it: the QP's first error once with its reason (for a flush, why the QP is in
             // ERR, which the flushed work request's own status cannot say); other error
             // completions with their status.
             if c.wc.status != WcStatus::Success && log::log_enabled!(log::Level::Info) {
-                match st.ep.qp_error_to_report(c.qpn) {
+                match sh.error_to_report(c.qpn) {
                     Some(e) if e.wr_id == c.wc.wr_id && e.status == c.wc.status => {
                         log::info!("QP {:#x} wr_id {}: {}: {e}", c.qpn, c.wc.wr_id, c.wc.status)
                     }
@@ -983,7 +826,7 @@ impl Shared {
             match &last {
                 Some(cq) => {
                     if !cq.push(c.wc) {
-                        st.counters.cq_overflows += 1;
+                        sh.count_cq_overflow();
                         self.push_event(AsyncEventRecord::CqErr { cq: cq.handle });
                     }
                 }
@@ -1097,24 +940,19 @@ impl Shared {
     /// Feeds the `n` datagrams just received to the engine, fires expired timers and pumps
     /// as `flush` says.
     fn process(&self, rx: &mut dyn Receiver, n: usize, local_ip: IpAddr, flush: Flush) -> usize {
-        let mut st = self.engine.lock();
+        let mut sh = self.shard.lock();
         let now = self.now();
-        {
-            let ep = &mut st.ep;
-            rx.deliver(&mut |from, bytes, ident, ecn| {
-                ep.handle_marked(now, from, local_ip, bytes, ident, ecn, &self.mrs)
-            });
-        }
-        if st.ep.poll_timeout().is_some_and(|t| t <= now) {
-            st.ep.handle_timeout(now, &self.mrs);
-        }
+        rx.deliver(&mut |from, bytes, ident, ecn| {
+            sh.receive(now, from, local_ip, bytes, ident, ecn, &self.mrs)
+        });
+        sh.fire_timers(now, &self.mrs);
         // Always drain: a timer may have failed a QP (completions, no packets).
-        self.pump(&mut st, now, flush);
+        self.pump(&mut sh, now, flush);
         n
     }
 
     /// The counters of the runtime and its backend.
-    fn counters(&self, st: &EngineState) -> RuntimeCounters {
+    fn counters(&self, sh: &Shard) -> RuntimeCounters {
         RuntimeCounters {
             udp_sent: DatapathStats::get(&self.stats.sent),
             udp_rcvd: DatapathStats::get(&self.stats.rcvd),
@@ -1126,7 +964,7 @@ impl Shared {
             injected_ce: DatapathStats::get(&self.stats.injected_ce),
             recv_calls: DatapathStats::get(&self.stats.recv_calls),
             empty_recvs: DatapathStats::get(&self.stats.empty_recvs),
-            ..st.counters
+            ..sh.runtime_counters()
         }
     }
 
@@ -1207,8 +1045,8 @@ impl Shared {
             // keeps the signal, so a hold made after the read below is not missed).
             self.wakes_at.store(u64::MAX, Ordering::SeqCst);
             let (deadline, inflight, held) = {
-                let mut st = self.engine.lock();
-                (st.ep.poll_timeout(), st.ep.inflight(), st.acks_held)
+                let mut sh = self.shard.lock();
+                (sh.deadline(), sh.inflight(), sh.acks_held_since())
             };
             let since_poll = self
                 .now()

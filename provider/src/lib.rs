@@ -69,6 +69,7 @@ pub mod mw;
 pub mod pcap;
 pub mod qp;
 pub mod rsocket;
+mod shard;
 mod sys;
 pub mod udp;
 pub mod xrc;
