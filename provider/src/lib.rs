@@ -53,6 +53,9 @@ pub mod context;
 pub mod cq;
 pub mod device;
 mod dma;
+/// Region copies for the `dma` benchmark only (not an API).
+#[doc(hidden)]
+pub use dma::{bench_read, bench_write};
 mod driver;
 mod encap;
 mod error;
