@@ -7,7 +7,7 @@
 
 use ferroce_transport::sim::pair::{Opts, pair};
 use ferroce_transport::sim::LinkConfig;
-use ferroce_transport::Ecn;
+use ferroce_transport::{Datagram, Ecn};
 use ferroce_wire::{BthRepr, ExtHeaders, IcrcContext, Opcode, PacketRepr, Psn};
 use libfuzzer_sys::fuzz_target;
 use std::net::{IpAddr, SocketAddr};
@@ -26,7 +26,7 @@ fuzz_target!(|data: &[u8]| {
     let now = p.net.now;
     let ecn = Ecn::from_tos(data.last().copied().unwrap_or(0));
     let n = &mut p.net.nodes[1];
-    n.endpoint.handle_marked(now, from, IpAddr::V4(b), &raw, 0, ecn, &n.mem);
+    n.endpoint.receive(now, Datagram::new(from, IpAddr::V4(b), &raw).with_ecn(ecn), &n.mem);
     // 2. A well-formed packet with an arbitrary opcode at the expected PSN.
     if let Some((&op, rest)) = data.split_first() {
         let opcode = Opcode(op);
@@ -70,7 +70,7 @@ fuzz_target!(|data: &[u8]| {
                 let (src, dst) = if to == 1 { (a, b) } else { (b, a) };
                 IcrcContext::v4(src, dst, 0, 4791, 4791).fill(&mut buf);
                 let n = &mut p.net.nodes[to];
-                n.endpoint.handle_marked(now, SocketAddr::new(IpAddr::V4(src), 4791), IpAddr::V4(dst), &buf, 0, ecn, &n.mem);
+                n.endpoint.receive(now, Datagram::new(SocketAddr::new(IpAddr::V4(src), 4791), IpAddr::V4(dst), &buf).with_ecn(ecn), &n.mem);
             }
         }
     }

@@ -7,7 +7,7 @@
 
 use ferroce_transport::sim::xrc::xrc_pair;
 use ferroce_transport::sim::LinkConfig;
-use ferroce_transport::{Ecn, SendWr, WrOpcode};
+use ferroce_transport::{Datagram, Ecn, SendWr, WrOpcode};
 use ferroce_wire::{BthRepr, ExtHeaders, IcrcContext, Opcode, PacketRepr, Psn, XrcEthRepr};
 use libfuzzer_sys::fuzz_target;
 use std::net::{IpAddr, SocketAddr};
@@ -24,7 +24,7 @@ fuzz_target!(|data: &[u8]| {
         IcrcContext::v4(a, b, 0, 4791, 4791).fill(&mut raw);
     }
     let n = &mut x.net.nodes[1];
-    n.endpoint.handle_marked(now, SocketAddr::new(IpAddr::V4(a), 4791), IpAddr::V4(b), &raw, 0, ecn, &n.mem);
+    n.endpoint.receive(now, Datagram::new(SocketAddr::new(IpAddr::V4(a), 4791), IpAddr::V4(b), &raw).with_ecn(ecn), &n.mem);
     // 2. A well-formed packet of the input's opcode, its XRCETH naming an SRQ the input picks.
     if let Some((&op, rest)) = data.split_first() {
         let opcode = Opcode(op);
@@ -77,7 +77,7 @@ fuzz_target!(|data: &[u8]| {
                 let (src, dst) = if to == 1 { (a, b) } else { (b, a) };
                 IcrcContext::v4(src, dst, 0, 4791, 4791).fill(&mut buf);
                 let n = &mut x.net.nodes[to];
-                n.endpoint.handle_marked(now, SocketAddr::new(IpAddr::V4(src), 4791), IpAddr::V4(dst), &buf, 0, ecn, &n.mem);
+                n.endpoint.receive(now, Datagram::new(SocketAddr::new(IpAddr::V4(src), 4791), IpAddr::V4(dst), &buf).with_ecn(ecn), &n.mem);
             }
         }
     }

@@ -9,8 +9,8 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use ferroce_transport::{
-    AsyncEvent, Completion, Counters, Ecn, Endpoint, EndpointConfig, Instant, QpAttr, QpAttrMask,
-    QpError, QpInitAttr, QpState, RecvWr, SendWr, SrqAttr, VerbError, XrcSrq,
+    AsyncEvent, Completion, Counters, Datagram, Ecn, Endpoint, EndpointConfig, Instant, QpAttr,
+    QpAttrMask, QpError, QpInitAttr, QpState, RecvWr, SendWr, SrqAttr, VerbError, XrcSrq,
 };
 use ferroce_wire::Opcode;
 
@@ -286,8 +286,10 @@ impl Shard {
         ecn: Ecn,
         mrs: &MrTable,
     ) {
-        self.engine
-            .handle_marked(now, from, local_ip, bytes, ident, ecn, mrs);
+        let dg = Datagram::new(from, local_ip, bytes)
+            .with_ident(ident)
+            .with_ecn(ecn);
+        self.engine.receive(now, dg, mrs);
     }
 
     /// One datagram received on multicast group `group`'s socket.
@@ -299,7 +301,8 @@ impl Shard {
         bytes: &[u8],
         mrs: &MrTable,
     ) {
-        self.engine.handle(now, from, group, bytes, mrs);
+        self.engine
+            .receive(now, Datagram::new(from, group, bytes), mrs);
     }
 
     /// Runs the engine's timers that are due at `now`.

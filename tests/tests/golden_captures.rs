@@ -122,7 +122,7 @@ fn ipv4_ident_is_recovered_from_the_icrc_alone() {
 #[test]
 fn the_engine_predicts_rxe_ids_and_checks_them_fully() {
     use ferroce_transport::memory::VecMemory;
-    use ferroce_transport::{Endpoint, EndpointConfig, Instant};
+    use ferroce_transport::{Datagram, Endpoint, EndpointConfig, Instant};
     let (mut total, mut partial, mut answered) = (0u64, 0u64, 0u64);
     let mut buf = vec![0u8; 8192];
     for (name, _) in CAPTURES {
@@ -140,7 +140,7 @@ fn the_engine_predicts_rxe_ids_and_checks_them_fully() {
                 engines.push((to, Endpoint::new(EndpointConfig::new(to))));
             }
             let ep = &mut engines.iter_mut().find(|(a, _)| *a == to).unwrap().1;
-            ep.handle(Instant::ZERO, d.src, to, d.udp_payload, &mem);
+            ep.receive(Instant::ZERO, Datagram::new(d.src, to, d.udp_payload), &mem);
             // With no QPs here, what the engine sends is QP1's stand-in answering a MAD (the
             // DREP of a DREQ, as the kernel's CM answers one for a connection it does not
             // hold): that packet was taken too.

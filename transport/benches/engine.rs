@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use criterion::{Criterion, Throughput, criterion_main};
 use ferroce_transport::sim::LinkConfig;
 use ferroce_transport::sim::pair::{Opts, Pair, pair};
-use ferroce_transport::{Mtu, WrOpcode};
+use ferroce_transport::{Datagram, Mtu, WrOpcode};
 
 const MSG: u32 = 64 << 10;
 const BATCH: u64 = 16;
@@ -52,8 +52,11 @@ fn run_batch(p: &mut Pair, buf: &mut [u8]) -> u64 {
                     break;
                 };
                 let m = &mut p.net.nodes[to];
-                m.endpoint
-                    .handle(now, SocketAddr::new(src, 4791), dst, &buf[..tx.len], &m.mem);
+                m.endpoint.receive(
+                    now,
+                    Datagram::new(SocketAddr::new(src, 4791), dst, &buf[..tx.len]),
+                    &m.mem,
+                );
                 packets += 1;
                 moved = true;
             }

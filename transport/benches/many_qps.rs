@@ -11,7 +11,7 @@ use criterion::{BenchmarkId, Criterion, criterion_main};
 use ferroce_transport::sim::LinkConfig;
 use ferroce_transport::sim::pair::{Opts, Pair, connect, pair};
 use ferroce_transport::{
-    Mtu, QpCap, QpInitAttr, QpType, RemoteAddr, SendFlags, SendWr, Sge, WrOpcode,
+    Datagram, Mtu, QpCap, QpInitAttr, QpType, RemoteAddr, SendFlags, SendWr, Sge, WrOpcode,
 };
 
 const LEN: u32 = 4096;
@@ -96,8 +96,11 @@ fn one_write(p: &mut Pair, buf: &mut [u8]) -> u64 {
                     break;
                 };
                 let m = &mut p.net.nodes[to];
-                m.endpoint
-                    .handle(now, SocketAddr::new(src, 4791), dst, &buf[..tx.len], &m.mem);
+                m.endpoint.receive(
+                    now,
+                    Datagram::new(SocketAddr::new(src, 4791), dst, &buf[..tx.len]),
+                    &m.mem,
+                );
                 moved = true;
             }
             let n = &mut p.net.nodes[from];

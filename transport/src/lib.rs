@@ -27,8 +27,8 @@ pub mod verbs;
 
 pub use congestion::{CongestionConfig, Ecn};
 pub use endpoint::{
-    AsyncEvent, BufferTooShort, Completion, Counters, Endpoint, EndpointConfig, FlushIcrc,
-    MIN_TRANSMIT_BUF, Transmit, VerbError, WcQueue,
+    AsyncEvent, BufferTooShort, Completion, Counters, Datagram, Endpoint, EndpointConfig,
+    FlushIcrc, MIN_TRANSMIT_BUF, Transmit, VerbError, WcQueue,
 };
 pub use mcast::{MULTICAST_QPN, McastError};
 pub use memory::{AtomicOp, MemError, Memory, ScatterError, SgeFault, VecMemory};

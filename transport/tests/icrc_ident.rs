@@ -8,7 +8,7 @@
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 use ferroce_transport::memory::VecMemory;
-use ferroce_transport::{Endpoint, EndpointConfig, Instant};
+use ferroce_transport::{Datagram, Endpoint, EndpointConfig, Instant};
 use ferroce_wire::{BthRepr, ExtHeaders, IcrcContext, Opcode, PacketRepr};
 
 const LOCAL: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 2);
@@ -32,7 +32,8 @@ fn packet(psn: u32, ident: u16) -> Vec<u8> {
 fn deliver(ep: &mut Endpoint, bytes: &[u8], ident: u16) {
     let mem = VecMemory::new();
     let from = SocketAddr::new(IpAddr::V4(RXE), SPORT);
-    ep.handle_segment(Instant::ZERO, from, IpAddr::V4(LOCAL), bytes, ident, &mem);
+    let dg = Datagram::new(from, IpAddr::V4(LOCAL), bytes).with_ident(ident);
+    ep.receive(Instant::ZERO, dg, &mem);
 }
 
 #[test]

@@ -12,7 +12,7 @@ use std::time::Duration;
 use ferroce_wire::PacketRepr;
 
 use crate::congestion::Ecn;
-use crate::endpoint::{AsyncEvent, Completion, Endpoint, EndpointConfig, WcQueue};
+use crate::endpoint::{AsyncEvent, Completion, Datagram, Endpoint, EndpointConfig, WcQueue};
 use crate::memory::VecMemory;
 use crate::time::Instant;
 
@@ -401,8 +401,11 @@ impl Network {
                 trace(self.now, from, p.to, "recv", &p.bytes);
             }
             let node = &mut self.nodes[p.to];
-            node.endpoint
-                .handle_marked(self.now, p.from, p.dst, &p.bytes, 0, p.ecn, &node.mem);
+            node.endpoint.receive(
+                self.now,
+                Datagram::new(p.from, p.dst, &p.bytes).with_ecn(p.ecn),
+                &node.mem,
+            );
         }
         for node in &mut self.nodes {
             if !node.down && node.endpoint.poll_timeout().is_some_and(|t| t <= self.now) {

@@ -4,6 +4,7 @@ use std::cell::RefCell;
 use std::net::{IpAddr, SocketAddr};
 use std::rc::Rc;
 
+use ferroce_transport::Datagram;
 use ferroce_transport::sim::{Fate, Network};
 use ferroce_wire::{AckType, IcrcContext, Opcode, PacketRepr, Psn, RethRepr};
 
@@ -84,11 +85,6 @@ pub fn inject(net: &mut Network, from: usize, to: usize, repr: PacketRepr<'_>) {
     IcrcContext::v4(s, d, 0, 4791, 4791).fill(&mut buf);
     let now = net.now;
     let n = &mut net.nodes[to];
-    n.endpoint.handle(
-        now,
-        SocketAddr::new(IpAddr::V4(s), 4791),
-        IpAddr::V4(d),
-        &buf,
-        &n.mem,
-    );
+    let dg = Datagram::new(SocketAddr::new(IpAddr::V4(s), 4791), IpAddr::V4(d), &buf);
+    n.endpoint.receive(now, dg, &n.mem);
 }
