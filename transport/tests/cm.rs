@@ -1080,3 +1080,32 @@ fn a_get_nobody_serves_is_answered_unsupported_to_its_qp() {
     n.cm[0].handle_mad_from(now, addr(2), 1, &get[..100]);
     assert!(n.cm[0].poll_transmit().is_none());
 }
+
+/// Many connections' timers, each armed at its own time: every REQ is retried 15 times and
+/// every connection becomes unreachable, in the order they were made (the deadline heap
+/// visits what is due, earliest first, and loses no connection however many there are).
+#[test]
+fn many_connections_time_out_each_on_its_own_deadline() {
+    let mut n = Net::new();
+    n.down[1] = true;
+    let ids: Vec<u32> = (0..300)
+        .map(|_| {
+            let id = n.connect(&[]);
+            n.run_for(MS);
+            id
+        })
+        .collect();
+    n.run_for(Duration::from_secs(100));
+    let unreachable: Vec<u32> = n
+        .take_events(0)
+        .into_iter()
+        .map(|e| match e {
+            CmEvent::Unreachable { id } => id,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(unreachable, ids);
+    assert_eq!(n.sent[0].len(), 300 * 16, "each REQ and its 15 retries");
+    assert!(n.cm[0].is_empty());
+    assert_eq!(n.cm[0].poll_timeout(), None, "no timer left behind");
+}

@@ -8,6 +8,7 @@ use ferroce_wire::cm::{self as wire_cm, rep, req};
 use ferroce_wire::mad::MAD_LEN;
 
 use super::CommId;
+use super::deadlines::Deadlines;
 use super::param::{self, ConnParam, Negotiated, Path};
 use crate::time::Instant;
 use crate::verbs::Mtu;
@@ -143,11 +144,11 @@ impl Conn {
     }
 
     /// Closed: stray messages are answered for `conv(ack timeout)` (2 s), then the ID goes.
-    pub(super) fn enter_timewait(&mut self, now: Instant) {
+    pub(super) fn enter_timewait(&mut self, now: Instant, deadlines: &mut Deadlines) {
         self.cancel_timer();
         self.state = State::Timewait;
-        self.timer =
-            Some(now + Duration::from_millis(wire_cm::timeout_ms(param::DEFAULT_ACK_TIMEOUT)));
+        let end = now + Duration::from_millis(wire_cm::timeout_ms(param::DEFAULT_ACK_TIMEOUT));
+        deadlines.arm(self, end);
     }
 
     /// The REQ of an active connection.

@@ -397,7 +397,7 @@ impl CmEngine {
             }
             State::RepSent | State::RepRcvd | State::MraRepSent | State::Established => {
                 self.events.push_back(event);
-                c.enter_timewait(now);
+                c.enter_timewait(now, &mut self.deadlines);
             }
             s => self.drop_msg("REJ", id, Some(s)),
         }
@@ -426,7 +426,7 @@ impl CmEngine {
         );
         log::debug!("CM {id:#010x}: MRA: the peer needs {wait:?}");
         c.timeout = wait;
-        c.timer = Some(now + wait);
+        self.deadlines.arm(c, now + wait);
     }
 
     fn on_dreq(&mut self, now: Instant, src: IpAddr, tid: u64, r: &dreq::Repr) {
@@ -464,7 +464,7 @@ impl CmEngine {
             State::DreqSent => {
                 // Both closed at once: answer, and this side's DREQ counts as answered.
                 let (peer, local, remote) = (c.peer, c.local_id, c.remote_id);
-                c.enter_timewait(now);
+                c.enter_timewait(now, &mut self.deadlines);
                 self.send_drep(peer, tid, local, remote);
                 self.events.push_back(CmEvent::Disconnected {
                     id,
@@ -483,7 +483,7 @@ impl CmEngine {
     fn on_drep(&mut self, now: Instant, id: u32) {
         match self.conns.get_mut(&id) {
             Some(c) if c.state == State::DreqSent => {
-                c.enter_timewait(now);
+                c.enter_timewait(now, &mut self.deadlines);
                 self.events.push_back(CmEvent::Disconnected {
                     id,
                     timed_out: false,

@@ -8,6 +8,7 @@
 //! it (the rdma_cm header, ports, address resolution) is the caller's.
 
 mod conn;
+mod deadlines;
 mod incoming;
 pub(crate) use incoming::{unmatched_response, unserved_dreq_answer};
 pub mod param;
@@ -22,6 +23,7 @@ use ferroce_wire::mad::MAD_LEN;
 use crate::time::Instant;
 pub use conn::State;
 use conn::{Conn, Role};
+use deadlines::Deadlines;
 pub use param::{ConnParam, DepthCaps, DepthError, Negotiated, Path, QpPlan};
 
 /// A connection's handle: its Local Communication ID (first byte: the engine's prefix).
@@ -289,6 +291,8 @@ pub struct CmEngine {
     cfg: CmConfig,
     rng: u64,
     conns: HashMap<CommId, Conn>,
+    /// Every armed connection timer, earliest first.
+    deadlines: Deadlines,
     /// Listened ServiceIDs.
     listeners: HashMap<u64, ()>,
     /// Bound ServiceIDs (`rdma_bind_addr` took the port; a listen may follow).
@@ -309,6 +313,7 @@ impl CmEngine {
             rng: cfg.seed ^ 0x9E37_79B9_7F4A_7C15,
             cfg,
             conns: HashMap::new(),
+            deadlines: Deadlines::default(),
             listeners: HashMap::new(),
             bound: HashMap::new(),
             held: Vec::new(),
@@ -730,7 +735,7 @@ impl CmEngine {
             }
             State::DreqRcvd => {
                 self.send_drep(c.peer, c.dreq_tid, c.local_id, c.remote_id);
-                c.enter_timewait(now);
+                c.enter_timewait(now, &mut self.deadlines);
                 Ok(())
             }
             State::DreqSent | State::Timewait => Ok(()),
@@ -933,23 +938,21 @@ impl CmEngine {
                 h.until
             }
         });
-        self.conns
-            .values()
-            .filter_map(|c| c.timer)
-            .chain(held)
-            .min()
+        self.deadlines.earliest().into_iter().chain(held).min()
     }
 
     /// Runs the timers due at `now`: retransmissions, their exhaustion, timewait ends.
     pub fn handle_timeout(&mut self, now: Instant) {
         self.run_held(now);
-        let due: Vec<CommId> = self
-            .conns
-            .iter()
-            .filter(|(_, c)| c.timer.is_some_and(|t| t <= now))
-            .map(|(id, _)| *id)
-            .collect();
-        for id in due {
+        // What is due now, taken first: a timer armed while these run (a retry's next
+        // deadline) waits for the next call even if it is already due.
+        let due: Vec<(Instant, CommId)> =
+            std::iter::from_fn(|| self.deadlines.pop_due(now)).collect();
+        for (at, id) in due {
+            // A stale entry: the timer was re-armed or cancelled since.
+            if self.conns.get(&id).is_none_or(|c| c.timer != Some(at)) {
+                continue;
+            }
             let Some(mut c) = self.conns.remove(&id) else {
                 continue;
             };
@@ -961,7 +964,8 @@ impl CmEngine {
             }
             if c.retries_left > 0 {
                 c.retries_left -= 1;
-                c.timer = Some(now + c.timeout);
+                let at = now + c.timeout;
+                self.deadlines.arm(&mut c, at);
                 self.counters.retries += 1;
                 self.counters.sent += 1;
                 if let Some(m) = c.last_sent {
@@ -993,7 +997,7 @@ impl CmEngine {
                         id,
                         timed_out: true,
                     });
-                    c.enter_timewait(now);
+                    c.enter_timewait(now, &mut self.deadlines);
                     self.conns.insert(id, c);
                 }
                 _ => {
@@ -1045,7 +1049,7 @@ impl CmEngine {
         c.last_sent = self.emit(c.peer, msg, tid);
         c.timeout = timeout;
         c.retries_left = retries;
-        c.timer = Some(now + timeout);
+        self.deadlines.arm(c, now + timeout);
     }
 
     #[allow(clippy::too_many_arguments)]
