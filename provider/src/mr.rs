@@ -452,39 +452,59 @@ impl MrTable {
         populate(mr.address_of(off), len as usize, write)
     }
 
-    /// The region a remote key reaches for `[addr, addr+len)` with `need`, and the region
-    /// address `addr` names: the region of that rkey (the same address), or the one a bound
-    /// window opens onto (checked against the window's range and rights; a zero-based
-    /// window's offset becomes the region address it stands for).
-    fn remote(
+    /// Runs `f` on the region a remote key reaches for `[addr, addr+len)` with `need`, and
+    /// the region address `addr` names: the region of that rkey (the same address), or the one
+    /// a bound window opens onto (checked against the window's range and rights; a zero-based
+    /// window's offset becomes the region address it stands for). One read of the table's
+    /// lock for the whole access, held while `f` copies: a deregistration (which takes the
+    /// lock to write) waits for the copy, and no handle is cloned per packet.
+    fn with_remote<R>(
         &self,
         pd: u32,
         rkey: u32,
         addr: u64,
         len: u64,
         need: AccessFlags,
-    ) -> Result<(Arc<MrInner>, u64), MemError> {
-        if let Some(found) = self.through_window(pd, rkey, addr, len, need)? {
-            return Ok(found);
+        f: impl FnOnce(&MrInner, u64) -> Result<R, MemError>,
+    ) -> Result<R, MemError> {
+        let k = self.keys.read();
+        if let Some((mr, at)) = k.through_window(pd, rkey, addr, len, need)? {
+            return f(mr, at);
         }
-        Ok((self.lookup(pd, rkey, need)?, addr))
+        f(k.region(pd, rkey, need)?, addr)
     }
 
-    /// The region of `key` in `pd` granting `need`; the Arc keeps its descriptor alive while
-    /// the caller (the engine, under the engine lock) copies.
+    /// Runs `f` on the region of `key` in `pd` granting `need`, under one read of the
+    /// table's lock (as [`MrTable::with_remote`]).
+    fn with_local<R>(
+        &self,
+        pd: u32,
+        key: u32,
+        need: AccessFlags,
+        f: impl FnOnce(&MrInner) -> Result<R, MemError>,
+    ) -> Result<R, MemError> {
+        f(self.keys.read().region(pd, key, need)?)
+    }
+
+    /// The region of `key` in `pd` granting `need`, as a handle that keeps its descriptor
+    /// alive after the table's lock is released.
     pub(crate) fn lookup(
         &self,
         pd: u32,
         key: u32,
         need: AccessFlags,
     ) -> Result<Arc<MrInner>, MemError> {
-        let mr = self
-            .keys
-            .read()
-            .live
-            .get(&key)
-            .cloned()
-            .ok_or(MemError::InvalidKey)?;
+        let k = self.keys.read();
+        k.region(pd, key, need)?;
+        // Found just above, under the same read lock.
+        k.live.get(&key).cloned().ok_or(MemError::InvalidKey)
+    }
+}
+
+impl Keys {
+    /// The live region of `key` in `pd` granting `need`.
+    fn region(&self, pd: u32, key: u32, need: AccessFlags) -> Result<&MrInner, MemError> {
+        let mr = self.live.get(&key).ok_or(MemError::InvalidKey)?;
         if mr.pd != pd {
             return Err(MemError::InvalidKey);
         }
@@ -497,17 +517,17 @@ impl MrTable {
 
 impl Memory for MrTable {
     fn read_local(&self, pd: u32, lkey: u32, addr: u64, buf: &mut [u8]) -> Result<(), MemError> {
-        self.lookup(pd, lkey, AccessFlags::EMPTY)?
-            .copy_out(addr, buf)
+        self.with_local(pd, lkey, AccessFlags::EMPTY, |mr| mr.copy_out(addr, buf))
     }
 
     fn write_local(&self, pd: u32, lkey: u32, addr: u64, data: &[u8]) -> Result<(), MemError> {
-        self.lookup(pd, lkey, AccessFlags::LOCAL_WRITE)?
-            .copy_in(addr, data)
+        self.with_local(pd, lkey, AccessFlags::LOCAL_WRITE, |mr| {
+            mr.copy_in(addr, data)
+        })
     }
 
     fn check_region_key(&self, pd: u32, rkey: u32, access: AccessFlags) -> Result<(), MemError> {
-        self.lookup(pd, rkey, access).map(|_| ())
+        self.with_local(pd, rkey, access, |_| Ok(()))
     }
 
     fn check_remote(
@@ -518,28 +538,35 @@ impl Memory for MrTable {
         len: u64,
         access: AccessFlags,
     ) -> Result<(), MemError> {
-        let (mr, at) = self.remote(pd, rkey, addr, len, access)?;
-        mr.offset(at, len).map(|_| ())
+        self.with_remote(pd, rkey, addr, len, access, |mr, at| {
+            mr.offset(at, len).map(|_| ())
+        })
     }
 
     fn read_remote(&self, pd: u32, rkey: u32, addr: u64, buf: &mut [u8]) -> Result<(), MemError> {
-        let (mr, at) = self.remote(pd, rkey, addr, buf.len() as u64, AccessFlags::REMOTE_READ)?;
-        mr.copy_out(at, buf)
+        let len = buf.len() as u64;
+        self.with_remote(pd, rkey, addr, len, AccessFlags::REMOTE_READ, |mr, at| {
+            mr.copy_out(at, buf)
+        })
     }
 
     fn write_remote(&self, pd: u32, rkey: u32, addr: u64, data: &[u8]) -> Result<(), MemError> {
-        let (mr, at) = self.remote(pd, rkey, addr, data.len() as u64, AccessFlags::REMOTE_WRITE)?;
-        mr.copy_in(at, data)
+        let len = data.len() as u64;
+        self.with_remote(pd, rkey, addr, len, AccessFlags::REMOTE_WRITE, |mr, at| {
+            mr.copy_in(at, data)
+        })
     }
 
     fn atomic(&self, pd: u32, rkey: u32, addr: u64, op: AtomicOp) -> Result<u64, MemError> {
-        let (mr, at) = self.remote(pd, rkey, addr, 8, AccessFlags::REMOTE_ATOMIC)?;
-        mr.atomic(at, op)
+        self.with_remote(pd, rkey, addr, 8, AccessFlags::REMOTE_ATOMIC, |mr, at| {
+            mr.atomic(at, op)
+        })
     }
 
     fn atomic_write(&self, pd: u32, rkey: u32, addr: u64, value: [u8; 8]) -> Result<(), MemError> {
-        let (mr, at) = self.remote(pd, rkey, addr, 8, AccessFlags::REMOTE_WRITE)?;
-        mr.store_word(at, value)
+        self.with_remote(pd, rkey, addr, 8, AccessFlags::REMOTE_WRITE, |mr, at| {
+            mr.store_word(at, value)
+        })
     }
 
     fn bind_mw(&self, pd: u32, qpn: u32, bind: &ferroce_transport::MwBind) -> Result<(), MemError> {

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use ferroce_transport::memory::MemError;
 use ferroce_transport::{AccessFlags, MwBind, SendWr};
 
-use crate::mr::{MrInner, MrTable};
+use crate::mr::{Keys, MrInner, MrTable};
 use crate::{Error, MemoryRegion, ProtectionDomain, QueuePair, Result};
 
 /// `enum ibv_mw_type`.
@@ -183,7 +183,9 @@ impl MrTable {
             .and_then(|w| w.bound.as_ref())
             .and_then(|b| b.qpn)
     }
+}
 
+impl Keys {
     /// If `rkey` is a window's: the region it opens onto, once the access fits its range and
     /// rights (an unbound window is an invalid key); `None` if it is no window's key.
     pub(crate) fn through_window(
@@ -193,9 +195,8 @@ impl MrTable {
         addr: u64,
         len: u64,
         need: AccessFlags,
-    ) -> std::result::Result<Option<(Arc<MrInner>, u64)>, MemError> {
-        let k = self.keys.read();
-        let Some(w) = k.windows.get(&(rkey >> 8)).filter(|w| w.rkey == rkey) else {
+    ) -> std::result::Result<Option<(&MrInner, u64)>, MemError> {
+        let Some(w) = self.windows.get(&(rkey >> 8)).filter(|w| w.rkey == rkey) else {
             return Ok(None);
         };
         let b = w
@@ -213,12 +214,12 @@ impl MrTable {
             if end > b.len {
                 return Err(MemError::OutOfBounds);
             }
-            return Ok(Some((b.mr.clone(), b.addr + addr)));
+            return Ok(Some((&b.mr, b.addr + addr)));
         }
         if addr < b.addr || end > b.addr + b.len {
             return Err(MemError::OutOfBounds);
         }
-        Ok(Some((b.mr.clone(), addr)))
+        Ok(Some((&b.mr, addr)))
     }
 }
 
