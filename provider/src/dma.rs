@@ -186,11 +186,51 @@ unsafe fn load_words(p: *const u8, dst: &mut [u8], bulk: bool) {
 /// The block path: 64-byte blocks through aligned 16-byte SSE2 accesses on the region's side.
 #[cfg(all(target_arch = "x86_64", not(miri)))]
 mod bulk {
-    use std::arch::asm;
-
     /// Below this many bytes the word loop is as fast (and aligning costs a word).
     const MIN: usize = 128;
     const BLOCK: usize = 64;
+
+    /// Copies `$n` (at least 1) 64-byte blocks from `$s` to `$d`, loading with `$ld` and
+    /// storing with `$st` (`movdqa` on the region's side, which is 16-aligned; `movdqu` on the
+    /// caller's buffer).
+    macro_rules! blocks {
+        ($ld:literal, $st:literal, $s:expr, $d:expr, $n:expr) => {
+            std::arch::asm!(
+                "2:",
+                concat!($ld, " {a}, [{s}]"),
+                concat!($ld, " {b}, [{s} + 16]"),
+                concat!($ld, " {c}, [{s} + 32]"),
+                concat!($ld, " {e}, [{s} + 48]"),
+                concat!($st, " [{d}], {a}"),
+                concat!($st, " [{d} + 16], {b}"),
+                concat!($st, " [{d} + 32], {c}"),
+                concat!($st, " [{d} + 48], {e}"),
+                "add {s}, 64",
+                "add {d}, 64",
+                "dec {n}",
+                "jnz 2b",
+                s = inout(reg) $s => _,
+                d = inout(reg) $d => _,
+                n = inout(reg) $n => _,
+                a = out(xmm_reg) _,
+                b = out(xmm_reg) _,
+                c = out(xmm_reg) _,
+                e = out(xmm_reg) _,
+                options(nostack),
+            )
+        };
+    }
+
+    /// How a range of at least [`MIN`] bytes at `p` splits: the bytes before `p`'s next
+    /// 16-byte boundary (0 or 8: `p` is 8-aligned) and the whole blocks after them (at least
+    /// one). `None` for a shorter range.
+    fn split(p: usize, len: usize) -> Option<(usize, usize)> {
+        if len < MIN {
+            return None;
+        }
+        let lead = p % 16;
+        Some((lead, (len - lead) / BLOCK))
+    }
 
     /// Stores the leading 16-aligned blocks of `src` at `p` (after one word that aligns `p`
     /// to 16, if needed); returns how many bytes were stored, a multiple of 8.
@@ -199,47 +239,16 @@ mod bulk {
     /// `p` is 8-aligned, `p..p+src.len()` is valid for writes, and every Rust access to it goes
     /// through `dma`.
     pub(super) unsafe fn store(p: *mut u8, src: &[u8]) -> usize {
-        if src.len() < MIN {
+        let Some((lead, blocks)) = split(p.addr(), src.len()) else {
             return 0;
-        }
-        let lead = p.addr() % 16;
-        // SAFETY: `lead` is 0 or 8 (p is 8-aligned), so the lead word is inside the range (contract); `src` has at least MIN bytes.
-        let done = if lead != 0 {
-            unsafe { super::store_words(p, &src[..8], false) };
-            8
-        } else {
-            0
         };
-        let blocks = (src.len() - done) / BLOCK;
-        let d = p.wrapping_add(done);
-        let s = src[done..].as_ptr();
-        // SAFETY: `d` is 16-aligned and `d..d+blocks*64` lies inside the caller's range, valid for writes; `s..s+blocks*64` lies inside `src`. Each MOVDQA store is one aligned 16-byte access or two aligned 8-byte ones, each single-copy atomic, so to other threads the loop is relaxed 8-byte atomic stores to words that Rust reaches only atomically (this module's model); the compiler treats the block as touching memory (no `nomem`/`readonly`).
-        unsafe {
-            asm!(
-                "2:",
-                "movdqu {a}, [{s}]",
-                "movdqu {b}, [{s} + 16]",
-                "movdqu {c}, [{s} + 32]",
-                "movdqu {e}, [{s} + 48]",
-                "movdqa [{d}], {a}",
-                "movdqa [{d} + 16], {b}",
-                "movdqa [{d} + 32], {c}",
-                "movdqa [{d} + 48], {e}",
-                "add {s}, 64",
-                "add {d}, 64",
-                "dec {n}",
-                "jnz 2b",
-                s = inout(reg) s => _,
-                d = inout(reg) d => _,
-                n = inout(reg) blocks => _,
-                a = out(xmm_reg) _,
-                b = out(xmm_reg) _,
-                c = out(xmm_reg) _,
-                e = out(xmm_reg) _,
-                options(nostack),
-            );
-        }
-        done + blocks * BLOCK
+        // SAFETY: `lead` is 0 or 8 and inside the range (contract); `src` has at least MIN bytes.
+        unsafe { super::store_words(p, &src[..lead], false) };
+        let d = p.wrapping_add(lead);
+        let s = src[lead..].as_ptr();
+        // SAFETY: `d` is 16-aligned and `d..d+blocks*64` lies inside the caller's range, valid for writes; `s..s+blocks*64` lies inside `src`; `blocks` >= 1 (split). Each MOVDQA store is one aligned 16-byte access or two aligned 8-byte ones, each single-copy atomic, so to other threads the loop is relaxed 8-byte atomic stores to words that Rust reaches only atomically (this module's model); the compiler treats the block as touching memory (no `nomem`/`readonly`).
+        unsafe { blocks!("movdqu", "movdqa", s, d, blocks) };
+        lead + blocks * BLOCK
     }
 
     /// Loads the leading blocks at `p` into `dst`, as [`store`] stores them; returns how many
@@ -249,47 +258,16 @@ mod bulk {
     /// `p` is 8-aligned, `p..p+dst.len()` is valid for reads, and every Rust access to it goes
     /// through `dma`.
     pub(super) unsafe fn load(p: *const u8, dst: &mut [u8]) -> usize {
-        if dst.len() < MIN {
+        let Some((lead, blocks)) = split(p.addr(), dst.len()) else {
             return 0;
-        }
-        let lead = p.addr() % 16;
-        // SAFETY: `lead` is 0 or 8, so the lead word is inside the range (contract); `dst` has at least MIN bytes.
-        let done = if lead != 0 {
-            unsafe { super::load_words(p, &mut dst[..8], false) };
-            8
-        } else {
-            0
         };
-        let blocks = (dst.len() - done) / BLOCK;
-        let s = p.wrapping_add(done);
-        let d = dst[done..].as_mut_ptr();
-        // SAFETY: `s` is 16-aligned and `s..s+blocks*64` lies inside the caller's range, valid for reads; `d..d+blocks*64` lies inside `dst`, which this function borrows mutably. Each MOVDQA load is one aligned 16-byte access or two aligned 8-byte ones, each single-copy atomic: relaxed 8-byte atomic loads, as in this module's model.
-        unsafe {
-            asm!(
-                "2:",
-                "movdqa {a}, [{s}]",
-                "movdqa {b}, [{s} + 16]",
-                "movdqa {c}, [{s} + 32]",
-                "movdqa {e}, [{s} + 48]",
-                "movdqu [{d}], {a}",
-                "movdqu [{d} + 16], {b}",
-                "movdqu [{d} + 32], {c}",
-                "movdqu [{d} + 48], {e}",
-                "add {s}, 64",
-                "add {d}, 64",
-                "dec {n}",
-                "jnz 2b",
-                s = inout(reg) s => _,
-                d = inout(reg) d => _,
-                n = inout(reg) blocks => _,
-                a = out(xmm_reg) _,
-                b = out(xmm_reg) _,
-                c = out(xmm_reg) _,
-                e = out(xmm_reg) _,
-                options(nostack),
-            );
-        }
-        done + blocks * BLOCK
+        // SAFETY: `lead` is 0 or 8 and inside the range (contract); `dst` has at least MIN bytes.
+        unsafe { super::load_words(p, &mut dst[..lead], false) };
+        let s = p.wrapping_add(lead);
+        let d = dst[lead..].as_mut_ptr();
+        // SAFETY: `s` is 16-aligned and `s..s+blocks*64` lies inside the caller's range, valid for reads; `d..d+blocks*64` lies inside `dst`, which this function borrows mutably; `blocks` >= 1 (split). Each MOVDQA load is one aligned 16-byte access or two aligned 8-byte ones, each single-copy atomic: relaxed 8-byte atomic loads, as in this module's model.
+        unsafe { blocks!("movdqa", "movdqu", s, d, blocks) };
+        lead + blocks * BLOCK
     }
 }
 
