@@ -14,6 +14,7 @@
 //! names and events to the context. `FERROCE_BUSY_POLL=1` makes it spin instead of sleeping
 //! (lower latency, one core busy).
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::RawFd;
@@ -29,6 +30,7 @@ use parking_lot::Mutex;
 use crate::backend::{self, DatapathStats, Receiver};
 use crate::cq::CqInner;
 use crate::events::{AsyncEventRecord, EventRouter, Owned};
+use crate::idle::{BUSY_POLLS_PER_YIELD, EMPTY_POLLS_PER_YIELD, IdleStreak};
 use crate::mr::MrTable;
 use crate::shard::{ACK_HOLD, Settled, Shard};
 use crate::sys::{self, EventFd};
@@ -971,39 +973,44 @@ impl Shared {
     /// Progress driven by a program polling an empty CQ (a poll-mode driver's loop): receives
     /// and processes whatever is waiting, unless another thread is doing so right now.
     pub(crate) fn poll_inline(&self) {
-        /// Polls that find the receive path busy before one yields the CPU.
-        const SPINS_PER_YIELD: u32 = 64;
         thread_local! {
-            static BUSY: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+            static EMPTY: RefCell<IdleStreak> =
+                const { RefCell::new(IdleStreak::new(EMPTY_POLLS_PER_YIELD)) };
+            static BUSY: RefCell<IdleStreak> =
+                const { RefCell::new(IdleStreak::new(BUSY_POLLS_PER_YIELD)) };
         }
         // Whether or not it gets the receive path now, a poller is here: the progress thread
         // leaves the socket to it.
         self.last_inline
             .store(self.now().as_nanos(), Ordering::Relaxed);
         if let Some(mut rx) = self.rx.try_lock() {
-            BUSY.with(|b| b.set(0));
-            if self.receive_inline(&mut **rx) == 0
-                && HELD_HERE
-                    .try_with(|h| !h.borrow().is_empty())
-                    .unwrap_or(false)
+            let _ = BUSY.try_with(|b| b.borrow_mut().worked());
+            let got = self.receive_inline(&mut **rx);
+            drop(rx);
+            if got > 0 {
+                let _ = EMPTY.try_with(|e| e.borrow_mut().worked());
+                return;
+            }
+            if HELD_HERE
+                .try_with(|h| !h.borrow().is_empty())
+                .unwrap_or(false)
             {
                 // Nothing new, and the program did not answer what it got: the ACKs its
                 // polls held leave now (on every device this thread polled).
-                drop(rx);
                 flush_held_all();
+            }
+            // Nothing arrived: what the program waits for may need another thread of this
+            // process first (idle.rs); after a run of empty polls, let it have the CPU.
+            if EMPTY.try_with(|e| e.borrow_mut().idle()).unwrap_or(false) {
+                std::thread::yield_now();
             }
         } else {
             // The progress thread is receiving: usually for a few microseconds, on another
             // core, so the poller spins. If it stays busy, it may have been preempted holding
             // the batch (likely when busy-polling threads outnumber cores), and spinning
-            // would keep it off this CPU for a whole time slice: every SPINS_PER_YIELD busy
-            // polls in a row, yield and let it finish.
-            let n = BUSY.with(|b| {
-                let n = b.get().wrapping_add(1);
-                b.set(n);
-                n
-            });
-            if n % SPINS_PER_YIELD == 0 {
+            // would keep it off this CPU for a whole time slice: after a run of busy polls,
+            // yield and let it finish.
+            if BUSY.try_with(|b| b.borrow_mut().idle()).unwrap_or(false) {
                 std::thread::yield_now();
             } else {
                 std::hint::spin_loop();

@@ -65,6 +65,7 @@ pub mod faults;
 pub mod fork;
 pub mod gsi;
 mod host;
+mod idle;
 mod mcast;
 mod mmsg;
 mod mr;
