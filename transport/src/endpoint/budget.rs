@@ -49,7 +49,7 @@ impl Endpoint {
     }
 
     /// Unacknowledged request PSNs of all QPs together (what
-    /// [`EndpointConfig::inflight_budget`] limits).
+    /// [`EndpointConfig::inflight_budget`](crate::EndpointConfig::inflight_budget) limits).
     pub fn inflight(&self) -> u32 {
         self.inflight
     }
