@@ -30,7 +30,7 @@ use parking_lot::Mutex;
 use crate::backend::{self, DatapathStats, Receiver};
 use crate::cq::CqInner;
 use crate::events::{AsyncEventRecord, EventRouter, Owned};
-use crate::idle::{BUSY_POLLS_PER_YIELD, EMPTY_POLLS_PER_YIELD, IdleStreak};
+use crate::idle::{BUSY_POLLS_PER_YIELD, EMPTY_POLLS_PER_YIELD, IdleStreak, yield_when_idle};
 use crate::mr::MrTable;
 use crate::shard::{ACK_HOLD, Settled, Shard};
 use crate::sys::{self, EventFd};
@@ -1001,7 +1001,7 @@ impl Shared {
             }
             // Nothing arrived: what the program waits for may need another thread of this
             // process first (idle.rs); after a run of empty polls, let it have the CPU.
-            if EMPTY.try_with(|e| e.borrow_mut().idle()).unwrap_or(false) {
+            if yield_when_idle() && EMPTY.try_with(|e| e.borrow_mut().idle()).unwrap_or(false) {
                 std::thread::yield_now();
             }
         } else {

@@ -11,7 +11,13 @@
 //! runnable that costs one `sched_yield` (about 0.5 µs) per run, and when something is, it
 //! runs now — Open MPI's progress loop does the same when oversubscribed
 //! (`mpi_yield_when_idle`). Measured in docs/benchmarks.md: one core, 8-byte WRITEs 3× and
-//! 64 KiB WRITEs 1.5× faster; two cores and the ping-pong's latency unchanged.
+//! 64 KiB WRITEs 1.5× faster; two cores and the ping-pong's latency unchanged; perftest's
+//! `ib_write_lat` p99 from 30× its typical to 3–8×.
+//!
+//! The yield after empty receives is opt-in for now (`FERROCE_YIELD_WHEN_IDLE=1`): on by
+//! default it widened a race of perftest's rdma_cm mode (`-R`) in CI, where the client's REQ
+//! reaches the server's connection manager before the server listens again (REJ 8) — 1 run in
+//! 8 here. The yield after busy polls has always been on.
 
 /// Receives that found nothing, in a row, before a poller yields: 16 empty `recvmmsg` calls
 /// are about 7 µs of spinning.
@@ -20,6 +26,13 @@ pub(crate) const EMPTY_POLLS_PER_YIELD: u32 = 16;
 /// Polls that found another thread receiving, in a row, before a poller yields (each is a
 /// failed `try_lock`, far cheaper than an empty receive).
 pub(crate) const BUSY_POLLS_PER_YIELD: u32 = 64;
+
+/// Whether a poller yields after [`EMPTY_POLLS_PER_YIELD`] empty receives
+/// (`FERROCE_YIELD_WHEN_IDLE=1`), read once per process.
+pub(crate) fn yield_when_idle() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("FERROCE_YIELD_WHEN_IDLE").is_ok_and(|v| v == "1"))
+}
 
 /// One thread's streak of polls that found nothing, against the length after which it
 /// yields.
