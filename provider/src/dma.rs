@@ -60,7 +60,7 @@ unsafe fn cell<'a>(w: *mut u64) -> &'a AtomicU64 {
 /// `src..src+dst.len()`, widened to whole aligned words, is valid for reads, and every Rust
 /// access to it goes through this module.
 pub(crate) unsafe fn read(src: *const u8, dst: &mut [u8]) {
-    // SAFETY: the caller's contract is `read_with`'s.
+    // SAFETY: `src..src+dst.len()`, widened to whole aligned words, is valid for reads and reached by Rust only through this module (this function's contract), as `read_with` requires.
     unsafe { read_with(src, dst, BULK) }
 }
 
@@ -82,7 +82,7 @@ unsafe fn read_with(src: *const u8, dst: &mut [u8], bulk: bool) {
     // SAFETY: `p` is 8-aligned here (the head took the rest of its word) and `p..p+whole` lies inside the range (contract).
     unsafe { load_words(p, words, bulk) };
     if !tail.is_empty() {
-        // SAFETY: the tail's word is the one after the whole words, inside the widened range.
+        // SAFETY: `p + whole` is the start of the tail, whose bytes lie in the one aligned word after the whole words; that word is inside the caller's range widened to whole words, valid for reads and reached only through this module.
         unsafe { read_partial(p.wrapping_add(whole), tail) };
     }
 }
@@ -93,7 +93,7 @@ unsafe fn read_with(src: *const u8, dst: &mut [u8], bulk: bool) {
 /// `dst..dst+src.len()`, widened to whole aligned words, is valid for reads and writes, and
 /// every Rust access to it goes through this module.
 pub(crate) unsafe fn write(dst: *mut u8, src: &[u8]) {
-    // SAFETY: the caller's contract is `write_with`'s.
+    // SAFETY: `dst..dst+src.len()`, widened to whole aligned words, is valid for reads and writes and reached by Rust only through this module (this function's contract), as `write_with` requires.
     unsafe { write_with(dst, src, BULK) }
 }
 
@@ -148,8 +148,8 @@ const BULK: bool = cfg!(all(target_arch = "x86_64", not(miri)));
 /// `p` is 8-aligned, `p..p+src.len()` is valid for writes, and every Rust access to it goes
 /// through this module.
 unsafe fn store_words(p: *mut u8, src: &[u8], bulk: bool) {
-    // SAFETY: the caller's contract is `bulk::store`'s.
     let done = if bulk {
+        // SAFETY: `p` is 8-aligned and `p..p+src.len()` is valid for writes and reached by Rust only through this module (this function's contract), which is what `bulk::store` requires.
         unsafe { bulk::store(p, src) }
     } else {
         0
@@ -169,8 +169,8 @@ unsafe fn store_words(p: *mut u8, src: &[u8], bulk: bool) {
 /// `p` is 8-aligned, `p..p+dst.len()` is valid for reads, and every Rust access to it goes
 /// through this module.
 unsafe fn load_words(p: *const u8, dst: &mut [u8], bulk: bool) {
-    // SAFETY: the caller's contract is `bulk::load`'s.
     let done = if bulk {
+        // SAFETY: `p` is 8-aligned and `p..p+dst.len()` is valid for reads and reached by Rust only through this module (this function's contract), which is what `bulk::load` requires.
         unsafe { bulk::load(p, dst) }
     } else {
         0
