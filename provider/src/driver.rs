@@ -988,7 +988,9 @@ impl Shared {
             let got = self.receive_inline(&mut **rx);
             drop(rx);
             if got > 0 {
-                let _ = EMPTY.try_with(|e| e.borrow_mut().worked());
+                if yield_when_idle() {
+                    let _ = EMPTY.try_with(|e| e.borrow_mut().worked());
+                }
                 return;
             }
             if HELD_HERE

@@ -494,16 +494,13 @@ impl MrTable {
         key: u32,
         need: AccessFlags,
     ) -> Result<Arc<MrInner>, MemError> {
-        let k = self.keys.read();
-        k.region(pd, key, need)?;
-        // Found just above, under the same read lock.
-        k.live.get(&key).cloned().ok_or(MemError::InvalidKey)
+        self.keys.read().region(pd, key, need).cloned()
     }
 }
 
 impl Keys {
     /// The live region of `key` in `pd` granting `need`.
-    fn region(&self, pd: u32, key: u32, need: AccessFlags) -> Result<&MrInner, MemError> {
+    fn region(&self, pd: u32, key: u32, need: AccessFlags) -> Result<&Arc<MrInner>, MemError> {
         let mr = self.live.get(&key).ok_or(MemError::InvalidKey)?;
         if mr.pd != pd {
             return Err(MemError::InvalidKey);
