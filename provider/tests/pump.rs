@@ -108,3 +108,50 @@ fn a_send_completes_while_its_receiver_calls_no_verb_and_nobody_polls() {
         assert_eq!((wc.opcode, wc.status), (WcOpcode::Send, WcStatus::Success));
     }
 }
+
+/// A program that answered a few messages, receives the last one and at once destroys its QP
+/// and closes its device (ibv_rc_pingpong's end) does not take the ACK of that message with
+/// it: the ACK its poll held for an answer leaves when the QP is destroyed (a NIC's or rxe's
+/// ACK is on the wire whatever the program does next), and the peer's last SEND completes
+/// successfully instead of retrying into "retry counter exceeded".
+#[test]
+fn a_held_ack_leaves_when_the_program_destroys_its_qp_and_closes_at_once() {
+    for round in 0..10u8 {
+        let (x, y) = pair(
+            [127, 0, 94, 1 + 2 * round],
+            [127, 0, 94, 2 + 2 * round],
+            QpType::Rc,
+            Mtu::Mtu1024,
+            4096,
+        );
+        let warm = 20u64;
+        for _ in 0..=warm {
+            y.qp.post_recv(&recv(&y)).unwrap();
+        }
+        std::thread::scope(|sc| {
+            sc.spawn(move || {
+                for i in 0..warm {
+                    spin_for(&y, WcOpcode::Recv, &mut 0);
+                    let mut w = send(&y, i);
+                    w.send_flags = SendFlags::EMPTY;
+                    y.qp.post_send(&w).unwrap();
+                }
+                // The last message: received by this poll, never answered; then the end.
+                spin_for(&y, WcOpcode::Recv, &mut 0);
+                drop(y);
+            });
+            for i in 0..warm {
+                x.qp.post_recv(&recv(&x)).unwrap();
+                // The warm-up's SENDs complete silently: x's CQ holds only its receives.
+                let mut w = send(&x, i);
+                w.send_flags = SendFlags::EMPTY;
+                x.qp.post_send(&w).unwrap();
+                spin_for(&x, WcOpcode::Recv, &mut 0);
+            }
+            x.qp.post_send(&send(&x, warm)).unwrap();
+        });
+        // The last SEND completes, successfully (spin_for checks the status).
+        spin_for(&x, WcOpcode::Send, &mut 0);
+        eprintln!("round {round}: {:?}", x.ctx.counters());
+    }
+}

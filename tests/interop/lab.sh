@@ -73,9 +73,18 @@ gspawn() { # K CMD -> job id
   printf '%s\n' "$*" > "$RUN/g$k/cmd/$id.tmp" && mv "$RUN/g$k/cmd/$id.tmp" "$RUN/g$k/cmd/$id.sh"
   echo "$id"
 }
-gwait() { # K ID [TIMEOUT]
+gwait() { # K ID [TIMEOUT]; 124 when the job did not end in time, 125 when the guest is gone
   local k=$1 id=$2 to=${3:-120} i
-  for i in $(seq 1 $((to*10))); do [ -f "$RUN/g$k/out/$id.rc" ] && break; sleep 0.1; done
+  for i in $(seq 1 $((to*10))); do
+    [ -f "$RUN/g$k/out/$id.rc" ] && break
+    # A guest whose kernel panicked is gone (-no-reboot): no job of it will end.
+    if [ $((i % 10)) = 0 ] && ! kill -0 "${QPIDS[$((k-1))]:-0}" 2>/dev/null; then
+      cat "$RUN/g$k/out/$id.out" 2>/dev/null
+      echo "[lab] g$k is gone (its emulator exited) before job $id ended: $(grep -m1 -E 'Kernel panic|BUG:|Oops' "$RUN/g$k/console.log")" >&2
+      return 125
+    fi
+    sleep 0.1
+  done
   cat "$RUN/g$k/out/$id.out" 2>/dev/null
   if [ -f "$RUN/g$k/out/$id.rc" ]; then return "$(cat "$RUN/g$k/out/$id.rc")"; fi
   echo "[lab] timeout waiting for g$k job $id" >&2; return 124
