@@ -73,7 +73,18 @@ fn command(prog: &str, devices: &str) -> Command {
 }
 
 /// Waits at most `limit` for `child`, killing it after; returns (success, stdout + stderr).
+/// Both pipes are read while it runs: a program that writes more than a pipe holds (its
+/// `FERROCE_LOG=debug` lines) must not block on a full pipe and look hung.
 fn finish(mut child: Child, limit: Duration) -> (bool, String) {
+    let read = |mut r: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = r.read_to_string(&mut s);
+            s
+        })
+    };
+    let out = read(Box::new(child.stdout.take().unwrap()));
+    let err = read(Box::new(child.stderr.take().unwrap()));
     let start = Instant::now();
     let ok = loop {
         if let Some(st) = child.try_wait().unwrap() {
@@ -86,20 +97,9 @@ fn finish(mut child: Child, limit: Duration) -> (bool, String) {
         }
         std::thread::sleep(Duration::from_millis(20));
     };
-    let mut out = String::new();
-    child
-        .stdout
-        .take()
-        .unwrap()
-        .read_to_string(&mut out)
-        .unwrap();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut out)
-        .unwrap();
-    (ok, out)
+    let mut text = out.join().unwrap();
+    text.push_str(&err.join().unwrap());
+    (ok, text)
 }
 
 const LIMIT: Duration = Duration::from_secs(90);

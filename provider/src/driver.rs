@@ -421,7 +421,7 @@ impl Shared {
             if first || membership.changed() {
                 // Joining, this process waits its turn; a change others may be handling
                 // already is left to whoever holds the registry.
-                if membership.rebalance(Duration::from_secs(5), first) && first {
+                if membership.rebalance(Duration::from_secs(5), first, &self.shutdown) && first {
                     first = false;
                     let _ = ready.send(());
                 } else if first && !membership.changed() {

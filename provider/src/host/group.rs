@@ -25,7 +25,7 @@ use std::fs::File;
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// Bytes of the registry file.
@@ -499,8 +499,16 @@ impl Membership {
 
     /// Finds every live member's socket number and attaches the table (see the module docs).
     /// Returns whether a consistent table was attached; `false` if another process is
-    /// rebalancing right now (it will) or the answers did not add up within `limit`.
-    pub(crate) fn rebalance(&self, limit: Duration, wait_for_lock: bool) -> bool {
+    /// rebalancing right now (it will), the answers did not add up within `limit`, or
+    /// `leaving` turned true: this process is closing the device, its receive path (which
+    /// answers its own probe) has stopped, and a rebalance that waits for its answer would
+    /// hold the registry's lock, and every other member's rebalance with it, for `limit`.
+    pub(crate) fn rebalance(
+        &self,
+        limit: Duration,
+        wait_for_lock: bool,
+        leaving: &AtomicBool,
+    ) -> bool {
         let _g = if wait_for_lock {
             self.registry.lock()
         } else {
@@ -526,6 +534,13 @@ impl Membership {
         let deadline = Instant::now() + limit;
         let mut attempt = 0u32;
         while Instant::now() < deadline {
+            if leaving.load(Ordering::SeqCst) {
+                log::debug!(
+                    "{}: closing; the rebalance is left to the others",
+                    self.local
+                );
+                return false;
+            }
             // Dead members' slots are freed.
             for s in 1..=255u8 {
                 let pid = reg.word32(Registry::slot_at(s) + S_PID);
@@ -560,7 +575,10 @@ impl Membership {
                             .then(|| reg.word32(at + S_INDEX).load(Ordering::Acquire))
                     })
                     .collect();
-                if got.iter().all(Option::is_some) || Instant::now() >= attempt_end {
+                if got.iter().all(Option::is_some)
+                    || Instant::now() >= attempt_end
+                    || leaving.load(Ordering::SeqCst)
+                {
                     break got;
                 }
                 std::thread::sleep(Duration::from_micros(200));
@@ -698,6 +716,35 @@ mod tests {
                 panic!("instruction {code:#x} not expected");
             }
         }
+    }
+
+    /// A member closing its device (its receive path, which answers its own probe, stopped)
+    /// does not start a rebalance that would wait for that answer while holding the
+    /// registry's lock (the others' rebalances wait on it: their tables stay stale and
+    /// datagrams go astray meanwhile; seen as a 5 s close and a peer's RETRY_EXC_ERR among 36
+    /// processes on one address). Nobody reads this socket: without the check the rebalance
+    /// would probe (a new epoch) and wait out its limit.
+    #[test]
+    fn a_closing_member_starts_no_rebalance() {
+        let local: SocketAddr = "127.0.96.7:47911".parse().unwrap();
+        let _ = std::fs::remove_file(Registry::path_of(local));
+        let socket = socket2::Socket::new(
+            socket2::Domain::IPV4,
+            socket2::Type::DGRAM,
+            Some(socket2::Protocol::UDP),
+        )
+        .unwrap();
+        socket.set_reuse_port(true).unwrap();
+        socket.bind(&local.into()).unwrap();
+        let m = Membership::join(local, Arc::new(socket)).unwrap();
+        let epoch = || m.registry.word32(H_EPOCH).load(Ordering::Acquire);
+        let before = epoch();
+        assert!(m.changed(), "a new member changes the live set");
+        let leaving = AtomicBool::new(true);
+        assert!(!m.rebalance(Duration::from_secs(2), true, &leaving));
+        assert_eq!(epoch(), before, "a closing member sent probes");
+        drop(m);
+        let _ = std::fs::remove_file(Registry::path_of(local));
     }
 
     #[test]
