@@ -14,10 +14,12 @@
 //! 64 KiB WRITEs 1.5× faster; two cores and the ping-pong's latency unchanged; perftest's
 //! `ib_write_lat` p99 from 30× its typical to 3–8×.
 //!
-//! The yield after empty receives is opt-in for now (`FERROCE_YIELD_WHEN_IDLE=1`): on by
-//! default it widened a race of perftest's rdma_cm mode (`-R`) in CI, where the client's REQ
-//! reaches the server's connection manager before the server listens again (REJ 8) — 1 run in
-//! 8 here. The yield after busy polls has always been on.
+//! Both yields are on by default; `FERROCE_YIELD_WHEN_IDLE=0` turns off the one after empty
+//! receives (a program alone on its cores that would rather spin). It was opt-in while two
+//! failures seemed to follow it, both explained since: perftest `-R`'s REJ 8 is perftest's own
+//! race (its server listens for the data connection only after the first one is set up; the
+//! kernel's rdma_cm rejects that client the same way), and the shared address's lost ACK was a
+//! closing member's rebalance that held the registry for 5 s (`host::group`).
 
 /// Receives that found nothing, in a row, before a poller yields: 16 empty `recvmmsg` calls
 /// are about 7 µs of spinning.
@@ -27,11 +29,22 @@ pub(crate) const EMPTY_POLLS_PER_YIELD: u32 = 16;
 /// failed `try_lock`, far cheaper than an empty receive).
 pub(crate) const BUSY_POLLS_PER_YIELD: u32 = 64;
 
-/// Whether a poller yields after [`EMPTY_POLLS_PER_YIELD`] empty receives
-/// (`FERROCE_YIELD_WHEN_IDLE=1`), read once per process.
+/// Whether a poller yields after [`EMPTY_POLLS_PER_YIELD`] empty receives: yes unless
+/// `FERROCE_YIELD_WHEN_IDLE=0`, read once per process.
 pub(crate) fn yield_when_idle() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("FERROCE_YIELD_WHEN_IDLE").is_ok_and(|v| v == "1"))
+    *ON.get_or_init(|| {
+        let on = setting_on(std::env::var("FERROCE_YIELD_WHEN_IDLE").ok().as_deref());
+        if !on {
+            log::debug!("FERROCE_YIELD_WHEN_IDLE=0: pollers spin on empty receives");
+        }
+        on
+    })
+}
+
+/// The setting's value: on unless it is `0`.
+fn setting_on(value: Option<&str>) -> bool {
+    value.is_none_or(|v| v.trim() != "0")
 }
 
 /// One thread's streak of polls that found nothing, against the length after which it
@@ -81,6 +94,14 @@ mod tests {
             "work restarted the run"
         );
         assert!(s.idle());
+    }
+
+    #[test]
+    fn the_yield_is_on_unless_set_to_zero() {
+        assert!(setting_on(None));
+        assert!(setting_on(Some("1")));
+        assert!(!setting_on(Some("0")));
+        assert!(!setting_on(Some(" 0 ")));
     }
 
     #[test]
