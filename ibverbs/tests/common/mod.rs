@@ -135,11 +135,7 @@ pub(crate) struct Running {
 }
 
 pub(crate) fn start(mut c: Command) -> Running {
-    watch(c.spawn().unwrap())
-}
-
-/// Reads a spawned `child`'s stdout and stderr as they come.
-pub(crate) fn watch(mut child: Child) -> Running {
+    let mut child = c.spawn().unwrap();
     let mut so = child.stdout.take().unwrap();
     let mut se = child.stderr.take().unwrap();
     let out = std::thread::spawn(move || {
