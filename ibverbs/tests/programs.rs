@@ -9,11 +9,10 @@
 
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 mod common;
 
@@ -73,33 +72,10 @@ fn command(prog: &str, devices: &str) -> Command {
 }
 
 /// Waits at most `limit` for `child`, killing it after; returns (success, stdout + stderr).
-/// Both pipes are read while it runs: a program that writes more than a pipe holds (its
-/// `FERROCE_LOG=debug` lines) must not block on a full pipe and look hung.
-fn finish(mut child: Child, limit: Duration) -> (bool, String) {
-    let read = |mut r: Box<dyn Read + Send>| {
-        std::thread::spawn(move || {
-            let mut s = String::new();
-            let _ = r.read_to_string(&mut s);
-            s
-        })
-    };
-    let out = read(Box::new(child.stdout.take().unwrap()));
-    let err = read(Box::new(child.stderr.take().unwrap()));
-    let start = Instant::now();
-    let ok = loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            break st.success();
-        }
-        if start.elapsed() > limit {
-            let _ = child.kill();
-            let _ = child.wait();
-            break false;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let mut text = out.join().unwrap();
-    text.push_str(&err.join().unwrap());
-    (ok, text)
+/// Both pipes are read while it runs ([`common::watch`]): a program that writes more than a
+/// pipe holds (its `FERROCE_LOG=debug` lines) must not block on a full pipe and look hung.
+fn finish(child: Child, limit: Duration) -> (bool, String) {
+    common::finish(common::watch(child), limit)
 }
 
 const LIMIT: Duration = Duration::from_secs(90);

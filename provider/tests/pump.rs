@@ -152,6 +152,5 @@ fn a_held_ack_leaves_when_the_program_destroys_its_qp_and_closes_at_once() {
         });
         // The last SEND completes, successfully (spin_for checks the status).
         spin_for(&x, WcOpcode::Send, &mut 0);
-        eprintln!("round {round}: {:?}", x.ctx.counters());
     }
 }

@@ -550,10 +550,6 @@ for mtu_link in 1500 4200; do
   fi
   lab_down
 done
-# perftest between two emulated guests on equal footing: first on kernel rxe, then on ferroce's
-# libibverbs.so.1 in the same guests with rxe0 and its module removed (ferroce's socket takes
-# UDP 4791). Prints the figures and ferroce's ratios to rxe; a run that fails is a failure, the
-# ratios are figures (speed is measured here, not asserted).
 # The guests the bench has taken rxe out of (a rebooted lab takes it out again).
 BENCH_NO_RXE=""
 # A guest that is gone: seen on 6.12 under TCG, kernel rxe between the
@@ -575,6 +571,10 @@ bench_reboot() { # LABEL
   for k in $BENCH_NO_RXE; do gexec "$k" "rdma link delete rxe0 && modprobe -r rdma_rxe" 60 >/dev/null || return 1; done
 }
 
+# perftest between two emulated guests on equal footing: first on kernel rxe, then on ferroce's
+# libibverbs.so.1 in the same guests with rxe0 and its module removed (ferroce's socket takes
+# UDP 4791). Prints the figures and ferroce's ratios to rxe; a run that fails is a failure, the
+# ratios are figures (speed is measured here, not asserted).
 bench_run() { # LABEL ENV DEV PROG ARGS; the client's result row into $OUT/bench.LABEL.row
   local label=$1 env=$2 dev=$3 prog=$4 args=$5 try out sid rc reboots=0
   for try in 1 2 3 4 5; do

@@ -135,7 +135,11 @@ pub(crate) struct Running {
 }
 
 pub(crate) fn start(mut c: Command) -> Running {
-    let mut child = c.spawn().unwrap();
+    watch(c.spawn().unwrap())
+}
+
+/// Reads a spawned `child`'s stdout and stderr as they come.
+pub(crate) fn watch(mut child: Child) -> Running {
     let mut so = child.stdout.take().unwrap();
     let mut se = child.stderr.take().unwrap();
     let out = std::thread::spawn(move || {
