@@ -270,10 +270,18 @@ fn readable(fd: i32, timeout_ms: i32) -> bool {
     unsafe { libc::poll(&mut p, 1, timeout_ms) == 1 }
 }
 
+/// SEND, WRITE, a 2 MiB READ and an atomic under 5 % loss (end to end), duplication and
+/// reordering: all complete, the data exact, the atomic run once.
+///
+/// Why 5 % and not more: every gap costs one go-back-N round, and a round fails when the
+/// reissued request or its first response is lost too; `retry_cnt` 7 ends the QP after eight
+/// failed rounds in a row (as rxe and the spec count). At 10 % a round fails about one time in
+/// five and a 2 MiB READ meets some 300 gaps: the seeded simulator ran out of retries in 3
+/// of 800 seeds, and this test failed about once in 30 runs. At 5 % that is about 1 in 10^5.
 #[test]
-fn transfers_survive_ten_percent_loss() {
+fn transfers_survive_five_percent_loss() {
     let faults = FaultConfig {
-        loss: 0.10,
+        loss: 0.05,
         dup: 0.01,
         reorder: 0.02,
         seed: Some(42),
