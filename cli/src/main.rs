@@ -568,6 +568,9 @@ fn bw(a: &PerfArgs, out: &mut dyn Write) -> ferroce::Result<()> {
         );
         last = Some(r);
     }
+    // The devices close before the ceilings are measured: their progress threads (spinning
+    // under FERROCE_BUSY_POLL) would otherwise take CPU from the raw sockets.
+    drop((x, y));
     if a.compare {
         if let Some(r) = last {
             // The datagram of a full data packet: BTH + payload + ICRC (+ RETH on the first).
@@ -663,6 +666,8 @@ fn lat(a: &PerfArgs, out: &mut dyn Write) -> ferroce::Result<()> {
             r.calls.empty_per(iters)
         );
     }
+    // As in `bw`: the devices close before the raw sockets are timed.
+    drop((x, y));
     if a.compare {
         let c = udp_ceiling::measure(64, Duration::from_millis(200))?;
         let _ = writeln!(
