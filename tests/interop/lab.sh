@@ -3,7 +3,7 @@
 #   lab_down         powers the guests off, kills what is left, deletes the namespace (also on EXIT)
 #   gexec K 'cmd' [timeout] / gspawn K 'cmd' / gwait K ID [timeout]    run commands in guest K
 #   nsexec cmd...    a host command inside the namespace (ferroce runs here, on 10.77.0.1)
-#   cap_start FILE / cap_stop                                          tshark on br0
+#   cap_start FILE / cap_stop                                          dumpcap on br0
 # Everything lives in the namespace; nothing touches the root namespace's network.
 # The image build.sh made for $FERROCE_LAB_SUITE (bookworm: kernel 6.1; trixie: 6.12).
 case "${FERROCE_LAB_SUITE:-bookworm}" in
@@ -93,13 +93,17 @@ gexec() { local id; id=$(gspawn "$1" "$2"); gwait "$1" "$id" "${3:-120}"; }
 nsexec() { ip netns exec "$NS" "$@"; }
 cap_start() { # FILE
   CAPFILE=$1
-  ip netns exec "$NS" tshark -q -i br0 -F pcap -f "udp port 4791 or tcp" -a duration:600 -w "$CAPFILE" >"$CAPFILE.log" 2>&1 &
+  # dumpcap itself (tshark's capture child, installed with it), so that the process stopped
+  # below is the one writing the file: a tshark killed while busy left its dumpcap writing on,
+  # and the file was read half-written (a FAIL whose capture, read again later, was whole).
+  ip netns exec "$NS" dumpcap -q -P -i br0 -f "udp port 4791 or tcp" -a duration:600 -w "$CAPFILE" >"$CAPFILE.log" 2>&1 &
   CAPPID=$!
   local i; for i in $(seq 1 50); do grep -q "Capturing on" "$CAPFILE.log" 2>/dev/null && break; sleep 0.1; done
 }
 cap_stop() {
   [ -z "$CAPPID" ] && return 0
   sleep 0.3; kill -INT "$CAPPID" 2>/dev/null
-  local i; for i in $(seq 1 50); do kill -0 "$CAPPID" 2>/dev/null || break; sleep 0.1; done
+  # SIGINT: dumpcap writes what it holds and exits; it has 20 s on a loaded machine.
+  local i; for i in $(seq 1 200); do kill -0 "$CAPPID" 2>/dev/null || break; sleep 0.1; done
   kill -9 "$CAPPID" 2>/dev/null; wait "$CAPPID" 2>/dev/null; CAPPID=; rm -f "$CAPFILE.log"
 }
