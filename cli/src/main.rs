@@ -648,7 +648,7 @@ fn lat(a: &PerfArgs, out: &mut dyn Write) -> ferroce::Result<()> {
     for size in sizes(a) {
         let iters = a.iters.unwrap_or(if size >= 1 << 20 { 50 } else { 1000 });
         let r = if a.blocking {
-            perf::latency_blocking(&x, &y, size, iters)?
+            perf::ping_pong(&x, &y, size, iters)?
         } else {
             perf::latency(&x, &y, a.op, size, iters)?
         };

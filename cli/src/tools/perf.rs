@@ -303,10 +303,15 @@ fn spin_one(side: &Side, deadline: Instant) -> Result<WorkCompletion> {
     }
 }
 
-/// The next receive completion of `side`, sleeping on its completion channel between polls
-/// (`ibv_req_notify_cq`, poll again, `ibv_get_cq_event`) as an event-driven program does;
-/// send completions met on the way are skipped. A side without a channel spins.
-fn wait_recv(side: &Side, deadline: Instant) -> Result<WorkCompletion> {
+/// The next completion of `side` that `want`s, sleeping on its completion channel between
+/// polls (`ibv_req_notify_cq`, poll again, `ibv_get_cq_event`) as an event-driven program
+/// does; `want` sees every successful completion met on the way. A side without a channel
+/// spins.
+fn wait_for(
+    side: &Side,
+    deadline: Instant,
+    mut want: impl FnMut(&WorkCompletion) -> bool,
+) -> Result<WorkCompletion> {
     let timed_out = || {
         ferroce::Error::Io(std::io::Error::new(
             std::io::ErrorKind::TimedOut,
@@ -318,7 +323,7 @@ fn wait_recv(side: &Side, deadline: Instant) -> Result<WorkCompletion> {
             if wc.status != WcStatus::Success {
                 return Err(fail(&wc));
             }
-            if wc.opcode == ferroce::transport::WcOpcode::Recv {
+            if want(&wc) {
                 return Ok(wc);
             }
         }
@@ -335,7 +340,7 @@ fn wait_recv(side: &Side, deadline: Instant) -> Result<WorkCompletion> {
             if wc.status != WcStatus::Success {
                 return Err(fail(&wc));
             }
-            if wc.opcode == ferroce::transport::WcOpcode::Recv {
+            if want(&wc) {
                 return Ok(wc);
             }
             continue;
@@ -346,23 +351,71 @@ fn wait_recv(side: &Side, deadline: Instant) -> Result<WorkCompletion> {
     }
 }
 
-/// An 8-byte-class SEND ping-pong between two threads, each sleeping on its completion
-/// channel (`--blocking`): the figure to hold against a blocking UDP ping-pong. Each sample is
-/// half the round trip, as perftest's send_lat with `-e`.
+/// One end of a ping-pong: the receive it waits for, and whether its last SEND (`wr_id`
+/// `iters - 1`) has completed, which may come before or after the last receive.
+struct End<'a> {
+    side: &'a Side,
+    iters: u64,
+    last_done: bool,
+}
+
+impl End<'_> {
+    fn is_last(&self, wc: &WorkCompletion) -> bool {
+        wc.opcode == ferroce::transport::WcOpcode::Send && wc.wr_id + 1 == self.iters
+    }
+
+    /// The next receive completion; send completions met on the way are noted.
+    fn recv(&mut self, deadline: Instant) -> Result<WorkCompletion> {
+        let (side, iters) = (self.side, self.iters);
+        let mut done = self.last_done;
+        let wc = wait_for(side, deadline, |wc| {
+            if wc.opcode == ferroce::transport::WcOpcode::Send && wc.wr_id + 1 == iters {
+                done = true;
+            }
+            wc.opcode == ferroce::transport::WcOpcode::Recv
+        });
+        self.last_done = done;
+        wc
+    }
+
+    /// Waits for the last SEND's completion unless it came already: then the CQ is empty.
+    fn finish(&mut self) -> Result<()> {
+        if self.last_done {
+            return Ok(());
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        wait_for(self.side, deadline, |wc| self.is_last(wc))?;
+        self.last_done = true;
+        Ok(())
+    }
+}
+
+/// A SEND ping-pong between two threads, one per end, as `ib_send_lat`'s two processes: each
+/// sleeps on its completion channel if its side has one (`--blocking`, as perftest's `-e`) and
+/// spins on its CQ otherwise, so the figure holds against a UDP ping-pong of the same shape.
+/// Each sample is half the round trip; every 8th SEND and the last are signalled. It leaves
+/// both CQs empty and no receive posted, so the QPs serve the next measurement as they came.
 ///
 /// # Errors
 /// A failed completion or verbs error.
-pub fn latency_blocking(a: &Side, b: &Side, size: u32, iters: u64) -> Result<LatResult> {
+pub fn ping_pong(a: &Side, b: &Side, size: u32, iters: u64) -> Result<LatResult> {
     let (qa, qb) = (&a.qps[0], &b.qps[0]);
+    if iters == 0 {
+        return Ok(LatResult {
+            size,
+            samples: Vec::new(),
+            calls: Syscalls::default(),
+        });
+    }
     let recv = |side: &Side| RecvWr {
         wr_id: 0,
         sg_list: vec![side.mr.sge(0, size)].into(),
     };
-    // Every 8th SEND is signalled, so the send queue's slots come back; the rest complete
-    // silently.
+    // Every 8th SEND is signalled, so the send queue's slots come back, and the last, whose
+    // completion says every send is done; the rest complete silently.
     let send = |side: &Side, i: u64| {
         let mut w = SendWr::new(i, WrOpcode::Send);
-        if i % 8 == 7 {
+        if i % 8 == 7 || i + 1 == iters {
             w.send_flags = SendFlags::SIGNALED;
         }
         w.sg_list = vec![side.mr.sge(0, size)].into();
@@ -374,22 +427,36 @@ pub fn latency_blocking(a: &Side, b: &Side, size: u32, iters: u64) -> Result<Lat
     let mut samples = Vec::with_capacity(iters as usize);
     std::thread::scope(|sc| -> Result<()> {
         let answerer = sc.spawn(|| -> Result<()> {
+            let mut end = End {
+                side: b,
+                iters,
+                last_done: false,
+            };
             for i in 0..iters {
-                wait_recv(b, Instant::now() + Duration::from_secs(10))?;
-                qb.post_recv(&recv(b))?;
+                end.recv(Instant::now() + Duration::from_secs(10))?;
+                if i + 1 < iters {
+                    qb.post_recv(&recv(b))?;
+                }
                 qb.post_send(&send(b, i))?;
             }
-            Ok(())
+            end.finish()
         });
         let mut run = || -> Result<()> {
+            let mut end = End {
+                side: a,
+                iters,
+                last_done: false,
+            };
             for i in 0..iters {
                 let t0 = Instant::now();
                 qa.post_send(&send(a, i))?;
-                wait_recv(a, t0 + Duration::from_secs(10))?;
+                end.recv(t0 + Duration::from_secs(10))?;
                 samples.push(t0.elapsed() / 2);
-                qa.post_recv(&recv(a))?;
+                if i + 1 < iters {
+                    qa.post_recv(&recv(a))?;
+                }
             }
-            Ok(())
+            end.finish()
         };
         let r = run();
         let joined = answerer.join().unwrap_or_else(|_| {
@@ -407,71 +474,26 @@ pub fn latency_blocking(a: &Side, b: &Side, size: u32, iters: u64) -> Result<Lat
     })
 }
 
-/// Measures `iters` operations one at a time on the first QP. SEND is a ping-pong and each
+/// Measures `iters` operations one at a time on the first QP. SEND is a [`ping_pong`] and each
 /// sample is half the round trip (as perftest's send_lat); WRITE, READ and atomics are timed
-/// from post to completion (a full round trip).
+/// from post to completion (a full round trip), the program spinning on its CQ.
 ///
 /// # Errors
 /// A failed completion or verbs error.
 pub fn latency(a: &Side, b: &Side, op: Op, size: u32, iters: u64) -> Result<LatResult> {
-    let (qa, qb) = (&a.qps[0], &b.qps[0]);
+    if op == Op::Send {
+        return ping_pong(a, b, size, iters);
+    }
+    let qa = &a.qps[0];
     let size = if op == Op::Atomic { 8 } else { size };
     let mut samples = Vec::with_capacity(iters as usize);
-    let recv = |side: &Side| RecvWr {
-        wr_id: 0,
-        sg_list: vec![side.mr.sge(0, size)].into(),
-    };
-    if op == Op::Send {
-        qa.post_recv(&recv(a))?;
-        qb.post_recv(&recv(b))?;
-    }
     let calls = Syscalls::now(a, b);
     for i in 0..iters {
         let deadline = Instant::now() + Duration::from_secs(10);
         let t0 = Instant::now();
-        match op {
-            Op::Send => {
-                let mut w = wr_for(a, b, 0, op, size, i);
-                w.sg_list = vec![a.mr.sge(0, size)].into();
-                qa.post_send(&w)?;
-                // B answers as soon as the ping lands.
-                loop {
-                    let wc = spin_one(b, deadline)?;
-                    if wc.opcode == ferroce::transport::WcOpcode::Recv {
-                        break;
-                    }
-                }
-                qb.post_recv(&recv(b))?;
-                let mut back = SendWr::new(i, WrOpcode::Send);
-                back.send_flags = SendFlags::SIGNALED;
-                back.sg_list = vec![b.mr.sge(0, size)].into();
-                qb.post_send(&back)?;
-                let mut got_recv = false;
-                let mut got_send = false;
-                while !(got_recv && got_send) {
-                    let wc = spin_one(a, deadline)?;
-                    if wc.opcode == ferroce::transport::WcOpcode::Recv {
-                        got_recv = true;
-                    } else {
-                        got_send = true;
-                    }
-                }
-                samples.push(t0.elapsed() / 2);
-                qa.post_recv(&recv(a))?;
-                // B's send completion.
-                while b.cq.poll_one().is_none() {
-                    if Instant::now() > deadline {
-                        break;
-                    }
-                    std::hint::spin_loop();
-                }
-            }
-            _ => {
-                qa.post_send(&wr_for(a, b, 0, op, size, i))?;
-                spin_one(a, deadline)?;
-                samples.push(t0.elapsed());
-            }
-        }
+        qa.post_send(&wr_for(a, b, 0, op, size, i))?;
+        spin_one(a, deadline)?;
+        samples.push(t0.elapsed());
     }
     samples.sort_unstable();
     Ok(LatResult {
@@ -497,6 +519,29 @@ mod tests {
 
     /// Two threads sleeping on completion channels answer every message: each iteration is a
     /// sample, both ends moved datagrams, and nothing failed or timed out.
+    /// A ping-pong takes every completion it caused and leaves no receive posted: the next
+    /// one, with larger messages (`lat -a`), runs on the same QPs, and what follows a
+    /// ping-pong (the demo's WRITE) sees only its own completions.
+    #[test]
+    fn a_ping_pong_leaves_the_qps_as_it_found_them() {
+        let (a, b) = connected_pair_with(
+            &OpenOptions::default(),
+            QpType::Rc,
+            1,
+            1 << 16,
+            Mtu::Mtu1024,
+            16,
+            false,
+        )
+        .unwrap();
+        for (size, iters) in [(8, 21), (4096, 13), (1, 1)] {
+            let r = ping_pong(&a, &b, size, iters).unwrap();
+            assert_eq!(r.samples.len(), iters as usize);
+            assert!(a.cq.poll_one().is_none() && b.cq.poll_one().is_none());
+        }
+        assert_eq!(ping_pong(&a, &b, 8, 0).unwrap().samples.len(), 0);
+    }
+
     #[test]
     fn a_blocking_ping_pong_gets_every_answer() {
         let (a, b) = connected_pair_with(
@@ -509,7 +554,7 @@ mod tests {
             true,
         )
         .unwrap();
-        let r = latency_blocking(&a, &b, 8, 300).unwrap();
+        let r = ping_pong(&a, &b, 8, 300).unwrap();
         assert_eq!(r.samples.len(), 300);
         assert!(r.samples.windows(2).all(|w| w[0] <= w[1]), "sorted");
         assert!(r.calls.send > 0 && r.calls.recv > 0, "{:?}", r.calls);
