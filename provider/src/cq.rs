@@ -7,7 +7,7 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use ferroce_transport::WorkCompletion;
-use parking_lot::{Condvar, Mutex};
+use parking_lot::Mutex;
 
 use crate::driver::Shared;
 use crate::events::Owned;
@@ -327,7 +327,6 @@ pub(crate) struct ChannelInner {
     /// CQs with an event not yet got. Weak: a queued event does not keep its CQ (nor so the
     /// channel) alive; destroying the CQ discards it, as the kernel does.
     pending: Mutex<VecDeque<Weak<CqInner>>>,
-    cond: Condvar,
     fd: EventFd,
     waiter: crate::sys::ReadWaiter,
 }
@@ -336,7 +335,6 @@ impl ChannelInner {
     fn notify(&self, cq: &Arc<CqInner>) {
         self.pending.lock().push_back(Arc::downgrade(cq));
         self.fd.signal();
-        self.cond.notify_all();
         self.waiter.wake();
     }
 }
@@ -355,7 +353,6 @@ impl CompletionChannel {
         Ok(CompletionChannel {
             inner: Arc::new(ChannelInner {
                 pending: Mutex::new(VecDeque::new()),
-                cond: Condvar::new(),
                 fd: EventFd::new_blocking()?,
                 waiter: crate::sys::ReadWaiter::new()?,
             }),
@@ -372,33 +369,37 @@ impl CompletionChannel {
         }
     }
 
-    /// Like [`CompletionChannel::get_event`], giving up after `timeout`.
+    /// Like [`CompletionChannel::get_event`], giving up after `timeout`. While it waits, the
+    /// calling thread receives the device's datagrams itself (`Shared::sleep_on`), so the
+    /// packet that completes its work wakes it directly.
     pub fn get_event_timeout(&self, timeout: Duration) -> Option<CompletionQueue> {
-        let mut p = self.inner.pending.lock();
         let deadline = std::time::Instant::now() + timeout;
-        let cq = loop {
-            // Events of CQs destroyed since are dropped.
-            if let Some(cq) = p.pop_front().and_then(|w| w.upgrade()) {
-                break cq;
-            }
-            if p.is_empty() {
+        loop {
+            {
+                let mut p = self.inner.pending.lock();
+                // Events of CQs destroyed since are dropped.
+                while let Some(w) = p.pop_front() {
+                    if let Some(cq) = w.upgrade() {
+                        if p.is_empty() {
+                            self.inner.fd.drain();
+                        }
+                        cq.got_events.fetch_add(1, Ordering::SeqCst);
+                        return Some(CompletionQueue {
+                            inner: cq,
+                            ctx: self.ctx.clone(),
+                        });
+                    }
+                }
+                // Under the queue's lock: an event queued after this signals the descriptor
+                // again, so the wait below sees it.
                 self.inner.fd.drain();
-                if timeout > Duration::ZERO {
-                    self.ctx.shared.program_sleeps();
-                }
-                if self.inner.cond.wait_until(&mut p, deadline).timed_out() && p.is_empty() {
-                    return None;
-                }
             }
-        };
-        if p.is_empty() {
-            self.inner.fd.drain();
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return None;
+            }
+            self.ctx.shared.sleep_on(self.inner.fd.raw(), left);
         }
-        cq.got_events.fetch_add(1, Ordering::SeqCst);
-        Some(CompletionQueue {
-            inner: cq,
-            ctx: self.ctx.clone(),
-        })
     }
 
     /// `ibv_get_cq_event` as rdma-core blocks in it: in a `read(2)`, so a signal whose handler

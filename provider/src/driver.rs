@@ -18,7 +18,7 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -46,6 +46,13 @@ const PUMP_BUDGET: usize = 128;
 pub(crate) const INLINE_WINDOW: Duration = Duration::from_micros(100);
 /// The shortest sleep of the progress thread beside a polling program.
 const INLINE_MIN_SLEEP: Duration = Duration::from_micros(20);
+/// The progress thread's longest sleep while a program sleeping on a completion channel
+/// receives for itself ([`Shared::sleep_on`]) and has been awake within [`SLEEPER_IDLE`]: after
+/// the program leaves its sleep, datagrams wait at most this long if it does not come back.
+const SLEEPER_SLICE: Duration = Duration::from_millis(1);
+/// How long a sleeping program must have slept before the progress thread sleeps its usual
+/// long sleeps beside it (and the program's next wake-up signals it instead).
+const SLEEPER_IDLE: Duration = Duration::from_millis(10);
 /// The progress thread's scheduler slice ([`sys::short_slice`]): the shortest Linux takes.
 const PROGRESS_SLICE: Duration = Duration::from_micros(100);
 
@@ -101,7 +108,7 @@ pub struct RuntimeCounters {
     pub injected_losses: u64,
     /// Completions dropped because a CQ was full.
     pub cq_overflows: u64,
-    /// Progress-thread wake-ups.
+    /// Times the progress thread woke from a sleep.
     pub wakeups: u64,
     /// `sendmmsg` calls made.
     pub send_calls: u64,
@@ -113,6 +120,9 @@ pub struct RuntimeCounters {
     pub recv_calls: u64,
     /// `recvmmsg` calls that found nothing (a poll of an empty CQ reads the socket).
     pub empty_recvs: u64,
+    /// `recvmmsg` calls with datagrams made by programs asleep on a completion channel
+    /// (`ibv_get_cq_event` through the Rust API receives for itself).
+    pub sleeper_recvs: u64,
 }
 
 /// What a device's handles share with its progress thread.
@@ -156,6 +166,8 @@ pub(crate) struct Shared {
     last_inline: AtomicU64,
     /// Whether the progress thread sleeps without the socket, leaving it to a poller.
     inline_sleep: AtomicBool,
+    /// Programs asleep in [`Shared::sleep_on`], receiving for themselves.
+    sleepers: AtomicUsize,
     /// The multicast groups this process joined on the device (locked before `engine`,
     /// never after); `None` on the in-memory backend, which has no IP groups.
     mcast: Option<Mutex<crate::mcast::McastSockets>>,
@@ -174,7 +186,7 @@ pub(crate) struct Runtime {
 
 impl RuntimeCounters {
     /// Every counter with its name, in a fixed order.
-    pub fn named(&self) -> [(&'static str, u64); 12] {
+    pub fn named(&self) -> [(&'static str, u64); 13] {
         [
             ("udp_sent", self.udp_sent),
             ("udp_rcvd", self.udp_rcvd),
@@ -188,6 +200,7 @@ impl RuntimeCounters {
             ("injected_ce", self.injected_ce),
             ("recv_calls", self.recv_calls),
             ("empty_recvs", self.empty_recvs),
+            ("sleeper_recvs", self.sleeper_recvs),
         ]
     }
 }
@@ -378,6 +391,7 @@ impl Shared {
             cq_timers: Mutex::new(Vec::new()),
             last_inline: AtomicU64::new(0),
             inline_sleep: AtomicBool::new(false),
+            sleepers: AtomicUsize::new(0),
             mcast: (!cfg.memory).then(|| Mutex::new(crate::mcast::McastSockets::new(cfg.local))),
             mcast_fd: AtomicI32::new(-1),
         });
@@ -966,6 +980,8 @@ impl Shared {
             injected_ce: DatapathStats::get(&self.stats.injected_ce),
             recv_calls: DatapathStats::get(&self.stats.recv_calls),
             empty_recvs: DatapathStats::get(&self.stats.empty_recvs),
+            wakeups: DatapathStats::get(&self.stats.wakeups),
+            sleeper_recvs: DatapathStats::get(&self.stats.sleeper_recvs),
             ..sh.runtime_counters()
         }
     }
@@ -1032,6 +1048,50 @@ impl Shared {
         }
     }
 
+    /// A program waits up to `left` for `fd` (its completion channel) to become readable, and
+    /// receives the device's datagrams itself meanwhile, as a poller does: a packet wakes the
+    /// program that waits for it, not the progress thread, which would then have to wake the
+    /// program (one wake-up per packet instead of two). Returns after each batch it took, when
+    /// `fd` is readable, or at the timeout; the caller checks its channel and calls again. The
+    /// progress thread leaves the socket to the sleeper (it keeps the timers and the
+    /// multicast groups) and looks again at least every [`SLEEPER_SLICE`] while the program is
+    /// busy, so a program that stops waiting leaves no datagram unread for longer.
+    pub(crate) fn sleep_on(&self, fd: RawFd, left: Duration) {
+        self.sleepers.fetch_add(1, Ordering::SeqCst);
+        let side = self.rx_side_fd.unwrap_or(-1);
+        let ready = sys::poll_ready(&[fd, self.rx_fd, side], libc::POLLIN, Some(left));
+        if ready.as_ref().is_ok_and(|r| r & 0b110 != 0) {
+            // The progress thread may be taking the same datagrams (it had not seen this
+            // sleeper yet): wait for its batch, then take what is left.
+            let mut rx = self.rx.lock();
+            let batch = rx.batch();
+            for _ in 0..64 {
+                let n = rx.receive();
+                if n == 0 {
+                    break;
+                }
+                DatapathStats::add(&self.stats.sleeper_recvs, 1);
+                // A join: this program answers what it receives, as a poller does.
+                self.process(&mut **rx, n, self.local.ip(), Flush::Join);
+                if n < batch {
+                    break;
+                }
+            }
+        }
+        if let Err(e) = ready {
+            log::debug!("{}: a sleeping program's poll failed: {e}", self.local);
+        }
+        self.sleepers.fetch_sub(1, Ordering::SeqCst);
+        // The program is awake and in the provider: the progress thread's window, as after a
+        // poll. If the thread sleeps long beside a program that slept long, it must look now.
+        let now = self.now().as_nanos();
+        self.last_inline.store(now, Ordering::SeqCst);
+        let wakes = self.wakes_at.load(Ordering::SeqCst);
+        if wakes > now + 2 * SLEEPER_SLICE.as_nanos() as u64 {
+            self.wake.signal();
+        }
+    }
+
     /// The progress thread.
     fn progress(self: Arc<Self>) {
         let fd = self.rx_fd;
@@ -1061,8 +1121,10 @@ impl Shared {
                 .now()
                 .as_nanos()
                 .saturating_sub(self.last_inline.load(Ordering::Relaxed));
-            let inline =
-                inflight < INLINE_MAX_INFLIGHT && since_poll < INLINE_WINDOW.as_nanos() as u64;
+            let polled = since_poll < INLINE_WINDOW.as_nanos() as u64;
+            // A program asleep in `sleep_on` receives for itself, as a poller does.
+            let sleeper = self.sleepers.load(Ordering::SeqCst) > 0;
+            let inline = inflight < INLINE_MAX_INFLIGHT && (polled || sleeper);
             if inline || !self.busy_poll {
                 let now = self.now();
                 let timeout = deadline.map(|t| t.saturating_duration_since(now));
@@ -1081,9 +1143,13 @@ impl Shared {
                     Ordering::SeqCst,
                 );
                 // Cap the sleep so a missed wake-up can never stall a timer for long.
-                let cap = if inline {
+                let cap = if inline && polled {
                     // Until the window ends, then look again.
                     (INLINE_WINDOW - Duration::from_nanos(since_poll)).max(INLINE_MIN_SLEEP)
+                } else if inline && since_poll < SLEEPER_IDLE.as_nanos() as u64 {
+                    // Beside a sleeper that was awake lately: look again soon, in case it
+                    // stopped waiting.
+                    SLEEPER_SLICE
                 } else {
                     Duration::from_millis(100)
                 };
@@ -1096,7 +1162,9 @@ impl Shared {
                 if inline {
                     self.inline_sleep.store(true, Ordering::SeqCst);
                     // A program that went to sleep since the window was judged signals.
-                    if self.last_inline.load(Ordering::SeqCst) != 0 {
+                    if self.last_inline.load(Ordering::SeqCst) != 0
+                        || self.sleepers.load(Ordering::SeqCst) > 0
+                    {
                         // Groups' datagrams are this thread's (a poller reads the device's
                         // socket only); −1 is skipped by poll.
                         let mc = self.mcast_fd.load(Ordering::Relaxed);
@@ -1109,6 +1177,7 @@ impl Shared {
                     let _ = sys::poll_fds(&[fd, side, self.wake.raw(), mc], libc::POLLIN, timeout);
                 }
                 self.wake.drain();
+                DatapathStats::add(&self.stats.wakeups, 1);
             }
             self.wakes_at.store(0, Ordering::SeqCst);
             // Receive everything that is there, in batches. One receiver at a time (the

@@ -139,6 +139,12 @@ pub(crate) fn sockaddr_into(addr: SocketAddr, out: &mut libc::sockaddr_storage) 
 /// Waits until one of `fds` is ready for `events` or the timeout passes; returns whether any
 /// is ready. Negative descriptors are skipped (poll's rule): a slot may stand empty.
 pub fn poll_fds(fds: &[RawFd], events: i16, timeout: Option<Duration>) -> io::Result<bool> {
+    poll_ready(fds, events, timeout).map(|ready| ready != 0)
+}
+
+/// As [`poll_fds`], returning which are ready: bit `i` for `fds[i]` (the first 32; a
+/// signal's interruption reads as none ready).
+pub(crate) fn poll_ready(fds: &[RawFd], events: i16, timeout: Option<Duration>) -> io::Result<u32> {
     // The progress thread polls two descriptors on every wake-up: no allocation for few.
     const IN_PLACE: usize = 4;
     let unused = libc::pollfd {
@@ -182,12 +188,18 @@ pub fn poll_fds(fds: &[RawFd], events: i16, timeout: Option<Duration>) -> io::Re
     if r < 0 {
         let e = io::Error::last_os_error();
         return if e.kind() == io::ErrorKind::Interrupted {
-            Ok(false)
+            Ok(0)
         } else {
             Err(e)
         };
     }
-    Ok(r > 0)
+    let mut ready = 0u32;
+    for (i, slot) in p.iter().enumerate().take(32) {
+        if slot.revents != 0 {
+            ready |= 1 << i;
+        }
+    }
+    Ok(ready)
 }
 
 /// An eventfd: a counter the kernel makes pollable.

@@ -154,3 +154,114 @@ fn a_held_ack_leaves_when_the_program_destroys_its_qp_and_closes_at_once() {
         spin_for(&x, WcOpcode::Send, &mut 0);
     }
 }
+
+/// One end of a blocking ping-pong: a CQ on a completion channel and a QP on it.
+struct Sleeper {
+    side: Side,
+    ch: ferroce::CompletionChannel,
+    cq: ferroce::CompletionQueue,
+    qp: ferroce::QueuePair,
+}
+
+fn sleeper(addr: [u8; 4]) -> Sleeper {
+    let side = side(addr, QpType::Rc, 4096);
+    let ch = side.ctx.create_comp_channel().unwrap();
+    let cq = side.ctx.create_cq(64, Some(&ch)).unwrap();
+    let qp = side
+        .pd
+        .create_qp(&ferroce::QpInitAttr {
+            qp_type: QpType::Rc,
+            send_cq: &cq,
+            recv_cq: &cq,
+            srq: None,
+            cap: ferroce::transport::QpCap {
+                max_send_wr: 16,
+                max_recv_wr: 16,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: 0,
+            },
+            sq_sig_all: false,
+        })
+        .unwrap();
+    Sleeper { side, ch, cq, qp }
+}
+
+impl Sleeper {
+    /// Sleeps on the channel (arm, poll again, get the event) until a receive completes.
+    fn wait_recv(&self) {
+        let deadline = std::time::Instant::now() + T;
+        loop {
+            while let Some(wc) = self.cq.poll_one() {
+                assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
+                if wc.opcode == WcOpcode::Recv {
+                    return;
+                }
+            }
+            self.cq.req_notify(false).unwrap();
+            if let Some(wc) = self.cq.poll_one() {
+                assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
+                if wc.opcode == WcOpcode::Recv {
+                    return;
+                }
+                continue;
+            }
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let cq = self.ch.get_event_timeout(left).expect("no receive in time");
+            cq.ack_events(1);
+        }
+    }
+}
+
+/// Two programs ping-pong, each asleep on its completion channel between messages: the
+/// sleeping program receives the datagram that wakes it (`sleeper_recvs`; typically most of
+/// them, never one before, when the progress thread took every datagram and then woke the
+/// program: two wake-ups per message).
+#[test]
+fn a_program_asleep_on_its_channel_receives_for_itself() {
+    let (x, y) = (sleeper([127, 0, 95, 1]), sleeper([127, 0, 95, 2]));
+    let lo = |b: u8| std::net::IpAddr::from([127, 0, 95, b]);
+    connect(&x.qp, lo(2), y.qp.qp_num(), Mtu::Mtu1024, 100, 200);
+    connect(&y.qp, lo(1), x.qp.qp_num(), Mtu::Mtu1024, 200, 100);
+    let before = |s: &Sleeper| s.side.ctx.counters().1;
+    let (bx, by) = (before(&x), before(&y));
+    let iters = 300u64;
+    let ping = |s: &Sleeper, i: u64| {
+        let mut w = send(&s.side, i);
+        // Every 8th signalled, so the send queue's slots come back.
+        if i % 8 != 7 {
+            w.send_flags = SendFlags::EMPTY;
+        }
+        s.qp.post_send(&w).unwrap();
+    };
+    let post_recv = |s: &Sleeper| {
+        s.qp.post_recv(&recv(&s.side)).unwrap();
+    };
+    post_recv(&x);
+    post_recv(&y);
+    std::thread::scope(|sc| {
+        sc.spawn(|| {
+            for i in 0..iters {
+                y.wait_recv();
+                post_recv(&y);
+                ping(&y, i);
+            }
+        });
+        for i in 0..iters {
+            ping(&x, i);
+            x.wait_recv();
+            post_recv(&x);
+        }
+    });
+    let (ax, ay) = (before(&x), before(&y));
+    let sleeper_recvs = ax.sleeper_recvs - bx.sleeper_recvs + ay.sleeper_recvs - by.sleeper_recvs;
+    let wakeups = ax.wakeups - bx.wakeups + ay.wakeups - by.wakeups;
+    let rcvd = ax.udp_rcvd - bx.udp_rcvd + ay.udp_rcvd - by.udp_rcvd;
+    eprintln!("sleeper_recvs {sleeper_recvs} wakeups {wakeups} datagrams {rcvd}");
+    assert!(rcvd >= 2 * iters, "{rcvd} datagrams");
+    // Two receipts per round trip; a loaded machine may leave some to the progress threads.
+    assert!(
+        sleeper_recvs >= iters / 4,
+        "the sleepers received {sleeper_recvs} times in {iters} round trips"
+    );
+}

@@ -129,6 +129,10 @@ pub(crate) struct DatapathStats {
     pub(crate) empty_recvs: AtomicU64,
     /// `UDP_SEGMENT` trains sent (each one message of several datagrams).
     pub(crate) trains: AtomicU64,
+    /// Times the progress thread woke from a sleep.
+    pub(crate) wakeups: AtomicU64,
+    /// `recvmmsg` calls with datagrams made by programs asleep on a completion channel.
+    pub(crate) sleeper_recvs: AtomicU64,
 }
 
 impl DatapathStats {
