@@ -21,7 +21,8 @@
 //! * an SGE array at any address is read (libiscsi's iSER initiator);
 //! * a signal sent to the process reaches the program, not the library's threads (tgtd);
 //! * a signal without SA_RESTART ends a blocking `ibv_get_cq_event` / `rdma_get_cm_event`
-//!   with EINTR, as it ends rdma-core's `read(2)` (qperf's alarm-ended ping-pong loops).
+//!   with EINTR, as it ends rdma-core's `read(2)` (qperf's alarm-ended ping-pong loops), and
+//!   one with SA_RESTART lets `ibv_get_cq_event` go on.
 
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
@@ -201,6 +202,16 @@ fn a_signal_interrupts_the_event_waits() {
         return;
     }
     run("127.0.73.11", &["eintr"]);
+}
+
+/// A signal whose handler has SA_RESTART lets a blocking `ibv_get_cq_event` go on to the
+/// event that comes later, as it lets rdma-core's `read(2)` restart.
+#[test]
+fn a_restarting_signal_lets_the_event_wait_go_on() {
+    if program().is_none() {
+        return;
+    }
+    run("127.0.73.19", &["restart"]);
 }
 
 /// libiscsi's iSER initiator posts an SGE array that is not 8-byte aligned.

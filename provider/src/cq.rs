@@ -328,14 +328,12 @@ pub(crate) struct ChannelInner {
     /// channel) alive; destroying the CQ discards it, as the kernel does.
     pending: Mutex<VecDeque<Weak<CqInner>>>,
     fd: EventFd,
-    waiter: crate::sys::ReadWaiter,
 }
 
 impl ChannelInner {
     fn notify(&self, cq: &Arc<CqInner>) {
         self.pending.lock().push_back(Arc::downgrade(cq));
         self.fd.signal();
-        self.waiter.wake();
     }
 }
 
@@ -354,7 +352,6 @@ impl CompletionChannel {
             inner: Arc::new(ChannelInner {
                 pending: Mutex::new(VecDeque::new()),
                 fd: EventFd::new_blocking()?,
-                waiter: crate::sys::ReadWaiter::new()?,
             }),
             ctx: ctx.clone(),
         })
@@ -398,20 +395,49 @@ impl CompletionChannel {
             if left.is_zero() {
                 return None;
             }
-            self.ctx.shared.sleep_on(self.inner.fd.raw(), left);
+            if let Err(e) = self.ctx.shared.sleep_on(self.inner.fd.raw(), left, None) {
+                if e.kind() != std::io::ErrorKind::Interrupted {
+                    log::debug!("a wait on a completion channel failed: {e}");
+                    // Never a busy loop on a failing poll: the channel, checked again soon.
+                    let _ = crate::sys::poll_fds(
+                        &[self.inner.fd.raw()],
+                        libc::POLLIN,
+                        Some(left.min(Duration::from_millis(1))),
+                    );
+                }
+            }
         }
     }
 
-    /// `ibv_get_cq_event` as rdma-core blocks in it: in a `read(2)`, so a signal whose handler
-    /// lacks SA_RESTART ends the wait (the errno, EINTR), as the C ABI must.
+    /// `ibv_get_cq_event` as rdma-core blocks in it, in a `read(2)` of the channel: a signal
+    /// whose handler has SA_RESTART lets the wait go on, one without ends it (the errno,
+    /// EINTR), as the C ABI must. Meanwhile the thread receives for itself, as
+    /// [`CompletionChannel::get_event_timeout`] does; the program's signals are held while it
+    /// works and delivered in its waits (`sys::SignalsHeld`), so one that comes while it
+    /// processes a datagram still ends the wait. Which handler ran is not known: the wait goes
+    /// on only when every handler the process installed has SA_RESTART
+    /// (`sys::restarts_after_signal`).
     ///
     /// # Errors
-    /// The read's errno.
+    /// EINTR as above; the errno of a failed wait.
     pub fn wait_event(&self) -> std::result::Result<CompletionQueue, i32> {
-        self.ctx.shared.program_sleeps();
-        self.inner
-            .waiter
-            .wait(|| self.get_event_timeout(Duration::ZERO))
+        let held = crate::sys::SignalsHeld::new();
+        loop {
+            if let Some(cq) = self.get_event_timeout(Duration::ZERO) {
+                return Ok(cq);
+            }
+            let fd = self.inner.fd.raw();
+            let wait = Duration::from_secs(3600);
+            match self.ctx.shared.sleep_on(fd, wait, Some(held.waiting())) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {
+                    if !crate::sys::restarts_after_signal() {
+                        return Err(libc::EINTR);
+                    }
+                }
+                Err(e) => return Err(e.raw_os_error().unwrap_or(libc::EIO)),
+            }
+        }
     }
 
     /// Whether CQs still use the channel (what makes `ibv_destroy_comp_channel` refuse with

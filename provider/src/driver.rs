@@ -164,8 +164,6 @@ pub(crate) struct Shared {
     /// When a program last polled an empty CQ of this device and drove the socket itself
     /// (engine ns).
     last_inline: AtomicU64,
-    /// Whether the progress thread sleeps without the socket, leaving it to a poller.
-    inline_sleep: AtomicBool,
     /// Programs asleep in [`Shared::sleep_on`], receiving for themselves.
     sleepers: AtomicUsize,
     /// The multicast groups this process joined on the device (locked before `engine`,
@@ -390,7 +388,6 @@ impl Shared {
             membership,
             cq_timers: Mutex::new(Vec::new()),
             last_inline: AtomicU64::new(0),
-            inline_sleep: AtomicBool::new(false),
             sleepers: AtomicUsize::new(0),
             mcast: (!cfg.memory).then(|| Mutex::new(crate::mcast::McastSockets::new(cfg.local))),
             mcast_fd: AtomicI32::new(-1),
@@ -1036,18 +1033,6 @@ impl Shared {
         }
     }
 
-    /// A program is going to sleep on a completion channel: it polls no more, so the progress
-    /// thread must take the datagrams now (woken if it sleeps leaving the socket to a poller),
-    /// not when the polling window ends.
-    pub(crate) fn program_sleeps(&self) {
-        // SeqCst with the progress thread's store of `inline_sleep` and load of `last_inline`:
-        // either it sees 0 and does not sleep, or this sees it asleep and signals.
-        self.last_inline.store(0, Ordering::SeqCst);
-        if self.inline_sleep.load(Ordering::SeqCst) {
-            self.wake.signal();
-        }
-    }
-
     /// A program waits up to `left` for `fd` (its completion channel) to become readable, and
     /// receives the device's datagrams itself meanwhile, as a poller does: a packet wakes the
     /// program that waits for it, not the progress thread, which would then have to wake the
@@ -1056,10 +1041,22 @@ impl Shared {
     /// progress thread leaves the socket to the sleeper (it keeps the timers and the
     /// multicast groups) and looks again at least every [`SLEEPER_SLICE`] while the program is
     /// busy, so a program that stops waiting leaves no datagram unread for longer.
-    pub(crate) fn sleep_on(&self, fd: RawFd, left: Duration) {
+    ///
+    /// With `mask`, the program's signals are held outside the wait (`sys::SignalsHeld`) and
+    /// the wait runs with `mask`: a signal handler that ran ends it with `Interrupted`, as it
+    /// would end rdma-core's `read(2)`.
+    ///
+    /// # Errors
+    /// `Interrupted` when a signal handler ran; what `ppoll` returns otherwise.
+    pub(crate) fn sleep_on(
+        &self,
+        fd: RawFd,
+        left: Duration,
+        mask: Option<&libc::sigset_t>,
+    ) -> std::io::Result<()> {
         self.sleepers.fetch_add(1, Ordering::SeqCst);
         let side = self.rx_side_fd.unwrap_or(-1);
-        let ready = sys::poll_ready(&[fd, self.rx_fd, side], libc::POLLIN, Some(left));
+        let ready = sys::poll_masked(&[fd, self.rx_fd, side], libc::POLLIN, Some(left), mask);
         if ready.as_ref().is_ok_and(|r| r & 0b110 != 0) {
             // The progress thread may be taking the same datagrams (it had not seen this
             // sleeper yet): wait for its batch, then take what is left.
@@ -1078,9 +1075,6 @@ impl Shared {
                 }
             }
         }
-        if let Err(e) = ready {
-            log::debug!("{}: a sleeping program's poll failed: {e}", self.local);
-        }
         self.sleepers.fetch_sub(1, Ordering::SeqCst);
         // The program is awake and in the provider: the progress thread's window, as after a
         // poll. If the thread sleeps long beside a program that slept long, it must look now.
@@ -1090,6 +1084,7 @@ impl Shared {
         if wakes > now + 2 * SLEEPER_SLICE.as_nanos() as u64 {
             self.wake.signal();
         }
+        ready.map(drop)
     }
 
     /// The progress thread.
@@ -1160,17 +1155,10 @@ impl Shared {
                 );
                 let timeout = Some(timeout);
                 if inline {
-                    self.inline_sleep.store(true, Ordering::SeqCst);
-                    // A program that went to sleep since the window was judged signals.
-                    if self.last_inline.load(Ordering::SeqCst) != 0
-                        || self.sleepers.load(Ordering::SeqCst) > 0
-                    {
-                        // Groups' datagrams are this thread's (a poller reads the device's
-                        // socket only); −1 is skipped by poll.
-                        let mc = self.mcast_fd.load(Ordering::Relaxed);
-                        let _ = sys::poll_fds(&[self.wake.raw(), mc], libc::POLLIN, timeout);
-                    }
-                    self.inline_sleep.store(false, Ordering::SeqCst);
+                    // Groups' datagrams are this thread's (a poller or sleeper reads the
+                    // device's socket only); −1 is skipped by poll.
+                    let mc = self.mcast_fd.load(Ordering::Relaxed);
+                    let _ = sys::poll_fds(&[self.wake.raw(), mc], libc::POLLIN, timeout);
                 } else {
                     let mc = self.mcast_fd.load(Ordering::Relaxed);
                     let side = self.rx_side_fd.unwrap_or(-1);

@@ -426,17 +426,6 @@ impl SendBatch {
         self.count += 1;
     }
 
-    /// Moves the first `n` queued datagrams behind the others, each group in its own order.
-    pub fn defer(&mut self, n: usize) {
-        let n = n.min(self.count);
-        if n == 0 || n == self.count {
-            return;
-        }
-        self.bufs[..self.count].rotate_left(n);
-        self.lens[..self.count].rotate_left(n);
-        self.dests[..self.count].rotate_left(n);
-    }
-
     /// How many datagrams from `first` on go in one message.
     fn run_len(&self, first: usize) -> usize {
         if self.segmentation == Segmentation::Off {
@@ -648,33 +637,6 @@ mod tests {
             std::thread::sleep(Duration::from_millis(1));
         }
         got
-    }
-
-    /// `defer` moves the front datagrams behind the rest, each group in its order, and a
-    /// flush then sends them so: the ACKs held for an answer leave after it.
-    #[test]
-    fn defer_moves_the_front_behind_the_rest() {
-        let dst: SocketAddr = "127.0.0.1:9".parse().unwrap();
-        let other: SocketAddr = "127.0.0.2:9".parse().unwrap();
-        let mut s = SendBatch::new(8, 64);
-        for (i, d) in [(1u8, dst), (2, other), (3, dst), (4, other)] {
-            s.next_buf()[0] = i;
-            s.commit(usize::from(i) + 10, d);
-        }
-        s.defer(2);
-        let got: Vec<(u8, usize, SocketAddr)> = (0..4)
-            .map(|k| (s.bufs[k][0], s.lens[k], s.dests[k]))
-            .collect();
-        assert_eq!(
-            got,
-            vec![(3, 13, dst), (4, 14, other), (1, 11, dst), (2, 12, other)]
-        );
-        assert_eq!((s.len(), s.bytes), (4, 11 + 12 + 13 + 14));
-        // Nothing to move, or everything: the order stays.
-        s.defer(0);
-        s.defer(4);
-        s.defer(9);
-        assert_eq!(s.bufs[0][0], 3);
     }
 
     #[test]

@@ -44,11 +44,6 @@ pub(crate) struct Built {
     pub(crate) only_acks: bool,
     /// Whether the budget ran out with more possibly to build.
     pub(crate) more: bool,
-    /// Datagrams built.
-    pub(crate) count: usize,
-    /// Whether everything built is a request (no ACK, READ response or atomic ACK, whose
-    /// order among a QP's responses matters).
-    pub(crate) only_requests: bool,
 }
 
 /// What [`Shard::settle`] did with the send batch.
@@ -74,8 +69,6 @@ pub(crate) struct Shard {
     answer_due: Option<u64>,
     /// Receipts in a row the program answered within [`ANSWER_WITHIN`].
     answer_streak: u32,
-    /// How many of the datagrams at the front of `tx` are the held ACKs.
-    held: usize,
 }
 
 impl Shard {
@@ -88,7 +81,6 @@ impl Shard {
             acks_held: None,
             answer_due: None,
             answer_streak: 0,
-            held: 0,
         }
     }
 
@@ -338,8 +330,6 @@ impl Shard {
             any: false,
             only_acks: true,
             more: false,
-            count: 0,
-            only_requests: true,
         };
         let mut left = budget;
         while left > 0 {
@@ -349,9 +339,7 @@ impl Shard {
                     let op = self.tx.buffer()[0];
                     b.only_acks &=
                         op == Opcode::RC_ACKNOWLEDGE.0 || op == Opcode::XRC_ACKNOWLEDGE.0;
-                    b.only_requests &= Opcode(op).is_request();
                     b.any = true;
-                    b.count += 1;
                     self.tx.commit(t.len, t.dst);
                 }
                 Ok(None) => return b,
@@ -386,21 +374,16 @@ impl Shard {
     /// program's own receive), everything leaves now. In a join, bare ACKs wait for the
     /// program's answer once it has answered [`HOLD_AFTER`] receipts in a row within
     /// [`ANSWER_WITHIN`], for at most [`ACK_HOLD`]; anything else leaves now, ACKs held
-    /// before with it — behind it when it is all requests (the answer): on loopback the
-    /// kernel delivers each datagram of a `sendmmsg` in turn, so the peer's program gets its
-    /// answer one delivery sooner, and the answer and a shorter ACK to the same peer go as
-    /// one train. Requests and responses are separate streams (a QP's requester and its
-    /// responder), so the swap reorders nothing either side orders.
+    /// before with it and ahead of it, in the order they were built: the peer completes its
+    /// send before it receives the answer, as with a NIC, which ACKs before the program
+    /// answers. (Behind the answer, they made a ping-pong 2 µs faster on loopback, and
+    /// perftest before 23.07, waiting for both CQs on one channel with `-e`, hung.)
     pub(crate) fn settle(&mut self, now: Instant, join: bool, built: Built) -> Settled {
         let now = now.as_nanos();
         let expired = self
             .acks_held
             .is_some_and(|t| now.saturating_sub(t) >= ACK_HOLD.as_nanos() as u64);
         if !(join && built.only_acks && !expired) {
-            if self.held > 0 && built.only_requests && self.tx.queued() == self.held + built.count {
-                // Nothing left in between (a full batch sends itself): the front is the ACKs.
-                self.tx.defer(self.held);
-            }
             self.flush();
             return Settled::Done;
         }
@@ -413,13 +396,8 @@ impl Shard {
             Settled::Done
         } else if built.any && self.acks_held.is_none() {
             self.acks_held = Some(now);
-            self.held = self.tx.queued();
             Settled::NewHold
         } else {
-            if self.acks_held.is_some() {
-                // Held on: everything queued is a held ACK.
-                self.held = self.tx.queued();
-            }
             Settled::Done
         }
     }
@@ -433,7 +411,6 @@ impl Shard {
     /// without an answer, the next are not held until the program answers again).
     pub(crate) fn flush(&mut self) {
         self.tx.flush();
-        self.held = 0;
         if self.acks_held.take().is_some() {
             self.answer_streak = 0;
         }
@@ -456,7 +433,6 @@ impl Shard {
                 self.answer_streak = 0;
             }
         }
-        // The ACKs stay at the front of the batch (`held`) for the pump that sends them.
         self.acks_held = None;
     }
 }
@@ -467,11 +443,9 @@ mod tests {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
-    /// A send batch that counts its flushes and logs the opcodes it sent, in order.
+    /// A send batch that counts its flushes.
     struct Counting {
         buf: Vec<u8>,
-        queued: Vec<u8>,
-        sent: Arc<parking_lot::Mutex<Vec<u8>>>,
         flushes: Arc<AtomicUsize>,
     }
 
@@ -479,18 +453,9 @@ mod tests {
         fn buffer(&mut self) -> &mut [u8] {
             &mut self.buf
         }
-        fn commit(&mut self, _len: usize, _dst: SocketAddr) {
-            self.queued.push(self.buf[0]);
-        }
+        fn commit(&mut self, _len: usize, _dst: SocketAddr) {}
         fn flush(&mut self) {
             self.flushes.fetch_add(1, Ordering::SeqCst);
-            self.sent.lock().append(&mut self.queued);
-        }
-        fn queued(&self) -> usize {
-            self.queued.len()
-        }
-        fn defer(&mut self, n: usize) {
-            self.queued.rotate_left(n);
         }
     }
 
@@ -498,43 +463,16 @@ mod tests {
         any: true,
         only_acks: true,
         more: false,
-        count: 1,
-        only_requests: false,
     };
 
     fn shard() -> (Shard, Arc<AtomicUsize>) {
-        let (sh, flushes, _) = logging_shard();
-        (sh, flushes)
-    }
-
-    type SentLog = Arc<parking_lot::Mutex<Vec<u8>>>;
-
-    fn logging_shard() -> (Shard, Arc<AtomicUsize>, SentLog) {
         let flushes = Arc::new(AtomicUsize::new(0));
-        let sent = SentLog::default();
         let tx = Counting {
             buf: vec![0; crate::backend::MAX_PACKET],
-            queued: Vec::new(),
-            sent: sent.clone(),
             flushes: flushes.clone(),
         };
         let cfg = EndpointConfig::new(IpAddr::from([127, 0, 0, 1]));
-        (Shard::new(cfg, Box::new(tx)), flushes, sent)
-    }
-
-    /// Queues one datagram of `op` in the shard's send batch, as `build` does; returns what
-    /// `build` would have said of it.
-    fn queue(sh: &mut Shard, op: Opcode) -> Built {
-        sh.tx.buffer()[0] = op.0;
-        sh.tx.commit(20, SocketAddr::from(([127, 0, 0, 2], 4791)));
-        let ack = op == Opcode::RC_ACKNOWLEDGE;
-        Built {
-            any: true,
-            only_acks: ack,
-            more: false,
-            count: 1,
-            only_requests: op.is_request(),
-        }
+        (Shard::new(cfg, Box::new(tx)), flushes)
     }
 
     fn at_us(us: u64) -> Instant {
@@ -585,8 +523,6 @@ mod tests {
             any: false,
             only_acks: true,
             more: false,
-            count: 0,
-            only_requests: true,
         };
         assert_eq!(sh.settle(at_us(end), true, nothing), Settled::Done);
         assert_eq!(flushes.load(Ordering::SeqCst), before + 1);
@@ -614,47 +550,10 @@ mod tests {
             any: true,
             only_acks: false,
             more: false,
-            count: 1,
-            only_requests: true,
         };
         assert_eq!(sh.settle(at_us(t + 1), true, request), Settled::Done);
         assert_eq!(flushes.load(Ordering::SeqCst), before + 1);
         assert_eq!(sh.acks_held_since(), None);
-    }
-
-    /// Held ACKs leave behind the program's answer (a request: the peer's program gets it
-    /// one delivery sooner), but never behind a response, whose order among the QP's
-    /// responses the peer's completer relies on.
-    #[test]
-    fn held_acks_go_behind_the_answer_not_behind_a_response() {
-        let (mut sh, _, sent) = logging_shard();
-        let mrs = MrTable::default();
-        let t = answer(&mut sh, &mrs, 0, HOLD_AFTER);
-        let b = queue(&mut sh, Opcode::RC_ACKNOWLEDGE);
-        assert_eq!(sh.settle(at_us(t), true, b), Settled::NewHold);
-        assert!(sent.lock().is_empty(), "held");
-        sh.post_send(0, &[], &mrs, at_us(t + 5)).unwrap();
-        let b = queue(&mut sh, Opcode::RC_SEND_ONLY);
-        assert_eq!(sh.settle(at_us(t + 5), false, b), Settled::Done);
-        let (ack, send) = (Opcode::RC_ACKNOWLEDGE.0, Opcode::RC_SEND_ONLY.0);
-        assert_eq!(std::mem::take(&mut *sent.lock()), vec![send, ack]);
-
-        // Answered: the streak holds the next ACK; this time a READ response is built (the
-        // QP's responder answers a READ request).
-        let t = t + 10;
-        let b = queue(&mut sh, Opcode::RC_ACKNOWLEDGE);
-        assert_eq!(sh.settle(at_us(t), true, b), Settled::NewHold);
-        let b = queue(&mut sh, Opcode::RC_RDMA_READ_RESPONSE_ONLY);
-        assert_eq!(sh.settle(at_us(t + 1), true, b), Settled::Done);
-        let read = Opcode::RC_RDMA_READ_RESPONSE_ONLY.0;
-        assert_eq!(std::mem::take(&mut *sent.lock()), vec![ack, read]);
-
-        // Nothing held: a request goes in the order built.
-        let b = queue(&mut sh, Opcode::RC_ACKNOWLEDGE);
-        assert_eq!(sh.settle(at_us(t + 50), false, b), Settled::Done);
-        let b = queue(&mut sh, Opcode::RC_SEND_ONLY);
-        assert_eq!(sh.settle(at_us(t + 51), false, b), Settled::Done);
-        assert_eq!(std::mem::take(&mut *sent.lock()), vec![ack, send]);
     }
 
     #[test]

@@ -139,12 +139,22 @@ pub(crate) fn sockaddr_into(addr: SocketAddr, out: &mut libc::sockaddr_storage) 
 /// Waits until one of `fds` is ready for `events` or the timeout passes; returns whether any
 /// is ready. Negative descriptors are skipped (poll's rule): a slot may stand empty.
 pub fn poll_fds(fds: &[RawFd], events: i16, timeout: Option<Duration>) -> io::Result<bool> {
-    poll_ready(fds, events, timeout).map(|ready| ready != 0)
+    match poll_masked(fds, events, timeout, None) {
+        Ok(ready) => Ok(ready != 0),
+        Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(false),
+        Err(e) => Err(e),
+    }
 }
 
-/// As [`poll_fds`], returning which are ready: bit `i` for `fds[i]` (the first 32; a
-/// signal's interruption reads as none ready).
-pub(crate) fn poll_ready(fds: &[RawFd], events: i16, timeout: Option<Duration>) -> io::Result<u32> {
+/// As [`poll_fds`], returning which are ready: bit `i` for `fds[i]` (the first 32), or
+/// `Interrupted` when a signal handler ran; with `mask`, the thread's signal mask is `mask`
+/// for the wait only (`ppoll`'s atomic swap: see [`SignalsHeld`]).
+pub(crate) fn poll_masked(
+    fds: &[RawFd],
+    events: i16,
+    timeout: Option<Duration>,
+    mask: Option<&libc::sigset_t>,
+) -> io::Result<u32> {
     // The progress thread polls two descriptors on every wake-up: no allocation for few.
     const IN_PLACE: usize = 4;
     let unused = libc::pollfd {
@@ -176,22 +186,11 @@ pub(crate) fn poll_ready(fds: &[RawFd], events: i16, timeout: Option<Duration>) 
     let tsp = ts
         .as_ref()
         .map_or(std::ptr::null(), |t| t as *const libc::timespec);
-    // SAFETY: `p` is a valid array of `p.len()` pollfds; `tsp` is null or points to `ts`, alive across the call; a null sigmask keeps the thread's.
-    let r = unsafe {
-        libc::ppoll(
-            p.as_mut_ptr(),
-            p.len() as libc::nfds_t,
-            tsp,
-            std::ptr::null(),
-        )
-    };
+    let maskp = mask.map_or(std::ptr::null(), |m| m as *const libc::sigset_t);
+    // SAFETY: `p` is a valid array of `p.len()` pollfds; `tsp` is null or points to `ts`, and `maskp` null or to the caller's set, both alive across the call; a null sigmask keeps the thread's.
+    let r = unsafe { libc::ppoll(p.as_mut_ptr(), p.len() as libc::nfds_t, tsp, maskp) };
     if r < 0 {
-        let e = io::Error::last_os_error();
-        return if e.kind() == io::ErrorKind::Interrupted {
-            Ok(0)
-        } else {
-            Err(e)
-        };
+        return Err(io::Error::last_os_error());
     }
     let mut ready = 0u32;
     for (i, slot) in p.iter().enumerate().take(32) {
@@ -256,6 +255,74 @@ impl EventFd {
     pub(crate) fn raw(&self) -> RawFd {
         self.0.as_raw_fd()
     }
+}
+
+/// Every asynchronous signal blocked in the calling thread (the faults, SIGSEGV, SIGBUS,
+/// SIGFPE, SIGILL and SIGTRAP, stay deliverable) until dropped, which restores the mask it
+/// found. A wait that must end as rdma-core's blocking `read(2)` does when a signal comes (the
+/// handler runs, then EINTR or a restart) works with them held and waits in `ppoll` with
+/// [`SignalsHeld::waiting`], the mask it found: a signal that comes while the thread works
+/// between waits is delivered at the next wait, so it always ends one.
+pub(crate) struct SignalsHeld {
+    old: libc::sigset_t,
+}
+
+impl SignalsHeld {
+    pub(crate) fn new() -> SignalsHeld {
+        // SAFETY: sigset_t is plain data; sigfillset and sigdelset initialise and edit the local set.
+        let mut block: libc::sigset_t = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
+        // SAFETY: `block` and `old` are live local sets; pthread_sigmask changes only this thread's mask, restored by Drop.
+        unsafe {
+            libc::sigfillset(&raw mut block);
+            for sig in FAULTS {
+                libc::sigdelset(&raw mut block, sig);
+            }
+            libc::pthread_sigmask(libc::SIG_BLOCK, &raw const block, &raw mut old);
+        }
+        SignalsHeld { old }
+    }
+
+    /// The mask the thread had: the one to wait with.
+    pub(crate) fn waiting(&self) -> &libc::sigset_t {
+        &self.old
+    }
+}
+
+impl Drop for SignalsHeld {
+    fn drop(&mut self) {
+        // SAFETY: restores this thread's own mask saved by `new` (on the same thread: the value is not Send).
+        unsafe {
+            libc::pthread_sigmask(libc::SIG_SETMASK, &raw const self.old, std::ptr::null_mut());
+        }
+    }
+}
+
+/// The signals a fault raises synchronously: never blocked (blocked, a fault kills at once).
+const FAULTS: [libc::c_int; 5] = [
+    libc::SIGSEGV,
+    libc::SIGBUS,
+    libc::SIGFPE,
+    libc::SIGILL,
+    libc::SIGTRAP,
+];
+
+/// Whether a `read(2)` interrupted by a signal handler just now would have been restarted:
+/// true when every handler the process has installed has SA_RESTART. `ppoll` reports
+/// which of them ran no more than that one did, so a process whose handlers differ gets the
+/// EINTR its handlers without SA_RESTART call for (one of them may have been the one).
+pub(crate) fn restarts_after_signal() -> bool {
+    (1..=libc::SIGRTMAX()).all(|sig| {
+        // SAFETY: sigaction is plain data; a null new action only reads the disposition into `old`.
+        let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+        // SAFETY: as above; SIGKILL, SIGSTOP and numbers the C library keeps fail with EINVAL and count as restarting.
+        let r = unsafe { libc::sigaction(sig, std::ptr::null(), &raw mut old) };
+        r != 0
+            || old.sa_sigaction == libc::SIG_DFL
+            || old.sa_sigaction == libc::SIG_IGN
+            || old.sa_flags & libc::SA_RESTART != 0
+    })
 }
 
 /// Where threads wait for a queue's next event the way rdma-core waits for one of a channel:
@@ -330,13 +397,7 @@ where
     // SAFETY: `block` and `old` are live local sets; pthread_sigmask changes only this thread's mask, restored below.
     unsafe {
         libc::sigfillset(&raw mut block);
-        for sig in [
-            libc::SIGSEGV,
-            libc::SIGBUS,
-            libc::SIGFPE,
-            libc::SIGILL,
-            libc::SIGTRAP,
-        ] {
+        for sig in FAULTS {
             libc::sigdelset(&raw mut block, sig);
         }
         libc::pthread_sigmask(libc::SIG_BLOCK, &raw const block, &raw mut old);

@@ -567,6 +567,91 @@ static void eintr(void)
 	ibv_free_device_list(list);
 }
 
+static volatile sig_atomic_t usr2_seen;
+
+static void on_usr2(int sig)
+{
+	(void)sig;
+	usr2_seen = 1;
+}
+
+static void *poke_usr2(void *arg)
+{
+	usleep(200 * 1000);
+	pthread_kill(*(pthread_t *)arg, SIGUSR2);
+	return NULL;
+}
+
+static void *flush_later(void *arg)
+{
+	usleep(400 * 1000);
+	struct ibv_qp_attr a = {.qp_state = IBV_QPS_ERR};
+	CHECK(ibv_modify_qp((struct ibv_qp *)arg, &a, IBV_QP_STATE) == 0);
+	return NULL;
+}
+
+/* A signal whose handler has SA_RESTART (every handler of the process has it) lets a
+ * blocking ibv_get_cq_event go on, as it lets rdma-core's read(2) of the channel's fd restart:
+ * the handler runs, and the call returns the event that comes later (a receive flushed when
+ * the QP enters ERR). */
+static void restart(void)
+{
+	struct sigaction sa;
+	memset(&sa, 0, sizeof sa);
+	sa.sa_handler = on_usr2;
+	sa.sa_flags = SA_RESTART;
+	CHECK(sigaction(SIGUSR2, &sa, NULL) == 0);
+	pthread_t me = pthread_self(), t, f;
+
+	int n;
+	struct ibv_device **list = ibv_get_device_list(&n);
+	CHECK(list && n > 0);
+	struct ibv_context *ctx = ibv_open_device(list[0]);
+	CHECK(ctx);
+	struct ibv_pd *pd = ibv_alloc_pd(ctx);
+	CHECK(pd);
+	struct ibv_comp_channel *cc = ibv_create_comp_channel(ctx);
+	CHECK(cc);
+	struct ibv_cq *cq = ibv_create_cq(ctx, 16, NULL, cc, 0);
+	CHECK(cq && ibv_req_notify_cq(cq, 0) == 0);
+	struct ibv_qp_init_attr ia = {
+		.send_cq = cq,
+		.recv_cq = cq,
+		.qp_type = IBV_QPT_RC,
+		.cap = {.max_send_wr = 1, .max_recv_wr = 1, .max_send_sge = 1, .max_recv_sge = 1},
+	};
+	struct ibv_qp *qp = ibv_create_qp(pd, &ia);
+	CHECK(qp);
+	struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .pkey_index = 0, .port_num = 1};
+	CHECK(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) == 0);
+	static char buf[64];
+	struct ibv_mr *mr = ibv_reg_mr(pd, buf, sizeof buf, IBV_ACCESS_LOCAL_WRITE);
+	CHECK(mr);
+	struct ibv_sge sge = {.addr = (uintptr_t)buf, .length = sizeof buf, .lkey = mr->lkey};
+	struct ibv_recv_wr wr = {.wr_id = 42, .sg_list = &sge, .num_sge = 1}, *bad;
+	CHECK(ibv_post_recv(qp, &wr, &bad) == 0);
+
+	CHECK(pthread_create(&t, NULL, poke_usr2, &me) == 0);
+	CHECK(pthread_create(&f, NULL, flush_later, qp) == 0);
+	struct ibv_cq *ev_cq;
+	void *ev_ctx;
+	errno = 0;
+	CHECK(ibv_get_cq_event(cc, &ev_cq, &ev_ctx) == 0 && ev_cq == cq);
+	CHECK(usr2_seen == 1);
+	ibv_ack_cq_events(cq, 1);
+	pthread_join(t, NULL);
+	pthread_join(f, NULL);
+	struct ibv_wc wc;
+	CHECK(ibv_poll_cq(cq, 1, &wc) == 1 && wc.wr_id == 42 && wc.status == IBV_WC_WR_FLUSH_ERR);
+	CHECK(ibv_destroy_qp(qp) == 0);
+	CHECK(ibv_dereg_mr(mr) == 0);
+	CHECK(ibv_destroy_cq(cq) == 0);
+	CHECK(ibv_destroy_comp_channel(cc) == 0);
+	CHECK(ibv_dealloc_pd(pd) == 0);
+	ibv_close_device(ctx);
+	ibv_free_device_list(list);
+}
+
 /* An SGE array at an address not aligned for struct ibv_sge (libiscsi's iSER initiator keeps
  * one inside a packed structure): C on x86 reads it, so must the library. */
 static void unaligned_sge(void)
@@ -804,6 +889,8 @@ int main(int argc, char **argv)
 		unaligned_sge();
 	else if (!strcmp(c, "eintr") && argc == 2)
 		eintr();
+	else if (!strcmp(c, "restart") && argc == 2)
+		restart();
 	else if (!strcmp(c, "sysfs_path") && argc == 3)
 		sysfs_path(argv[2]);
 	else if (!strcmp(c, "freed_id") && argc == 4)

@@ -68,14 +68,6 @@ impl<T: Transmitter> Transmitter for FaultyTransmitter<T> {
         }
     }
 
-    fn queued(&self) -> usize {
-        self.inner.queued()
-    }
-
-    fn defer(&mut self, n: usize) {
-        self.inner.defer(n);
-    }
-
     fn flush(&mut self) {
         self.inner.flush();
     }

@@ -87,15 +87,6 @@ impl Transmitter for MemoryTransmitter {
         self.queued.push((dst, self.buf[..len].to_vec()));
     }
 
-    fn queued(&self) -> usize {
-        self.queued.len()
-    }
-
-    fn defer(&mut self, n: usize) {
-        let n = n.min(self.queued.len());
-        self.queued.rotate_left(n);
-    }
-
     fn flush(&mut self) {
         if self.queued.is_empty() {
             return;

@@ -30,11 +30,6 @@ pub(crate) trait Transmitter: Send {
     /// Sends everything queued. Datagrams the network refuses are dropped and counted, as a
     /// NIC drops on a full queue; the transport recovers them.
     fn flush(&mut self);
-    /// Datagrams committed and not yet sent.
-    fn queued(&self) -> usize;
-    /// Moves the first `n` queued datagrams behind the rest, each group in its own order (the
-    /// bare ACKs held for a program's answer leave after the answer: see `Shard::settle`).
-    fn defer(&mut self, n: usize);
 }
 
 /// What a [`Receiver`] hands each datagram to: its source, its UDP payload, the IPv4 ID a
@@ -76,12 +71,6 @@ impl<T: Transmitter + ?Sized> Transmitter for Box<T> {
     }
     fn flush(&mut self) {
         (**self).flush();
-    }
-    fn queued(&self) -> usize {
-        (**self).queued()
-    }
-    fn defer(&mut self, n: usize) {
-        (**self).defer(n);
     }
 }
 
@@ -229,13 +218,6 @@ mod tests {
         }
         fn flush(&mut self) {
             self.sent.append(&mut self.queued);
-        }
-        fn queued(&self) -> usize {
-            self.queued.len()
-        }
-        fn defer(&mut self, n: usize) {
-            let n = n.min(self.queued.len());
-            self.queued.rotate_left(n);
         }
     }
 

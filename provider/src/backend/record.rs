@@ -81,16 +81,6 @@ impl<T: Transmitter> Transmitter for RecordingTransmitter<T> {
         self.inner.commit(len, dst);
     }
 
-    fn queued(&self) -> usize {
-        self.inner.queued()
-    }
-
-    fn defer(&mut self, n: usize) {
-        // The capture keeps the order the engine built them in (a held ACK before the
-        // answer that overtook it on the wire).
-        self.inner.defer(n);
-    }
-
     fn flush(&mut self) {
         self.inner.flush();
         flush(&self.writer);

@@ -115,14 +115,6 @@ impl Transmitter for UdpTransmitter {
         }
     }
 
-    fn queued(&self) -> usize {
-        self.batch.len()
-    }
-
-    fn defer(&mut self, n: usize) {
-        self.batch.defer(n);
-    }
-
     fn flush(&mut self) {
         if self.batch.is_empty() {
             return;
