@@ -390,21 +390,10 @@ where
     F: FnOnce() -> T + Send + 'static,
     T: Send + 'static,
 {
-    // SAFETY: sigset_t is plain data; sigfillset and sigdelset initialise and edit the local set.
-    let mut block: libc::sigset_t = unsafe { std::mem::zeroed() };
-    // SAFETY: as above.
-    let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
-    // SAFETY: `block` and `old` are live local sets; pthread_sigmask changes only this thread's mask, restored below.
-    unsafe {
-        libc::sigfillset(&raw mut block);
-        for sig in FAULTS {
-            libc::sigdelset(&raw mut block, sig);
-        }
-        libc::pthread_sigmask(libc::SIG_BLOCK, &raw const block, &raw mut old);
-    }
+    // The new thread starts with the mask the spawning thread has during the spawn.
+    let held = SignalsHeld::new();
     let r = std::thread::Builder::new().name(name).spawn(f);
-    // SAFETY: restores the calling thread's own mask saved above.
-    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &raw const old, std::ptr::null_mut()) };
+    drop(held);
     r
 }
 

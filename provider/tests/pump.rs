@@ -70,27 +70,14 @@ fn a_send_completes_while_its_receiver_answers_nothing() {
 
 #[test]
 fn a_send_completes_while_its_receiver_calls_no_verb_and_nobody_polls() {
-    let x = side([127, 0, 93, 1], QpType::Rc, 4096);
-    let y = side([127, 0, 93, 2], QpType::Rc, 4096);
     // x's completions come through a channel: waiting for x polls nothing.
-    let ch = x.ctx.create_comp_channel().unwrap();
-    let xcq = x.ctx.create_cq(16, Some(&ch)).unwrap();
-    let xqp =
-        x.pd.create_qp(&ferroce::QpInitAttr {
-            qp_type: QpType::Rc,
-            send_cq: &xcq,
-            recv_cq: &xcq,
-            srq: None,
-            cap: ferroce::transport::QpCap {
-                max_send_wr: 16,
-                max_recv_wr: 16,
-                max_send_sge: 1,
-                max_recv_sge: 1,
-                max_inline_data: 0,
-            },
-            sq_sig_all: false,
-        })
-        .unwrap();
+    let Sleeper {
+        side: x,
+        ch,
+        cq: xcq,
+        qp: xqp,
+    } = sleeper([127, 0, 93, 1]);
+    let y = side([127, 0, 93, 2], QpType::Rc, 4096);
     let lo = |b: u8| std::net::IpAddr::from([127, 0, 93, b]);
     connect(&xqp, lo(2), y.qp.qp_num(), Mtu::Mtu1024, 100, 200);
     connect(&y.qp, lo(1), xqp.qp_num(), Mtu::Mtu1024, 200, 100);

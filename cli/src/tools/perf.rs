@@ -517,23 +517,26 @@ mod tests {
     use ferroce::OpenOptions;
     use ferroce::transport::{Mtu, QpType};
 
-    /// Two threads sleeping on completion channels answer every message: each iteration is a
-    /// sample, both ends moved datagrams, and nothing failed or timed out.
-    /// A ping-pong takes every completion it caused and leaves no receive posted: the next
-    /// one, with larger messages (`lat -a`), runs on the same QPs, and what follows a
-    /// ping-pong (the demo's WRITE) sees only its own completions.
-    #[test]
-    fn a_ping_pong_leaves_the_qps_as_it_found_them() {
-        let (a, b) = connected_pair_with(
+    /// Two connected sides on loopback, with completion channels if `channels`.
+    fn pair(channels: bool) -> (Side, Side) {
+        connected_pair_with(
             &OpenOptions::default(),
             QpType::Rc,
             1,
             1 << 16,
             Mtu::Mtu1024,
             16,
-            false,
+            channels,
         )
-        .unwrap();
+        .unwrap()
+    }
+
+    /// A ping-pong takes every completion it caused and leaves no receive posted: the next
+    /// one, with larger messages (`lat -a`), runs on the same QPs, and what follows a
+    /// ping-pong (the demo's WRITE) sees only its own completions.
+    #[test]
+    fn a_ping_pong_leaves_the_qps_as_it_found_them() {
+        let (a, b) = pair(false);
         for (size, iters) in [(8, 21), (4096, 13), (1, 1)] {
             let r = ping_pong(&a, &b, size, iters).unwrap();
             assert_eq!(r.samples.len(), iters as usize);
@@ -542,18 +545,11 @@ mod tests {
         assert_eq!(ping_pong(&a, &b, 8, 0).unwrap().samples.len(), 0);
     }
 
+    /// Two threads sleeping on completion channels answer every message: each iteration is a
+    /// sample, both ends moved datagrams, and nothing failed or timed out.
     #[test]
     fn a_blocking_ping_pong_gets_every_answer() {
-        let (a, b) = connected_pair_with(
-            &OpenOptions::default(),
-            QpType::Rc,
-            1,
-            1 << 16,
-            Mtu::Mtu1024,
-            16,
-            true,
-        )
-        .unwrap();
+        let (a, b) = pair(true);
         let r = ping_pong(&a, &b, 8, 300).unwrap();
         assert_eq!(r.samples.len(), 300);
         assert!(r.samples.windows(2).all(|w| w[0] <= w[1]), "sorted");
