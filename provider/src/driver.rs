@@ -120,8 +120,8 @@ pub struct RuntimeCounters {
     pub recv_calls: u64,
     /// `recvmmsg` calls that found nothing (a poll of an empty CQ reads the socket).
     pub empty_recvs: u64,
-    /// `recvmmsg` calls with datagrams made by programs asleep on a completion channel
-    /// (`ibv_get_cq_event` through the Rust API receives for itself).
+    /// `recvmmsg` calls with datagrams made by programs asleep on a completion channel (a
+    /// thread in `get_event_timeout` or `ibv_get_cq_event` receives for itself).
     pub sleeper_recvs: u64,
 }
 
