@@ -370,6 +370,19 @@ impl CompletionChannel {
     /// calling thread receives the device's datagrams itself (`Shared::sleep_on`), so the
     /// packet that completes its work wakes it directly.
     pub fn get_event_timeout(&self, timeout: Duration) -> Option<CompletionQueue> {
+        self.wait_timeout(timeout, true)
+    }
+
+    /// As [`CompletionChannel::get_event_timeout`] for the provider's own threads (the CM
+    /// agent): the thread waits on the channel only and never takes the device's datagrams,
+    /// which stay the program's and the progress thread's.
+    pub(crate) fn get_event_quietly(&self, timeout: Duration) -> Option<CompletionQueue> {
+        self.wait_timeout(timeout, false)
+    }
+
+    /// The next event within `timeout`; while it waits, the thread receives for itself if
+    /// `receive`.
+    fn wait_timeout(&self, timeout: Duration, receive: bool) -> Option<CompletionQueue> {
         let deadline = std::time::Instant::now() + timeout;
         loop {
             {
@@ -395,12 +408,17 @@ impl CompletionChannel {
             if left.is_zero() {
                 return None;
             }
-            if let Err(e) = self.ctx.shared.sleep_on(self.inner.fd.raw(), left, None) {
+            let fd = self.inner.fd.raw();
+            if !receive {
+                let _ = crate::sys::poll_fds(&[fd], libc::POLLIN, Some(left));
+                continue;
+            }
+            if let Err(e) = self.ctx.shared.sleep_on(fd, left, None) {
                 if e.kind() != std::io::ErrorKind::Interrupted {
                     log::debug!("a wait on a completion channel failed: {e}");
                     // Never a busy loop on a failing poll: the channel, checked again soon.
                     let _ = crate::sys::poll_fds(
-                        &[self.inner.fd.raw()],
+                        &[fd],
                         libc::POLLIN,
                         Some(left.min(Duration::from_millis(1))),
                     );

@@ -255,7 +255,7 @@ impl Agent {
                     .min(Duration::from_millis(100))
             });
         if !self.receive() {
-            if self._chan.get_event_timeout(wait).is_some() {
+            if self._chan.get_event_quietly(wait).is_some() {
                 self.cq.ack_events(1);
                 let _ = self.cq.req_notify(false);
             }
