@@ -385,24 +385,8 @@ impl CompletionChannel {
     fn wait_timeout(&self, timeout: Duration, receive: bool) -> Option<CompletionQueue> {
         let deadline = std::time::Instant::now() + timeout;
         loop {
-            {
-                let mut p = self.inner.pending.lock();
-                // Events of CQs destroyed since are dropped.
-                while let Some(w) = p.pop_front() {
-                    if let Some(cq) = w.upgrade() {
-                        if p.is_empty() {
-                            self.inner.fd.drain();
-                        }
-                        cq.got_events.fetch_add(1, Ordering::SeqCst);
-                        return Some(CompletionQueue {
-                            inner: cq,
-                            ctx: self.ctx.clone(),
-                        });
-                    }
-                }
-                // Under the queue's lock: an event queued after this signals the descriptor
-                // again, so the wait below sees it.
-                self.inner.fd.drain();
+            if let Some(cq) = self.take_event() {
+                return Some(cq);
             }
             let left = deadline.saturating_duration_since(std::time::Instant::now());
             if left.is_zero() {
@@ -427,6 +411,27 @@ impl CompletionChannel {
         }
     }
 
+    /// The next pending event, if any; with none left, the descriptor is drained under the
+    /// queue's lock, so an event queued after this signals it again and a wait on it sees it.
+    fn take_event(&self) -> Option<CompletionQueue> {
+        let mut p = self.inner.pending.lock();
+        // Events of CQs destroyed since are dropped.
+        while let Some(w) = p.pop_front() {
+            if let Some(cq) = w.upgrade() {
+                if p.is_empty() {
+                    self.inner.fd.drain();
+                }
+                cq.got_events.fetch_add(1, Ordering::SeqCst);
+                return Some(CompletionQueue {
+                    inner: cq,
+                    ctx: self.ctx.clone(),
+                });
+            }
+        }
+        self.inner.fd.drain();
+        None
+    }
+
     /// `ibv_get_cq_event` as rdma-core blocks in it, in a `read(2)` of the channel: a signal
     /// whose handler has SA_RESTART lets the wait go on, one without ends it (the errno,
     /// EINTR), as the C ABI must. Meanwhile the thread receives for itself, as
@@ -441,7 +446,7 @@ impl CompletionChannel {
     pub fn wait_event(&self) -> std::result::Result<CompletionQueue, i32> {
         let held = crate::sys::SignalsHeld::new();
         loop {
-            if let Some(cq) = self.get_event_timeout(Duration::ZERO) {
+            if let Some(cq) = self.take_event() {
                 return Ok(cq);
             }
             let fd = self.inner.fd.raw();
