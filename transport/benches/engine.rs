@@ -12,6 +12,8 @@ use ferroce_transport::{Datagram, Mtu, WrOpcode};
 
 const MSG: u32 = 64 << 10;
 const BATCH: u64 = 16;
+/// 8-byte WRITEs per iteration of the message-rate bench (`ferroce bw`'s default depth).
+const SMALL_BATCH: u64 = 128;
 
 fn setup() -> Pair {
     let opts = Opts {
@@ -23,15 +25,16 @@ fn setup() -> Pair {
     pair(1, LinkConfig::default(), opts)
 }
 
-/// Posts a batch and moves packets directly between the endpoints until every WRITE is done.
-fn run_batch(p: &mut Pair, buf: &mut [u8]) -> u64 {
-    for i in 0..BATCH {
+/// Posts `n` WRITEs of `len` bytes and moves packets directly between the endpoints until
+/// every one is done.
+fn run_batch(p: &mut Pair, buf: &mut [u8], n: u64, len: u32) -> u64 {
+    for i in 0..n {
         let w = p.wr(
             i,
             WrOpcode::RdmaWrite,
-            i * u64::from(MSG),
-            MSG,
-            i * u64::from(MSG),
+            i * u64::from(len),
+            len,
+            i * u64::from(len),
         );
         p.post_send(0, w);
     }
@@ -39,7 +42,7 @@ fn run_batch(p: &mut Pair, buf: &mut [u8]) -> u64 {
     let now = p.net.now;
     let mut packets = 0;
     let mut done = 0;
-    while done < BATCH {
+    while done < n {
         let mut moved = false;
         for (from, to, src, dst) in [(0usize, 1usize, a_addr, b_addr), (1, 0, b_addr, a_addr)] {
             loop {
@@ -64,7 +67,7 @@ fn run_batch(p: &mut Pair, buf: &mut [u8]) -> u64 {
         while p.net.nodes[0].endpoint.poll_completion().is_some() {
             done += 1;
         }
-        assert!(moved || done == BATCH, "engine stalled");
+        assert!(moved || done == n, "engine stalled");
     }
     packets
 }
@@ -72,15 +75,21 @@ fn run_batch(p: &mut Pair, buf: &mut [u8]) -> u64 {
 fn bench(c: &mut Criterion) {
     let mut p = setup();
     let mut buf = vec![0u8; 8192];
-    let packets = run_batch(&mut p, &mut buf);
+    let packets = run_batch(&mut p, &mut buf, BATCH, MSG);
     let mut g = c.benchmark_group("engine");
     g.throughput(Throughput::Bytes(BATCH * u64::from(MSG)));
     g.bench_function("rc_write_64KiB_mtu4096_bytes", |b| {
-        b.iter(|| black_box(run_batch(&mut p, &mut buf)))
+        b.iter(|| black_box(run_batch(&mut p, &mut buf, BATCH, MSG)))
     });
     g.throughput(Throughput::Elements(packets));
     g.bench_function("rc_write_64KiB_mtu4096_packets", |b| {
-        b.iter(|| black_box(run_batch(&mut p, &mut buf)))
+        b.iter(|| black_box(run_batch(&mut p, &mut buf, BATCH, MSG)))
+    });
+    // Message rate: a window's worth of 8-byte WRITEs, the engine's per-message cost (both
+    // ends) without sockets: what `ferroce bw --op write -s 8` pays in user space.
+    g.throughput(Throughput::Elements(SMALL_BATCH));
+    g.bench_function("rc_write_8B_messages", |b| {
+        b.iter(|| black_box(run_batch(&mut p, &mut buf, SMALL_BATCH, 8)))
     });
     g.finish();
 }

@@ -400,26 +400,51 @@ fn crc(ip_masked: &[u8], udp_masked: &[u8; UDP_HEADER_LEN], covered: &[u8]) -> u
     crc_then(ip_masked, udp_masked, covered, &[])
 }
 
+/// The masked headers' bytes before a packet's own: the LRH, the larger IP header, UDP, and the
+/// BTH's first 5 bytes.
+const HEAD_MAX: usize = LRH_ONES.len() + IPV6_HEADER_LEN + UDP_HEADER_LEN + 5;
+/// Bytes of the packet after the BTH's fifth copied beside the headers, so that a small packet
+/// is one CRC update and a large one starts with a block long enough for the folding path
+/// (crc32fast takes pieces under 64 bytes a few bytes at a time).
+const HEAD_SPILL: usize = 64;
+
 /// [`crc`] continued over `tail`, taken as it is (rxe's FLUSH form).
+///
+/// The masked headers and the start of the packet are gathered into one buffer on the stack:
+/// one CRC update over them (and over the whole packet when it is small), where updating
+/// piece by piece took 50 ns for an 8-byte WRITE's packet.
 fn crc_then(
     ip_masked: &[u8],
     udp_masked: &[u8; UDP_HEADER_LEN],
     covered: &[u8],
     tail: &[u8],
 ) -> u32 {
-    let mut h = crc32fast::Hasher::new();
-    h.update(&LRH_ONES);
-    h.update(ip_masked);
-    h.update(udp_masked);
-    // BTH byte 4 (FECN, BECN, resv6) counts as all ones.
-    match covered.split_at_checked(5) {
-        Some((head, rest)) => {
-            h.update(&head[..4]);
-            h.update(&[0xFF]);
-            h.update(rest);
-        }
-        None => h.update(covered),
+    let mut buf = [0u8; HEAD_MAX + HEAD_SPILL];
+    let mut n = 0;
+    for piece in [&LRH_ONES[..], ip_masked, &udp_masked[..]] {
+        buf[n..n + piece.len()].copy_from_slice(piece);
+        n += piece.len();
     }
+    // BTH byte 4 (FECN, BECN, resv6) counts as all ones.
+    let rest = match covered.split_at_checked(5) {
+        Some((head, rest)) => {
+            buf[n..n + 4].copy_from_slice(&head[..4]);
+            buf[n + 4] = 0xFF;
+            n += 5;
+            rest
+        }
+        None => {
+            buf[n..n + covered.len()].copy_from_slice(covered);
+            n += covered.len();
+            &[]
+        }
+    };
+    let (near, far) = rest.split_at(rest.len().min(HEAD_SPILL));
+    buf[n..n + near.len()].copy_from_slice(near);
+    n += near.len();
+    let mut h = crc32fast::Hasher::new();
+    h.update(&buf[..n]);
+    h.update(far);
     h.update(tail);
     h.finalize()
 }
