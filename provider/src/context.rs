@@ -240,6 +240,9 @@ impl Context {
         });
         engine.src_port = port;
         engine.dst_port = port;
+        // Split WRITEs pay only in trains (`SendWqe::split` in the engine).
+        engine.split_writes =
+            trains && std::env::var("FERROCE_SPLIT_WRITES").map_or(true, |v| v != "0");
         engine.limits = ModifyLimits {
             active_mtu: device.active_mtu(),
             ..ModifyLimits::default()

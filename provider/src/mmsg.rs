@@ -39,8 +39,10 @@ pub const MAX_SEGMENTS: usize = 128;
 pub const FALLBACK_SEGMENTS: usize = 64;
 /// Bytes per train: the largest IPv4 UDP payload.
 pub const MAX_TRAIN_BYTES: usize = 65_507;
-/// Bytes queued from which a [`SendBatch`] counts as full (32 packets of 4 KiB).
-pub const FULL_BYTES: usize = 32 * 4096;
+/// Bytes queued from which a [`SendBatch`] counts as full: two whole trains of 4 KiB packets
+/// (15 each, the most [`MAX_TRAIN_BYTES`] takes, of 4112 bytes or, with a RETH, 4128). At 32
+/// packets, as before, every batch of a WRITE stream ended in a train of two.
+pub const FULL_BYTES: usize = 30 * 4112;
 /// A receive slot that holds a whole coalesced read.
 pub const GRO_SLOT: usize = 65_536;
 
@@ -387,7 +389,7 @@ impl SendBatch {
     }
 
     /// Whether the batch holds `n` datagrams, or [`FULL_BYTES`] of them: a batch of large
-    /// packets goes when it holds two 64 KiB messages' worth (flushing a bigger one delays the
+    /// packets goes when it holds two full trains (flushing a bigger one delays the
     /// acknowledgements behind it), one of small packets when it holds a 128-segment train.
     pub fn is_full(&self) -> bool {
         self.count == self.bufs.len() || self.bytes >= FULL_BYTES

@@ -123,6 +123,11 @@ impl Endpoint {
             return;
         }
         self.counters.rcvd_pkts += 1;
+        if qp.qp_type == QpType::Rc && self.cfg.split_writes && src.port() == self.cfg.dst_port {
+            // Another ferroce: it sends from the RoCE port it is bound to, where rxe and NICs
+            // send from ports of their own. Long WRITEs to it go split (`SendWqe::split`).
+            qp.peer_splits = true;
+        }
         if ecn == Ecn::Ce {
             self.counters.ecn_marked_pkts += 1;
             if self.cfg.congestion.np

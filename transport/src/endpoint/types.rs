@@ -297,6 +297,12 @@ pub struct EndpointConfig {
     /// The ICRC sent FLUSHes carry: kernel rxe's form by default, the only FLUSH peer there
     /// is (see [`FlushIcrc`]). Received FLUSHes are taken in either form.
     pub flush_icrc: FlushIcrc,
+    /// Send an RC RDMA WRITE longer than the path MTU to another ferroce as one WRITE ONLY
+    /// packet per MTU, each with its own RETH, so a stream of WRITEs leaves in full trains (on
+    /// by default). A peer counts as ferroce when its packets come from the RoCE port itself
+    /// (`dst_port`, 4791), which ferroce's sockets are bound to: kernel rxe's come from 0xC000
+    /// and up, and WRITEs to it keep the FIRST/MIDDLE/LAST shape.
+    pub split_writes: bool,
 }
 
 /// The ICRC form of an RC FLUSH.
@@ -325,6 +331,7 @@ impl EndpointConfig {
             inflight_budget: u32::MAX,
             congestion: CongestionConfig::default(),
             flush_icrc: FlushIcrc::Rxe,
+            split_writes: true,
         }
     }
 }

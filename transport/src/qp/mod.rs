@@ -133,6 +133,15 @@ pub(crate) struct SendWqe {
     pub(crate) first_psn: Psn,
     pub(crate) last_psn: Psn,
     pub(crate) started: bool,
+    /// An RDMA WRITE longer than the path MTU sent as one WRITE ONLY packet per MTU, each
+    /// with a RETH of its own (its address and length), instead of FIRST, MIDDLE… and LAST:
+    /// toward another ferroce only (`Qp::peer_splits`, decided when the WQE starts and kept
+    /// for its retransmissions). Every packet of a WRITE stream is then one size and they
+    /// leave in full `UDP_SEGMENT` trains (15 of 4 KiB), where a FIRST, 16 bytes longer than
+    /// the MIDDLEs after it, cuts every WRITE into two. Each packet is a whole WRITE to the
+    /// responder (it checks each one's R_Key and range). Not a WRITE WITH IMMEDIATE: its
+    /// receive completion's `byte_len` is the whole message's.
+    pub(crate) split: bool,
     /// READ: bytes of response data placed so far.
     pub(crate) read_done: u32,
     /// A zero-length READ: how many times its request has gone out.
@@ -210,6 +219,10 @@ pub struct Qp {
     pub(crate) progressed: bool,
     /// Answers since RTS whose PSN fit nothing outstanding, and the last one's PSN.
     pub(crate) strays: (u32, Psn),
+    /// The peer is another ferroce (its packets come from UDP port 4791) and takes split
+    /// WRITEs: see [`SendWqe::split`]. Learned from its packets, forgotten at RESET and when
+    /// the address vector changes.
+    pub(crate) peer_splits: bool,
 }
 
 /// What the QP needs from its endpoint while it works.
@@ -289,6 +302,7 @@ impl Qp {
             rnr_naks: 0,
             progressed: false,
             strays: (0, Psn::new(0)),
+            peer_splits: false,
         }
     }
 
@@ -412,6 +426,9 @@ impl Qp {
             a.qp_access_flags = attr.qp_access_flags;
         }
         if set(QpAttrMask::AV) {
+            if a.ah_attr != attr.ah_attr {
+                self.peer_splits = false;
+            }
             a.ah_attr = attr.ah_attr;
         }
         if set(QpAttrMask::PKEY_INDEX) {
@@ -544,6 +561,7 @@ impl Qp {
             first_psn: Psn::new(0),
             last_psn: Psn::new(0),
             started: false,
+            split: false,
             read_done: 0,
             sends: 0,
             status: None,

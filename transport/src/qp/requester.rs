@@ -198,6 +198,10 @@ impl Qp {
             w.first_psn = first;
             w.last_psn = first + (npkts - 1);
             w.started = true;
+            w.split = self.peer_splits
+                && self.qp_type == QpType::Rc
+                && npkts > 1
+                && w.wr.opcode == WrOpcode::RdmaWrite;
             self.req.off = 0;
             self.req.committed = first + npkts;
         }
@@ -352,7 +356,13 @@ impl Qp {
             w.wr.opcode,
             WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm | WrOpcode::AtomicWrite
         );
-        let mut opcode = request_opcode(self.qp_type, write, first, last, imm);
+        // A split WRITE (`SendWqe::split`): every packet a WRITE ONLY.
+        let split = w.split;
+        let mut opcode = if split {
+            request_opcode(self.qp_type, write, true, true, false)
+        } else {
+            request_opcode(self.qp_type, write, first, last, imm)
+        };
         if atomic_write {
             opcode = Opcode::RC_ATOMIC_WRITE;
         }
@@ -369,11 +379,11 @@ impl Qp {
                 rkey: w.wr.invalidate_rkey,
             });
         }
-        if write && first {
+        if write && (first || split) {
             ext.reth = Some(RethRepr {
-                va: w.wr.remote.remote_addr,
+                va: w.wr.remote.remote_addr.wrapping_add(u64::from(off)),
                 rkey: w.wr.remote.rkey,
-                dma_len: w.len,
+                dma_len: if split { plen } else { w.len },
             });
         }
         if imm && last {

@@ -4,8 +4,8 @@
 use crate::memory::VecMr;
 use crate::sim::{LinkConfig, Network};
 use crate::{
-    AccessFlags, Instant, Mtu, QpCap, QpInitAttr, QpState, QpType, RecvWr, SendFlags, SendWr,
-    WorkCompletion, WrOpcode,
+    AccessFlags, Endpoint, EndpointConfig, Instant, Mtu, QpCap, QpInitAttr, QpState, QpType,
+    RecvWr, SendFlags, SendWr, WorkCompletion, WrOpcode,
 };
 
 /// The protection domain every simulated QP and region uses.
@@ -40,6 +40,9 @@ pub struct Opts {
     pub mem_len: usize,
     /// `max_send_wr` and `max_recv_wr`.
     pub max_wr: u32,
+    /// The UDP source port of node B's packets: 4791, ferroce's, or another to make B look
+    /// like kernel rxe (which sends from 0xC000 and up) to A.
+    pub b_src_port: u16,
 }
 
 impl Default for Opts {
@@ -61,6 +64,7 @@ impl Default for Opts {
             psn_b: 0x200,
             mem_len: 1 << 16,
             max_wr: 4096,
+            b_src_port: ferroce_wire::ROCE_UDP_PORT,
         }
     }
 }
@@ -92,6 +96,13 @@ pub fn pattern(len: usize, salt: u8) -> Vec<u8> {
 /// Two nodes joined by `link`, one QP each, connected as `opts` says.
 pub fn pair(seed: u64, link: LinkConfig, opts: Opts) -> Pair {
     let mut net = Network::new(seed, 2, link);
+    if opts.b_src_port != net.nodes[1].endpoint.config().src_port {
+        let cfg = EndpointConfig {
+            src_port: opts.b_src_port,
+            ..net.nodes[1].endpoint.config().clone()
+        };
+        net.nodes[1].endpoint = Endpoint::new(cfg);
+    }
     let cap = QpCap {
         max_send_wr: opts.max_wr,
         max_recv_wr: opts.max_wr,
