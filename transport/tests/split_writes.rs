@@ -21,19 +21,22 @@ fn data(s: &Seen) -> bool {
     s.from == 0 && s.opcode.is_request()
 }
 
+/// The opcodes of the requests A sent, in order.
+fn opcodes(sc: &Script) -> Vec<Opcode> {
+    sc.log
+        .iter()
+        .filter(|s| data(s))
+        .map(|s| s.opcode)
+        .collect()
+}
+
 /// A first WRITE to make A hear B (B's ACK), then what a second one of `len` bytes sent.
 fn second_write(opts: Opts, len: u32) -> (Pair, Vec<Seen>) {
     let mut p = pair(1, lossless(), opts);
     let sc = Script::install(&mut p.net);
     p.post_send(0, p.wr(1, WrOpcode::RdmaWrite, 0, 3000, 0));
     assert!(p.run_until_send_wcs(1, STEPS));
-    let first: Vec<Opcode> = sc
-        .borrow()
-        .log
-        .iter()
-        .filter(|s| data(s))
-        .map(|s| s.opcode)
-        .collect();
+    let first = opcodes(&sc.borrow());
     assert_eq!(
         first,
         [
@@ -117,13 +120,7 @@ fn a_write_with_immediate_keeps_its_shape() {
     w.imm_data = 0x1234;
     p.post_send(0, w);
     assert!(p.run_until_send_wcs(3, STEPS));
-    let ops: Vec<Opcode> = sc
-        .borrow()
-        .log
-        .iter()
-        .filter(|s| data(s))
-        .map(|s| s.opcode)
-        .collect();
+    let ops = opcodes(&sc.borrow());
     assert_eq!(
         ops,
         [
@@ -142,7 +139,7 @@ fn split_writes_can_be_turned_off() {
     let mut p = pair(1, lossless(), Opts::default());
     let cfg = EndpointConfig {
         split_writes: false,
-        ..p.net.nodes[0].endpoint.config().clone()
+        ..*p.net.nodes[0].endpoint.config()
     };
     assert!(!cfg.split_writes);
     // A fresh pair whose requester has splitting off: rebuilt the way `pair` builds it.
@@ -173,7 +170,7 @@ fn split_writes_can_be_turned_off() {
             .count(|s| data(s) && s.opcode == Opcode::RC_RDMA_WRITE_ONLY),
         0
     );
-    assert_eq!(sc.borrow().count(|s| data(s)), 6);
+    assert_eq!(sc.borrow().count(data), 6);
 }
 
 /// WRITEs over a lossy, reordering link, some started before the peer was heard: every byte

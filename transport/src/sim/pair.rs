@@ -99,7 +99,7 @@ pub fn pair(seed: u64, link: LinkConfig, opts: Opts) -> Pair {
     if opts.b_src_port != net.nodes[1].endpoint.config().src_port {
         let cfg = EndpointConfig {
             src_port: opts.b_src_port,
-            ..net.nodes[1].endpoint.config().clone()
+            ..*net.nodes[1].endpoint.config()
         };
         net.nodes[1].endpoint = Endpoint::new(cfg);
     }
