@@ -12,9 +12,8 @@
 //! a live key with probability `live / 2^32`: 2^-32 for one region), and a peer still holding a
 //! freed key cannot reach a region registered after it. The lookup is a hash-table probe, O(1).
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::VecDeque;
 use std::fmt;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
 use ferroce_transport::AccessFlags;
@@ -278,26 +277,7 @@ fn populate(addr: usize, len: usize, write: bool) -> Result<(), MemError> {
 /// Freed keys that are never handed out again until this many later keys were freed.
 pub(crate) const QUARANTINE: usize = 1 << 17;
 
-/// Hashes a key (already uniformly random) by a multiply that spreads it over all 64 bits.
-#[derive(Default)]
-pub(crate) struct KeyHasher(u64);
-
-impl Hasher for KeyHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0 << 8 | u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        }
-    }
-    fn write_u32(&mut self, k: u32) {
-        self.0 = u64::from(k).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    }
-}
-
-type KeyMap<V> = HashMap<u32, V, BuildHasherDefault<KeyHasher>>;
-type KeySet = HashSet<u32, BuildHasherDefault<KeyHasher>>;
+use ferroce_transport::hash::{NumberMap as KeyMap, NumberSet as KeySet};
 
 /// Random 32-bit values from the OS, fetched in batches.
 #[derive(Default)]

@@ -12,6 +12,7 @@
 pub mod cm;
 pub mod congestion;
 pub mod endpoint;
+pub mod hash;
 pub mod mcast;
 pub mod memory;
 pub mod modify;

@@ -5,8 +5,8 @@
 //! invalid key, as on an HCA.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
 
+use crate::hash::NumberMap;
 use crate::verbs::{AccessFlags, MwBind, Sge};
 
 /// Why a memory access was refused.
@@ -270,10 +270,10 @@ struct Region {
 /// A simple in-process [`Memory`]: regions backed by `Vec<u8>`, for tests and the simulator.
 #[derive(Debug, Default)]
 pub struct VecMemory {
-    regions: RefCell<HashMap<u32, Region>>,
+    regions: RefCell<NumberMap<Region>>,
     next_key: RefCell<u32>,
     /// Memory windows by current rkey.
-    windows: RefCell<HashMap<u32, Window>>,
+    windows: RefCell<NumberMap<Window>>,
 }
 
 /// A memory window of [`VecMemory`].
