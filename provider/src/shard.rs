@@ -160,7 +160,7 @@ impl Shard {
         self.note_answer(now);
         for (index, wr) in wrs.iter().enumerate() {
             self.engine
-                .post_send(qpn, wr.clone(), mrs, now)
+                .post_send(qpn, wr, mrs, now)
                 .map_err(|e| (index, e))?;
         }
         Ok(())

@@ -792,6 +792,28 @@ impl FlushSpec {
 }
 
 impl SendWr {
+    /// A copy with `inline_data` replaced by `inline`: what a send queue keeps of a posted
+    /// request, made in one copy (the caller's `inline_data` is not copied only to be
+    /// replaced).
+    pub(crate) fn queued_with(&self, inline: Option<InlineData>) -> SendWr {
+        SendWr {
+            wr_id: self.wr_id,
+            opcode: self.opcode,
+            send_flags: self.send_flags,
+            sg_list: self.sg_list.clone(),
+            imm_data: self.imm_data,
+            remote: self.remote,
+            compare_add: self.compare_add,
+            swap: self.swap,
+            ud: self.ud,
+            invalidate_rkey: self.invalidate_rkey,
+            bind_mw: self.bind_mw,
+            inline_data: inline,
+            flush: self.flush,
+            remote_srqn: self.remote_srqn,
+        }
+    }
+
     /// A work request with no SGEs, no flags and zeroed operands.
     pub fn new(wr_id: u64, opcode: WrOpcode) -> SendWr {
         SendWr {

@@ -183,6 +183,9 @@ impl ExtHeaders {
         self.present().len()
     }
 
+    // Inlined into `PacketRepr::parse` (instantiated in the caller's crate), so the headers
+    // are parsed into the caller's `PacketRepr` rather than moved there through `Result`s.
+    #[inline]
     fn parse(headers: HeaderSet, mut b: &[u8]) -> Result<ExtHeaders> {
         let mut ext = ExtHeaders::default();
         // Each step parses one header at the front of `b` and advances past it.

@@ -69,27 +69,7 @@ const MAX_PEER_IDENTS: usize = 4096;
 /// Payload lengths whose ICRC ID deltas an endpoint keeps.
 const MAX_IDENT_DELTAS: usize = 8;
 
-/// Hashes a QP or SRQ number (small, mostly sequential integers) by one multiply that spreads
-/// it over 64 bits. A peer chooses which numbers it looks up but never what is in the table,
-/// so it cannot build collisions.
-#[derive(Default)]
-struct QpnHasher(u64);
-
-impl std::hash::Hasher for QpnHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0 << 8 | u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        }
-    }
-    fn write_u32(&mut self, n: u32) {
-        self.0 = u64::from(n).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    }
-}
-
-type QpnMap<V> = HashMap<u32, V, std::hash::BuildHasherDefault<QpnHasher>>;
+use crate::hash::NumberMap as QpnMap;
 
 macro_rules! ctx {
     ($self:ident, $mem:expr, $now:expr, $srq:expr) => {
@@ -361,13 +341,14 @@ impl Endpoint {
     pub fn post_send<M: Memory + ?Sized>(
         &mut self,
         qpn: u32,
-        wr: SendWr,
+        wr: impl core::borrow::Borrow<SendWr>,
         mem: &M,
         now: Instant,
     ) -> Result<(), VerbError> {
         let qp = self.qps.get_mut(&qpn).ok_or(VerbError::NoSuchQp(qpn))?;
         let mut ctx = ctx!(self, mem, now, None);
-        qp.post_send(wr, &mut ctx).map_err(VerbError::Post)?;
+        qp.post_send(wr.borrow(), &mut ctx)
+            .map_err(VerbError::Post)?;
         self.schedule(qpn);
         Ok(())
     }

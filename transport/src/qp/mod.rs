@@ -494,7 +494,7 @@ impl Qp {
     /// Validates and queues a send work request (`ibv_post_send` for one WR).
     pub(crate) fn post_send<M: Memory + ?Sized>(
         &mut self,
-        mut wr: SendWr,
+        wr: &SendWr,
         ctx: &mut Ctx<'_, M>,
     ) -> Result<(), PostError> {
         match self.state {
@@ -540,8 +540,8 @@ impl Qp {
             if len > u64::from(self.cap.max_inline_data) && !atomic_write {
                 return Err(PostError::InlineTooLong);
             }
-            match wr.inline_data.take() {
-                Some(d) => Some(d),
+            match &wr.inline_data {
+                Some(d) => Some(d.clone()),
                 None => {
                     let mut data = InlineData::filled(len as usize, 0);
                     crate::memory::gather(ctx.mem, self.pd, &wr.sg_list, 0, &mut data)
@@ -552,10 +552,9 @@ impl Qp {
         } else {
             None
         };
-        wr.inline_data = inline;
         let signaled = self.sq_sig_all || wr.send_flags.contains(SendFlags::SIGNALED);
         self.sq.push_back(SendWqe {
-            wr,
+            wr: wr.queued_with(inline),
             len: len as u32,
             signaled,
             first_psn: Psn::new(0),
@@ -681,17 +680,26 @@ impl Qp {
     /// Retires finished WQEs at the head of the send queue, in order, completing the signaled
     /// (and every failed) one.
     pub(crate) fn retire_done<M: Memory + ?Sized>(&mut self, ctx: &mut Ctx<'_, M>) {
-        while let Some(status) = self.sq.front().and_then(|w| w.status) {
-            let Some(w) = self.sq.pop_front() else { break };
+        while let Some(w) = self.sq.front() {
+            let Some(status) = w.status else { break };
+            // What the completion needs, read in place: the WQE is large and is dropped
+            // where it lies rather than moved out.
+            let (report, wr_id, opcode, len) = (
+                w.signaled || status != WcStatus::Success,
+                w.wr.wr_id,
+                w.wr.opcode,
+                w.len,
+            );
+            self.sq.pop_front();
             // If the requester was about to resend this WQE (after a rewind) when the ACK
             // covering it arrived, it resumes the next one where the peer's ACKs leave it.
             let resume = self.sq.front().map_or(0, |n| self.resume_offset(n));
             self.req.head_retired(|| resume);
-            if w.signaled || status != WcStatus::Success {
+            if report {
                 self.report(
                     ctx,
                     WcQueue::Send,
-                    wc(self.qpn, w.wr.wr_id, status, w.wr.opcode.into(), w.len),
+                    wc(self.qpn, wr_id, status, opcode.into(), len),
                 );
             }
         }
