@@ -99,16 +99,19 @@ impl HeaderSet {
     pub const XRCETH: HeaderSet = HeaderSet(1 << 9);
 
     /// The union of two sets.
+    #[inline]
     pub const fn union(self, other: HeaderSet) -> HeaderSet {
         HeaderSet(self.0 | other.0)
     }
 
     /// Whether every header of `other` is in `self`.
+    #[inline]
     pub const fn contains(self, other: HeaderSet) -> bool {
         self.0 & other.0 == other.0
     }
 
     /// The total length of the headers in the set.
+    #[inline]
     pub const fn len(self) -> usize {
         let mut n = 0;
         if self.contains(Self::DETH) {
@@ -145,6 +148,7 @@ impl HeaderSet {
     }
 
     /// Whether the set is empty.
+    #[inline]
     pub const fn is_empty(self) -> bool {
         self.0 == 0
     }
@@ -206,6 +210,7 @@ macro_rules! opcodes {
             $( $(#[$doc])* pub const $konst: Opcode = Opcode($val); )*
 
             /// The table entry of this opcode, or `None` for opcodes ferroce does not know.
+            #[inline]
             pub const fn info(self) -> Option<&'static OpcodeInfo> {
                 match self.0 {
                     $( $val => {
@@ -362,6 +367,7 @@ opcodes! {
 
 impl Opcode {
     /// The transport service given by the top three bits (defined for every byte).
+    #[inline]
     pub const fn transport(self) -> Transport {
         match self.0 >> 5 {
             0 => Transport::Rc,
@@ -383,46 +389,55 @@ impl Opcode {
     }
 
     /// Whether this opcode is known to the table.
+    #[inline]
     pub const fn is_known(self) -> bool {
         self.info().is_some()
     }
 
+    #[inline]
     fn has(self, h: HeaderSet) -> bool {
         self.info().is_some_and(|i| i.headers.contains(h))
     }
 
     /// Carries a RETH.
+    #[inline]
     pub fn has_reth(self) -> bool {
         self.has(HeaderSet::RETH)
     }
 
     /// Carries an AETH.
+    #[inline]
     pub fn has_aeth(self) -> bool {
         self.has(HeaderSet::AETH)
     }
 
     /// Carries an AtomicETH.
+    #[inline]
     pub fn has_atomic_eth(self) -> bool {
         self.has(HeaderSet::ATOMIC_ETH)
     }
 
     /// Carries ImmDt.
+    #[inline]
     pub fn has_immdt(self) -> bool {
         self.has(HeaderSet::IMMDT)
     }
 
     /// Carries a DETH.
+    #[inline]
     pub fn has_deth(self) -> bool {
         self.has(HeaderSet::DETH)
     }
 
     /// Carries an XRCETH (an XRC request).
+    #[inline]
     pub fn has_xrceth(self) -> bool {
         self.has(HeaderSet::XRCETH)
     }
 
     /// The RC opcode of the same operation and position as this XRC one (`0xA4` gives
     /// `0x04`): an XRC QP runs RC's rules on what it receives; `None` for non-XRC opcodes.
+    #[inline]
     pub const fn xrc_as_rc(self) -> Option<Opcode> {
         match self.transport() {
             Transport::Xrc => Some(Opcode(self.0 & 0x1F)),
@@ -439,6 +454,7 @@ impl Opcode {
     }
 
     /// Whether this is a request sent by a requester (as opposed to a response from a responder).
+    #[inline]
     pub fn is_request(self) -> bool {
         matches!(
             self.info().map(|i| i.operation),

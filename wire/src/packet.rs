@@ -158,6 +158,7 @@ pub struct ExtHeaders {
 
 impl ExtHeaders {
     /// The set of headers present.
+    #[inline]
     pub fn present(&self) -> HeaderSet {
         let mut s = HeaderSet::NONE;
         let mut add = |on: bool, h: HeaderSet| {
@@ -179,6 +180,7 @@ impl ExtHeaders {
     }
 
     /// Total length of the headers present.
+    #[inline]
     pub fn buffer_len(&self) -> usize {
         self.present().len()
     }
@@ -307,11 +309,13 @@ impl<'a> PacketRepr<'a> {
     }
 
     /// The length of the headers (BTH and extensions).
+    #[inline]
     pub fn header_len(&self) -> usize {
         bth::HEADER_LEN + self.ext.buffer_len()
     }
 
     /// The length of the whole UDP payload: headers, payload, pad and ICRC.
+    #[inline]
     pub fn buffer_len(&self) -> usize {
         self.header_len() + self.payload.len() + usize::from(self.bth.pad_count & 3) + ICRC_LEN
     }
