@@ -562,6 +562,7 @@ impl Memory for MrTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::HashSet;
 
     /// A region over test-owned words (what `reg_mr_raw` does; runs under Miri, no mmap).
     fn foreign(mem: &mut [u64], access: AccessFlags) -> MrInner {
