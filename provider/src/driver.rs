@@ -293,12 +293,18 @@ pub(crate) fn forget_all() {
         // SAFETY: a held lock belongs to a parent thread the child does not have.
         unsafe { RUNTIMES.force_unlock() };
     }
-    std::mem::forget(std::mem::take(&mut *RUNTIMES.lock()));
+    let runtimes = std::mem::take(&mut *RUNTIMES.lock());
+    // The parent's slot locks live while any descriptor of the registry does: the child's
+    // copies go, so a parent that dies is seen dead although this child lives on.
+    for (_, _, sh) in &runtimes {
+        if let Some(m) = sh.upgrade().as_ref().and_then(|s| s.membership.as_ref()) {
+            m.registry.close_inherited();
+        }
+    }
+    std::mem::forget(runtimes);
 }
 
-/// The registry of `local` if this process is a member of its group. A second descriptor of
-/// the file must not be opened and closed by a member: closing any descriptor of a file drops
-/// all of the process's POSIX record locks on it, its slot's among them.
+/// The registry of `local` if this process is a member of its group (and its slot).
 pub(crate) fn member_registry(
     local: SocketAddr,
 ) -> Option<(Arc<crate::host::group::Registry>, u8)> {

@@ -13,9 +13,13 @@
 //! The registry is a small shared-memory file (`/dev/shm/ferroce-<addr>-<port>`, mode 0600):
 //! a header (magic, the probes' nonce, the epoch, the members of the last table) and one record
 //! per slot (owner pid, the socket number it answered, the epoch of that answer). Each member
-//! holds a POSIX record lock on its slot's record for as long as it lives, so a survivor tells
-//! a dead member from a live one with `F_GETLK`, whatever happened to the pid. Mutations of
-//! the registry are serialised by `flock` on the file.
+//! holds a record lock on its slot's record for as long as it lives, so a survivor tells a
+//! dead member from a live one with `F_OFD_GETLK`, whatever happened to the pid. The locks are
+//! open-file-description locks, owned by the member's descriptor of the file rather than by
+//! its process: members of one process (a device's shards) see each other as they see other
+//! processes, and no other descriptor's close drops them; a forked child closes the
+//! descriptors it inherited ([`Registry::close_inherited`]). Mutations of the registry are
+//! serialised by `flock` on the file.
 //!
 //! Slot 0 is the QPNs below 0x10000, QP1 among them: the host-wide role (the General Services
 //! QP, later the connection manager) belongs to the live member with the lowest slot, and the
@@ -162,23 +166,35 @@ impl Registry {
         (r == 0).then_some(FlockGuard(self))
     }
 
-    /// A POSIX record lock request on `slot`'s record.
-    fn record_lock(&self, slot: u8, cmd: libc::c_int, ty: libc::c_short) -> libc::flock {
-        // SAFETY: all-zero is a valid `struct flock`.
+    /// A record lock request (`F_OFD_GETLK`, `F_OFD_SETLK` or `F_OFD_SETLKW`) on the byte at
+    /// `at`. Open-file-description locks belong to this registry's descriptor, not to the
+    /// process: two registries of one process (two shards' slots) conflict with each other as
+    /// two processes' do, and closing another descriptor of the file drops none of them.
+    fn byte_lock(
+        &self,
+        at: usize,
+        cmd: libc::c_int,
+        ty: libc::c_short,
+    ) -> (libc::c_int, libc::flock) {
+        // SAFETY: all-zero is a valid `struct flock` (and `l_pid` must be 0 for OFD locks).
         let mut fl: libc::flock = unsafe { std::mem::zeroed() };
         fl.l_type = ty;
         fl.l_whence = libc::SEEK_SET as libc::c_short;
-        fl.l_start = Self::slot_at(slot) as libc::off_t;
+        fl.l_start = at as libc::off_t;
         fl.l_len = 1;
         // SAFETY: `fl` is a valid flock structure for the duration of the call on our fd.
-        unsafe { libc::fcntl(self.file.as_raw_fd(), cmd, &raw mut fl) };
-        fl
+        let rc = unsafe { libc::fcntl(self.file.as_raw_fd(), cmd, &raw mut fl) };
+        (rc, fl)
     }
 
-    /// Whether a process holds `slot` (its record lock is taken). Not meaningful for the
-    /// caller's own slot (a process never conflicts with its own locks).
+    /// Whether a member holds `slot` (its record lock is taken). Not meaningful for the
+    /// caller's own slot (a descriptor never conflicts with its own locks).
     pub(crate) fn held(&self, slot: u8) -> bool {
-        let fl = self.record_lock(slot, libc::F_GETLK, libc::F_WRLCK as libc::c_short);
+        let (_, fl) = self.byte_lock(
+            Self::slot_at(slot),
+            libc::F_OFD_GETLK,
+            libc::F_WRLCK as libc::c_short,
+        );
         fl.l_type != libc::F_UNLCK as libc::c_short
     }
 
@@ -196,18 +212,11 @@ impl Registry {
             .collect()
     }
 
-    /// Serialises slot claims: a POSIX record lock on the header's first byte, apart from the
+    /// Serialises slot claims: a record lock on the header's first byte, apart from the
     /// rebalance's `flock` (the two kinds of lock do not interact), so a process joining
     /// while another rebalances is not held up, and can answer that rebalance's probes.
     pub(super) fn claim_lock(&self) -> ClaimGuard<'_> {
-        // SAFETY: all-zero is a valid `struct flock`.
-        let mut fl: libc::flock = unsafe { std::mem::zeroed() };
-        fl.l_type = libc::F_WRLCK as libc::c_short;
-        fl.l_whence = libc::SEEK_SET as libc::c_short;
-        fl.l_start = 0;
-        fl.l_len = 1;
-        // SAFETY: `fl` is a valid flock structure for the call on our fd.
-        unsafe { libc::fcntl(self.file.as_raw_fd(), libc::F_SETLKW, &raw mut fl) };
+        self.byte_lock(0, libc::F_OFD_SETLKW, libc::F_WRLCK as libc::c_short);
         ClaimGuard(self)
     }
 
@@ -252,16 +261,14 @@ impl Registry {
         ))
     }
 
-    /// Takes the record lock of `slot`; false if another process holds it.
+    /// Takes the record lock of `slot`; false if another member holds it.
     fn try_record_lock(&self, slot: u8) -> bool {
-        // SAFETY: all-zero is a valid `struct flock`.
-        let mut fl: libc::flock = unsafe { std::mem::zeroed() };
-        fl.l_type = libc::F_WRLCK as libc::c_short;
-        fl.l_whence = libc::SEEK_SET as libc::c_short;
-        fl.l_start = Self::slot_at(slot) as libc::off_t;
-        fl.l_len = 1;
-        // SAFETY: `fl` is a valid flock structure for the call on our fd.
-        unsafe { libc::fcntl(self.file.as_raw_fd(), libc::F_SETLK, &raw mut fl) == 0 }
+        let (rc, _) = self.byte_lock(
+            Self::slot_at(slot),
+            libc::F_OFD_SETLK,
+            libc::F_WRLCK as libc::c_short,
+        );
+        rc == 0
     }
 
     /// Gives `slot` back (a clean close).
@@ -272,7 +279,11 @@ impl Registry {
             let _c = self.claim_lock();
             self.word32(Self::slot_at(slot) + S_PID)
                 .store(0, Ordering::Release);
-            self.record_lock(slot, libc::F_SETLK, libc::F_UNLCK as libc::c_short);
+            self.byte_lock(
+                Self::slot_at(slot),
+                libc::F_OFD_SETLK,
+                libc::F_UNLCK as libc::c_short,
+            );
         }
         // The last member removes the file (under both locks: a process that opened it
         // meanwhile sees it is stale when it claims, and opens the new one).
@@ -280,6 +291,40 @@ impl Registry {
         let _c = self.claim_lock();
         if self.live(0).is_empty() {
             let _ = std::fs::remove_file(&self.path);
+        }
+    }
+
+    /// In a forked child: lets go of the parent's open file description of the registry,
+    /// whose slot lock the child would otherwise share (an open-file-description lock lives
+    /// while anything refers to the description: a descriptor, or a mapping of the file),
+    /// keeping the slot of a parent that died "live". The descriptor is pointed at
+    /// `/dev/null` and the mapping replaced by zeroed private memory at the same address,
+    /// rather than closed and unmapped, so that an inherited object the child drops later
+    /// closes nothing the child opened since and reads no unmapped page.
+    pub(crate) fn close_inherited(&self) {
+        let fd = self.file.as_raw_fd();
+        // SAFETY: a NUL-terminated path and plain flags.
+        let null = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+        if null >= 0 {
+            // SAFETY: `fd` is this registry's own descriptor and `null` one just opened; dup3
+            // atomically makes `fd` refer to /dev/null, dropping its reference to the file.
+            unsafe {
+                libc::dup3(null, fd, libc::O_CLOEXEC);
+                libc::close(null);
+            }
+        }
+        // SAFETY: the range is exactly this registry's own mapping (address and length from
+        // `map`); MAP_FIXED replaces it in place, so every pointer into it stays valid and
+        // reads zeroes, and the mapping's reference to the file goes.
+        unsafe {
+            libc::mmap(
+                self.map.as_mut_ptr().cast(),
+                self.map.len(),
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED,
+                -1,
+                0,
+            );
         }
     }
 
@@ -376,14 +421,9 @@ pub(super) struct ClaimGuard<'a>(&'a Registry);
 
 impl Drop for ClaimGuard<'_> {
     fn drop(&mut self) {
-        // SAFETY: all-zero is a valid `struct flock`.
-        let mut fl: libc::flock = unsafe { std::mem::zeroed() };
-        fl.l_type = libc::F_UNLCK as libc::c_short;
-        fl.l_whence = libc::SEEK_SET as libc::c_short;
-        fl.l_start = 0;
-        fl.l_len = 1;
-        // SAFETY: `fl` is a valid flock structure; this releases the claim lock taken above.
-        unsafe { libc::fcntl(self.0.file.as_raw_fd(), libc::F_SETLK, &raw mut fl) };
+        // Releases the claim lock taken above.
+        self.0
+            .byte_lock(0, libc::F_OFD_SETLK, libc::F_UNLCK as libc::c_short);
     }
 }
 
@@ -744,6 +784,90 @@ mod tests {
         assert!(!m.rebalance(Duration::from_secs(2), true, &leaving));
         assert_eq!(epoch(), before, "a closing member sent probes");
         drop(m);
+        let _ = std::fs::remove_file(Registry::path_of(local));
+    }
+
+    /// Two members of one process (a device's shards) each hold their slot against the
+    /// other, as two processes do; a third descriptor of the file opened and closed drops
+    /// neither's lock; a release frees exactly its own slot.
+    #[test]
+    fn members_of_one_process_hold_their_slots_against_each_other() {
+        let local: SocketAddr = "127.0.96.8:47912".parse().unwrap();
+        let _ = std::fs::remove_file(Registry::path_of(local));
+        let a = Registry::open(local).unwrap();
+        let sa = a.claim().unwrap().unwrap();
+        let b = Registry::open(local).unwrap();
+        let sb = b.claim().unwrap().unwrap();
+        assert_ne!(sa, sb, "the second member took the first one's slot");
+        assert!(
+            a.held(sb) && b.held(sa),
+            "one process's members see each other dead"
+        );
+        assert_eq!(a.live(sa), vec![sa, sb]);
+        drop(Registry::open(local).unwrap());
+        assert!(
+            a.held(sb) && b.held(sa),
+            "closing another descriptor dropped a slot lock"
+        );
+        b.release(sb);
+        assert!(!a.held(sb), "a released slot still looks held");
+        assert_eq!(a.live(sa), vec![sa]);
+        a.release(sa);
+        let _ = std::fs::remove_file(Registry::path_of(local));
+    }
+
+    /// A forked child lets go of its parent's slot lock: once the parent's own descriptor is
+    /// closed (as when it dies) the slot is free although the child lives on.
+    #[test]
+    fn a_forked_child_does_not_keep_its_parents_slot() {
+        let local: SocketAddr = "127.0.96.9:47913".parse().unwrap();
+        let _ = std::fs::remove_file(Registry::path_of(local));
+        let a = Registry::open(local).unwrap();
+        let sa = a.claim().unwrap().unwrap();
+        let observer = Registry::open(local).unwrap();
+        // `go`: parent → child (EOF ends the child); `ready`: child → parent, once it let go.
+        let (mut go, mut ready) = ([0; 2], [0; 2]);
+        // SAFETY: two-int arrays for pipe(2).
+        assert_eq!(
+            unsafe { libc::pipe(go.as_mut_ptr()) + libc::pipe(ready.as_mut_ptr()) },
+            0
+        );
+        // SAFETY: the child only calls async-signal-safe functions (open, dup3, close, write,
+        // read, _exit) before it exits.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0);
+        if pid == 0 {
+            a.close_inherited();
+            let mut byte = 0u8;
+            // SAFETY: one byte to and from locals; then leaving without running anything of
+            // the parent's.
+            unsafe {
+                libc::close(go[1]);
+                libc::write(ready[1], (&raw const byte).cast(), 1);
+                libc::read(go[0], (&raw mut byte).cast(), 1);
+                libc::_exit(0);
+            }
+        }
+        let mut byte = 0u8;
+        // SAFETY: the parent's ends of the pipes; one byte into a local.
+        unsafe {
+            libc::close(go[0]);
+            libc::close(ready[1]);
+            assert_eq!(libc::read(ready[0], (&raw mut byte).cast(), 1), 1);
+        }
+        assert!(observer.held(sa));
+        drop(a);
+        let freed = observer.held(sa);
+        // SAFETY: ending the child (its read returns at EOF) and reaping it.
+        unsafe {
+            libc::close(go[1]);
+            libc::close(ready[0]);
+            libc::waitpid(pid, std::ptr::null_mut(), 0);
+        }
+        assert!(
+            !freed,
+            "the child's inherited descriptor kept its parent's slot held"
+        );
         let _ = std::fs::remove_file(Registry::path_of(local));
     }
 
