@@ -175,6 +175,27 @@ pub struct OpenOptions {
     /// `FERROCE_FLUSH_ICRC=ibta`); received ones are taken in either form. See
     /// [`ferroce_transport::FlushIcrc`].
     pub flush_icrc: Option<ferroce_transport::FlushIcrc>,
+    /// Shards of the device: engines, each with a socket of its own in the address's group,
+    /// a QPN slot and a progress thread; RC and UC QPs without an SRQ are spread over them,
+    /// everything else is on the first (default: `FERROCE_SHARDS`, a number or `auto` for
+    /// the cores this process may run on, else 1; at most 8; one with a capture or the
+    /// in-memory backend). Each shard takes one of the address's 255 slots.
+    pub shards: Option<usize>,
+}
+
+/// `FERROCE_SHARDS`: a number, or `auto` for the cores this process may run on (its CPU
+/// affinity); 1 if unset or unreadable (said at debug).
+fn shards_from_env() -> usize {
+    let Ok(v) = std::env::var("FERROCE_SHARDS") else {
+        return 1;
+    };
+    if v == "auto" {
+        return std::thread::available_parallelism().map_or(1, usize::from);
+    }
+    v.parse().unwrap_or_else(|_| {
+        log::debug!("FERROCE_SHARDS={v:?} is neither a number nor \"auto\": one shard");
+        1
+    })
 }
 
 pub(crate) struct ContextInner {
@@ -256,6 +277,7 @@ impl Context {
             trains,
             ecn,
             memory: opts.memory.unwrap_or(false),
+            shards: opts.shards.unwrap_or_else(shards_from_env),
         })?;
         log::debug!(
             "opened {} on {local} (active MTU {})",
@@ -480,9 +502,20 @@ impl Context {
         unsafe { std::os::fd::BorrowedFd::borrow_raw(self.async_fd()) }
     }
 
-    /// The device's counters: the engine's (named as rxe's hw_counters) and the runtime's.
+    /// The device's counters: the engine's (named as rxe's hw_counters) and the runtime's,
+    /// summed over its shards.
     pub fn counters(&self) -> (ferroce_transport::Counters, RuntimeCounters) {
         self.shared.all_counters()
+    }
+
+    /// Each shard's counters, in shard order ([`OpenOptions::shards`]; the first holds QP1,
+    /// SRQs, UD and XRC QPs): its QPN slot (bits 23:16 of its QPs' numbers; `None` on the
+    /// in-memory backend), the engine's counters and the runtime's. [`Context::counters`] is
+    /// their sum.
+    pub fn shard_counters(
+        &self,
+    ) -> Vec<(Option<u8>, ferroce_transport::Counters, RuntimeCounters)> {
+        self.shared.shard_counters()
     }
 }
 

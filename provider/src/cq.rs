@@ -40,6 +40,9 @@ pub(crate) struct CqInner {
     acked_events: AtomicU32,
     /// The device runtime whose CQ registry lists this CQ.
     device: Weak<Shared>,
+    /// The device's shards with a QP (or XRC SRQ) that reports here, bit i for shard i: an
+    /// empty poll reads their sockets only.
+    shards: std::sync::atomic::AtomicU64,
 }
 
 impl Drop for CqInner {
@@ -52,6 +55,16 @@ impl Drop for CqInner {
 }
 
 impl CqInner {
+    /// Shard `index` of the device has a QP or SRQ reporting to this CQ.
+    pub(crate) fn fed_by(&self, index: usize) {
+        self.shards.fetch_or(1 << index, Ordering::Relaxed);
+    }
+
+    /// The shards that feed this CQ (bit i: shard i; 0 before any QP).
+    pub(crate) fn shards(&self) -> u64 {
+        self.shards.load(Ordering::Relaxed)
+    }
+
     /// Adds a completion; false if the CQ is full (the completion is lost, as on overflow).
     pub(crate) fn push(self: &Arc<Self>, mut wc: WorkCompletion) -> bool {
         if self.stamps.load(Ordering::Relaxed) {
@@ -140,6 +153,7 @@ impl CompletionQueue {
                 got_events: AtomicU32::new(0),
                 acked_events: AtomicU32::new(0),
                 device: Arc::downgrade(&ctx.shared),
+                shards: std::sync::atomic::AtomicU64::new(0),
             }),
             ctx: ctx.clone(),
         };
@@ -156,7 +170,7 @@ impl CompletionQueue {
         let mut q = self.inner.queue.lock();
         if q.is_empty() {
             drop(q);
-            self.ctx.shared.poll_inline();
+            self.ctx.shared.poll_inline(self.inner.shards());
             q = self.inner.queue.lock();
         }
         let n = wcs.len().min(q.len());

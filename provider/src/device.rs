@@ -236,34 +236,40 @@ impl Device {
         let Some((reg, mine)) = self.registry(port)? else {
             return Ok(Vec::new());
         };
-        Ok(reg
-            .qp_tables(mine)
-            .into_iter()
-            .map(|t| ProcessQps {
-                pid: t.pid,
-                slot: t.slot,
-                total: t.total,
-                qps: t
-                    .qps
-                    .into_iter()
-                    .map(|q| LiveQp {
-                        qp_num: q.qpn,
-                        qp_type: ferroce_transport::QpType::from_raw(u32::from(q.qp_type)),
-                        qp_state: ferroce_transport::QpState::from_raw(u32::from(q.state)),
-                        path_mtu: Mtu::from_raw(u32::from(q.path_mtu)),
-                        dest_qp_num: q.dest_qp_num,
-                        sq_psn: q.sq_psn,
-                        rq_psn: q.rq_psn,
-                        peer: q.peer,
-                        error: q.error.map(|(status, wr_id, reason)| LiveQpError {
-                            status: ferroce_transport::WcStatus::from_raw(u32::from(status)),
-                            wr_id,
-                            reason,
-                        }),
-                    })
-                    .collect(),
-            })
-            .collect())
+        let tables = reg.qp_tables(mine).into_iter().map(|t| ProcessQps {
+            pid: t.pid,
+            slot: t.slot,
+            total: t.total,
+            qps: t
+                .qps
+                .into_iter()
+                .map(|q| LiveQp {
+                    qp_num: q.qpn,
+                    qp_type: ferroce_transport::QpType::from_raw(u32::from(q.qp_type)),
+                    qp_state: ferroce_transport::QpState::from_raw(u32::from(q.state)),
+                    path_mtu: Mtu::from_raw(u32::from(q.path_mtu)),
+                    dest_qp_num: q.dest_qp_num,
+                    sq_psn: q.sq_psn,
+                    rq_psn: q.rq_psn,
+                    peer: q.peer,
+                    error: q.error.map(|(status, wr_id, reason)| LiveQpError {
+                        status: ferroce_transport::WcStatus::from_raw(u32::from(status)),
+                        wr_id,
+                        reason,
+                    }),
+                })
+                .collect(),
+        });
+        // A process of several shards has a slot (and a table) per shard: one entry each.
+        Ok(by_process(
+            tables,
+            |p| p.pid,
+            |into, p| {
+                into.slot = into.slot.min(p.slot);
+                into.total += p.total;
+                into.qps.extend(p.qps);
+            },
+        ))
     }
 
     /// The live counters of every process using this device on `port` (4791 unless a program
@@ -283,7 +289,7 @@ impl Device {
             .chain(crate::RuntimeCounters::default().named())
             .map(|(n, _)| n)
             .collect();
-        Ok(reg
+        let pages = reg
             .pages(names.len(), mine)
             .into_iter()
             .map(|p| ProcessCounters {
@@ -291,9 +297,36 @@ impl Device {
                 slot: p.slot,
                 published: std::time::UNIX_EPOCH + std::time::Duration::from_nanos(p.published_ns),
                 counters: names.iter().copied().zip(p.values).collect(),
-            })
-            .collect())
+            });
+        // A process of several shards has a page per shard: their counters summed.
+        Ok(by_process(
+            pages,
+            |p| p.pid,
+            |into, p| {
+                into.slot = into.slot.min(p.slot);
+                into.published = into.published.max(p.published);
+                for ((_, v), (_, w)) in into.counters.iter_mut().zip(p.counters) {
+                    *v += w;
+                }
+            },
+        ))
     }
+}
+
+/// `items` with those of one process (`pid`) merged into its first by `merge`, in order.
+fn by_process<T>(
+    items: impl Iterator<Item = T>,
+    pid: impl Fn(&T) -> u32,
+    merge: impl Fn(&mut T, T),
+) -> Vec<T> {
+    let mut out: Vec<T> = Vec::new();
+    for item in items {
+        match out.iter_mut().find(|o| pid(o) == pid(&item)) {
+            Some(into) => merge(into, item),
+            None => out.push(item),
+        }
+    }
+    out
 }
 
 fn same_subnet(a: IpAddr, b: IpAddr, prefix: u8) -> bool {
@@ -373,7 +406,8 @@ impl GsiService {
 pub struct ProcessCounters {
     /// The process.
     pub pid: u32,
-    /// Its slot on the address (bits 23:16 of its QP numbers).
+    /// Its slot on the address (bits 23:16 of its QP numbers; of a device of several
+    /// shards, the lowest of their slots, whose counters are summed here).
     pub slot: u8,
     /// When it last wrote them (it does so every 20 ms while it runs).
     pub published: std::time::SystemTime,

@@ -1,18 +1,20 @@
-//! The driver: it owns a device's engine, the lock around it and its timers, and moves
-//! datagrams between the engine and a [`backend`](crate::backend) it knows only by its traits.
+//! The driver: it owns a device's engines, the locks around them and their timers, and moves
+//! datagrams between the engines and a [`backend`](crate::backend) it knows only by its traits.
 //!
-//! One [`Shard`] (the engine and its send batch) and one progress thread per device. The
-//! handles reach the engine only through the verbs methods of [`Shared`] (`post_send`,
-//! `modify_qp`, `copy_barrier`…), and those only through the shard's methods; each locks the
-//! shard, does its work and hands what the engine produced to the backend right away (so a
-//! `post_send` leaves in the caller's thread). A pump publishes completions before it sends;
-//! bare ACKs built by the poll of a program that answers what it receives wait for its answer
-//! and leave with it in one system call ([`Flush::Join`]).
-//! The progress thread sleeps in `poll` on the backend's descriptor and a
+//! A device is one or more shards ([`ShardRt`]: a [`Shard`] — an engine and its send batch —
+//! with its own socket in the address's group, QPN slot and progress thread); RC and UC QPs
+//! without an SRQ are spread over them, everything else is on the first. The handles reach
+//! the engines only through the verbs methods of [`Shared`] (`post_send`, `modify_qp`,
+//! `copy_barrier`…), which find the QP's shard by the slot in its number, and those only
+//! through the shard's methods; each locks the shard, does its work and hands what the engine
+//! produced to the backend right away (so a `post_send` leaves in the caller's thread). A
+//! pump publishes completions before it sends; bare ACKs built by the poll of a program that
+//! answers what it receives wait for its answer and leave with it in one system call
+//! ([`Flush::Join`]). Each progress thread sleeps in `poll` on its shard's descriptor and a
 //! wake-up eventfd with the engine's next deadline as timeout, receives a batch, feeds the
 //! engine, sends its answers, fires timers, and delivers completions to the CQs the engine
-//! names and events to the context. `FERROCE_BUSY_POLL=1` makes it spin instead of sleeping
-//! (lower latency, one core busy).
+//! names (device-wide) and events to the context. `FERROCE_BUSY_POLL=1` makes them spin
+//! instead of sleeping (lower latency, a core busy each).
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -123,22 +125,24 @@ pub struct RuntimeCounters {
     /// `recvmmsg` calls with datagrams made by programs asleep on a completion channel (a
     /// thread in `get_event_timeout` or `ibv_get_cq_event` receives for itself).
     pub sleeper_recvs: u64,
+    /// Datagrams the address's group steered here that belonged to another member (a
+    /// process, or another shard of this device), sent on to it: MADs through the QP1
+    /// routing point, and data only while the group's steering table changes.
+    pub forwarded: u64,
 }
 
-/// What a device's handles share with its progress thread.
+/// What a device's handles share with its progress threads: the device-wide state (regions,
+/// CQs, numbers, events, multicast) and its shards.
 pub(crate) struct Shared {
     local: SocketAddr,
-    /// The device's one shard (its engine and send batch): the engine lock.
-    shard: Mutex<Shard>,
+    /// The device's shards, the one with the process's lowest slot first (it has QP1, SRQs,
+    /// UD and XRC QPs, the multicast groups and the CQ moderation timers).
+    shards: Vec<ShardRt>,
+    /// Which shard owns the QPs of each slot (QPN bits 23:16); `NO_SHARD` for none.
+    by_slot: [u8; 256],
     mrs: MrTable,
-    wake: EventFd,
     shutdown: AtomicBool,
     epoch: std::time::Instant,
-    /// The deadline the progress thread sleeps until (ns since epoch; u64::MAX = none).
-    sleep_until: AtomicU64,
-    /// When the progress thread wakes at the latest (its sleep's timeout, engine ns; 0 while
-    /// it is awake).
-    wakes_at: AtomicU64,
     busy_poll: bool,
     /// Which context each event goes to.
     router: EventRouter,
@@ -148,6 +152,37 @@ pub(crate) struct Shared {
     /// ([`ferroce_transport::Completion::cq`]). Locked after `engine`, never before.
     cqs: Mutex<HashMap<u32, Weak<CqInner>>>,
     next_cq: AtomicU32,
+    /// Moderated CQs waiting for their period to run out: (deadline in engine ns, CQ).
+    cq_timers: Mutex<Vec<(u64, Weak<CqInner>)>>,
+    /// Programs asleep in [`Shared::sleep_on`], receiving for themselves.
+    sleepers: AtomicUsize,
+    /// The multicast groups this process joined on the device (locked before `engine`,
+    /// never after); `None` on the in-memory backend, which has no IP groups.
+    mcast: Option<Mutex<crate::mcast::McastSockets>>,
+    /// The groups' epoll descriptor for the progress thread to poll (−1 before any join).
+    mcast_fd: AtomicI32,
+}
+
+/// `Shared::by_slot` for a slot no shard of this device owns.
+const NO_SHARD: u8 = u8::MAX;
+
+/// The most shards a device runs (each takes a slot of the address's 255; a sleeper polls
+/// two descriptors of each, beside its channel, in a 32-bit ready mask).
+pub(crate) const MAX_SHARDS: usize = 8;
+
+/// One shard's runtime: its engine (behind the shard lock), its socket's receiving half, its
+/// progress thread's sleep and its place in the address's group.
+pub(crate) struct ShardRt {
+    /// Its index in [`Shared::shards`].
+    index: usize,
+    /// The engine and its send batch: the engine lock.
+    shard: Mutex<Shard>,
+    wake: EventFd,
+    /// The deadline the progress thread sleeps until (ns since epoch; u64::MAX = none).
+    sleep_until: AtomicU64,
+    /// When the progress thread wakes at the latest (its sleep's timeout, engine ns; 0 while
+    /// it is awake).
+    wakes_at: AtomicU64,
     /// The backend's receiving half; whoever holds this lock is the one receiver.
     rx: Mutex<Box<dyn Receiver>>,
     /// `rx`'s descriptor, readable while datagrams wait (valid while `rx` lives).
@@ -156,21 +191,13 @@ pub(crate) struct Shared {
     rx_side_fd: Option<RawFd>,
     /// The backend's counters.
     stats: Arc<DatapathStats>,
-    /// This process's place in the address's group of processes.
-    /// This process's place in the address's group (none on the in-memory backend).
+    /// This shard's place in the address's group (none on the in-memory backend).
     membership: Option<crate::host::group::Membership>,
-    /// Moderated CQs waiting for their period to run out: (deadline in engine ns, CQ).
-    cq_timers: Mutex<Vec<(u64, Weak<CqInner>)>>,
-    /// When a program last polled an empty CQ of this device and drove the socket itself
+    /// When a program last polled an empty CQ fed by this shard and drove its socket itself
     /// (engine ns).
     last_inline: AtomicU64,
-    /// Programs asleep in [`Shared::sleep_on`], receiving for themselves.
-    sleepers: AtomicUsize,
-    /// The multicast groups this process joined on the device (locked before `engine`,
-    /// never after); `None` on the in-memory backend, which has no IP groups.
-    mcast: Option<Mutex<crate::mcast::McastSockets>>,
-    /// The groups' epoll descriptor for the progress thread to poll (−1 before any join).
-    mcast_fd: AtomicI32,
+    /// QPs the shard holds (where a new QP goes: the shard with the fewest).
+    qps: AtomicUsize,
 }
 
 /// A device's running runtime: the [`Shared`] state and its progress thread, stopped and
@@ -182,9 +209,28 @@ pub(crate) struct Runtime {
     owner: u32,
 }
 
+impl std::ops::AddAssign for RuntimeCounters {
+    /// Adds `other`'s counts to these (a device's shards summed).
+    fn add_assign(&mut self, other: RuntimeCounters) {
+        self.udp_sent += other.udp_sent;
+        self.udp_rcvd += other.udp_rcvd;
+        self.udp_send_errors += other.udp_send_errors;
+        self.udp_send_too_long += other.udp_send_too_long;
+        self.injected_losses += other.injected_losses;
+        self.cq_overflows += other.cq_overflows;
+        self.wakeups += other.wakeups;
+        self.send_calls += other.send_calls;
+        self.trains += other.trains;
+        self.injected_ce += other.injected_ce;
+        self.recv_calls += other.recv_calls;
+        self.empty_recvs += other.empty_recvs;
+        self.sleeper_recvs += other.sleeper_recvs;
+    }
+}
+
 impl RuntimeCounters {
     /// Every counter with its name, in a fixed order.
-    pub fn named(&self) -> [(&'static str, u64); 13] {
+    pub fn named(&self) -> [(&'static str, u64); 14] {
         [
             ("udp_sent", self.udp_sent),
             ("udp_rcvd", self.udp_rcvd),
@@ -199,6 +245,7 @@ impl RuntimeCounters {
             ("recv_calls", self.recv_calls),
             ("empty_recvs", self.empty_recvs),
             ("sleeper_recvs", self.sleeper_recvs),
+            ("forwarded", self.forwarded),
         ]
     }
 }
@@ -217,8 +264,7 @@ impl Drop for Runtime {
         if log::log_enabled!(log::Level::Info) {
             // The device's last context is closing: what it did, as `ibv_devinfo` and the
             // port's hw_counters would show it (the counters that are not zero).
-            let sh = self.shared.shard.lock();
-            let (e, r) = (sh.engine_counters(), self.shared.counters(&sh));
+            let (e, r) = self.shared.all_counters();
             let nonzero: Vec<String> = e
                 .named()
                 .into_iter()
@@ -296,8 +342,8 @@ pub(crate) fn forget_all() {
     let runtimes = std::mem::take(&mut *RUNTIMES.lock());
     // The parent's slot locks live while any descriptor of the registry does: the child's
     // copies go, so a parent that dies is seen dead although this child lives on.
-    for (_, _, sh) in &runtimes {
-        if let Some(m) = sh.upgrade().as_ref().and_then(|s| s.membership.as_ref()) {
+    for sh in runtimes.iter().filter_map(|(_, _, sh)| sh.upgrade()) {
+        for m in sh.shards.iter().filter_map(|r| r.membership.as_ref()) {
             m.registry.close_inherited();
         }
     }
@@ -313,7 +359,12 @@ pub(crate) fn member_registry(
         .iter()
         .filter(|(a, _, _)| *a == local)
         .find_map(|(_, _, sh)| sh.upgrade())
-        .and_then(|sh| sh.membership.as_ref().map(|m| (m.registry.clone(), m.slot)))
+        .and_then(|sh| {
+            sh.shards[0]
+                .membership
+                .as_ref()
+                .map(|m| (m.registry.clone(), m.slot))
+        })
 }
 
 /// Sends the ACKs this thread's polls held ([`Flush::Join`]) on every device.
@@ -347,68 +398,137 @@ pub(crate) struct RuntimeConfig {
     pub(crate) memory: bool,
     /// Packets leave ECN-capable and CE marks are read (the engine's congestion control).
     pub(crate) ecn: bool,
+    /// Shards (engines, sockets, progress threads) to run; 1 on the in-memory backend and
+    /// with a capture.
+    pub(crate) shards: usize,
 }
 
-impl Shared {
-    /// Opens the backend (the UDP socket, wrapped in fault injection and pcap recording if
-    /// asked) and starts the progress thread.
-    pub(crate) fn start(
-        mut cfg: RuntimeConfig,
-    ) -> crate::Result<(Arc<Shared>, Vec<std::thread::JoinHandle<()>>)> {
+impl ShardRt {
+    /// Opens shard `index`'s backend (a socket joining the address's group, with a slot of
+    /// its own) and its engine.
+    fn open(cfg: &RuntimeConfig, index: usize) -> crate::Result<ShardRt> {
         let stats = Arc::new(DatapathStats::default());
-        let (tx, rx, membership) = backend::open(&cfg, &stats)?;
-        // This process's QPNs carry its slot: the group steers them here.
+        let (tx, rx, membership) = backend::open(cfg, index, &stats)?;
+        let mut engine = cfg.engine;
+        // This shard's QPNs carry its slot: the group steers them to its socket.
         if let Some(m) = &membership {
-            cfg.engine.qpn_slot = Some(m.slot);
-            cfg.engine.first_qpn = (u32::from(m.slot) << 16) | 0x11;
+            engine.qpn_slot = Some(m.slot);
+            engine.first_qpn = (u32::from(m.slot) << 16) | 0x11;
         }
-        // Unacknowledged request PSNs of all QPs together: what the receive buffer holds at
-        // ~8 KiB of buffer per 4 KiB packet (a peer's buffer is taken to be like ours).
-        cfg.engine.inflight_budget = (rx.capacity() / 8192).clamp(256, 4096) as u32;
+        // Unacknowledged request PSNs of all its QPs together: what the receive buffer holds
+        // at ~8 KiB of buffer per 4 KiB packet (a peer's buffer is taken to be like ours).
+        engine.inflight_budget = (rx.capacity() / 8192).clamp(256, 4096) as u32;
         log::debug!(
-            "{}: receive buffer {} bytes: at most {} request PSNs in flight over all QPs",
+            "{} shard {index}: receive buffer {} bytes: at most {} request PSNs in flight over \
+             its QPs",
             cfg.local,
             rx.capacity(),
-            cfg.engine.inflight_budget
+            engine.inflight_budget
         );
         let rx_fd = rx.ready_fd();
         let rx_side_fd = rx.side_fd();
-        let shared = Arc::new(Shared {
-            local: cfg.local,
-            shard: Mutex::new(Shard::new(cfg.engine, tx)),
-            mrs: MrTable::default(),
+        Ok(ShardRt {
+            index,
+            shard: Mutex::new(Shard::new(engine, tx)),
             wake: EventFd::new()?,
-            shutdown: AtomicBool::new(false),
-            epoch: std::time::Instant::now(),
             sleep_until: AtomicU64::new(u64::MAX),
             wakes_at: AtomicU64::new(0),
-            busy_poll: cfg.busy_poll,
-            router: EventRouter::default(),
-            next_pd: AtomicU32::new(1),
-            cqs: Mutex::new(HashMap::new()),
-            next_cq: AtomicU32::new(1),
             rx: Mutex::new(rx),
             rx_fd,
             rx_side_fd,
             stats,
             membership,
-            cq_timers: Mutex::new(Vec::new()),
             last_inline: AtomicU64::new(0),
+            qps: AtomicUsize::new(0),
+        })
+    }
+
+    /// The counters of the shard's runtime and backend.
+    fn counters(&self, sh: &Shard) -> RuntimeCounters {
+        RuntimeCounters {
+            udp_sent: DatapathStats::get(&self.stats.sent),
+            udp_rcvd: DatapathStats::get(&self.stats.rcvd),
+            udp_send_errors: DatapathStats::get(&self.stats.send_errors),
+            udp_send_too_long: DatapathStats::get(&self.stats.send_too_long),
+            injected_losses: DatapathStats::get(&self.stats.injected_losses),
+            send_calls: DatapathStats::get(&self.stats.send_calls),
+            trains: DatapathStats::get(&self.stats.trains),
+            injected_ce: DatapathStats::get(&self.stats.injected_ce),
+            recv_calls: DatapathStats::get(&self.stats.recv_calls),
+            empty_recvs: DatapathStats::get(&self.stats.empty_recvs),
+            wakeups: DatapathStats::get(&self.stats.wakeups),
+            sleeper_recvs: DatapathStats::get(&self.stats.sleeper_recvs),
+            forwarded: DatapathStats::get(&self.stats.forwarded),
+            ..sh.runtime_counters()
+        }
+    }
+}
+
+impl Shared {
+    /// Opens the backend of each shard (a UDP socket in the address's group, wrapped in fault
+    /// injection and pcap recording if asked) and starts the progress threads and the keeper.
+    pub(crate) fn start(
+        cfg: RuntimeConfig,
+    ) -> crate::Result<(Arc<Shared>, Vec<std::thread::JoinHandle<()>>)> {
+        let n = if cfg.memory || cfg.pcap_path.is_some() {
+            if cfg.shards > 1 {
+                log::debug!(
+                    "{}: one shard (a capture or the in-memory backend takes one socket)",
+                    cfg.local
+                );
+            }
+            1
+        } else {
+            cfg.shards.clamp(1, MAX_SHARDS)
+        };
+        let mut shards = Vec::with_capacity(n);
+        for index in 0..n {
+            shards.push(ShardRt::open(&cfg, index)?);
+        }
+        // The shard with the lowest slot first: the slot steered the host-wide QP1 role.
+        shards.sort_by_key(|r| r.membership.as_ref().map_or(0, |m| m.slot));
+        let mut by_slot = [NO_SHARD; 256];
+        for (i, r) in shards.iter_mut().enumerate() {
+            r.index = i;
+            if let Some(m) = &r.membership {
+                by_slot[usize::from(m.slot)] = i as u8;
+            }
+        }
+        let shared = Arc::new(Shared {
+            local: cfg.local,
+            shards,
+            by_slot,
+            mrs: MrTable::default(),
+            shutdown: AtomicBool::new(false),
+            epoch: std::time::Instant::now(),
+            busy_poll: cfg.busy_poll,
+            router: EventRouter::default(),
+            next_pd: AtomicU32::new(1),
+            cqs: Mutex::new(HashMap::new()),
+            next_cq: AtomicU32::new(1),
+            cq_timers: Mutex::new(Vec::new()),
             sleepers: AtomicUsize::new(0),
             mcast: (!cfg.memory).then(|| Mutex::new(crate::mcast::McastSockets::new(cfg.local))),
             mcast_fd: AtomicI32::new(-1),
         });
-        let s2 = shared.clone();
-        let progress =
-            crate::sys::spawn_quiet(format!("ferroce-{}", cfg.local.ip()), move || s2.progress())?;
-        // The keeper finds this process's socket number now (its probe is answered by the
-        // progress thread) and rebalances whenever the group's members change.
+        let mut threads = Vec::with_capacity(n + 1);
+        for i in 0..n {
+            let s2 = shared.clone();
+            let name = if i == 0 {
+                format!("ferroce-{}", cfg.local.ip())
+            } else {
+                format!("ferroce{i}-{}", cfg.local.ip())
+            };
+            threads.push(crate::sys::spawn_quiet(name, move || s2.progress(i))?);
+        }
+        // The keeper finds each shard's socket number now (its probe is answered by the
+        // shard's progress thread) and rebalances whenever the group's members change.
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         let s3 = shared.clone();
-        let keeper =
-            crate::sys::spawn_quiet(format!("ferroce-keeper-{}", cfg.local.ip()), move || {
-                s3.keep(&ready_tx)
-            })?;
+        threads.push(crate::sys::spawn_quiet(
+            format!("ferroce-keeper-{}", cfg.local.ip()),
+            move || s3.keep(&ready_tx),
+        )?);
         match ready_rx.recv_timeout(Duration::from_secs(10)) {
             Ok(()) => {}
             Err(_) => log::warn!(
@@ -417,60 +537,75 @@ impl Shared {
                 cfg.local
             ),
         }
-        Ok((shared, vec![progress, keeper]))
+        Ok((shared, threads))
     }
 
-    /// The keeper thread: rebalances the address's group when this process joins and whenever
-    /// its live members change (a member closed, or died: its record lock fell). A change is
-    /// noticed within `KEEPER_PERIOD`.
+    /// The keeper thread: rebalances the address's group when this device's shards join and
+    /// whenever its live members change (a member closed, or died: its record lock fell). A
+    /// change is noticed within `KEEPER_PERIOD`.
     fn keep(self: Arc<Self>, ready: &std::sync::mpsc::Sender<()>) {
         const KEEPER_PERIOD: Duration = Duration::from_millis(20);
-        let Some(membership) = &self.membership else {
+        let members: Vec<&crate::host::group::Membership> = self
+            .shards
+            .iter()
+            .filter_map(|r| r.membership.as_ref())
+            .collect();
+        if members.is_empty() {
             // Nobody shares an in-memory device.
             let _ = ready.send(());
             return;
-        };
+        }
         // The QP table is rewritten every tenth period (200 ms): it walks every QP.
         const QP_TABLE_PERIODS: u32 = 10;
-        let mut first = true;
+        // Shards whose joining rebalance is still to be done.
+        let mut joining = vec![true; members.len()];
+        let mut told = false;
         let mut period = 0u32;
         while !self.shutdown.load(Ordering::SeqCst) {
-            if first || membership.changed() {
-                // Joining, this process waits its turn; a change others may be handling
-                // already is left to whoever holds the registry.
-                if membership.rebalance(Duration::from_secs(5), first, &self.shutdown) && first {
-                    first = false;
-                    let _ = ready.send(());
-                } else if first && !membership.changed() {
-                    // Another member rebalanced for us meanwhile.
-                    first = false;
-                    let _ = ready.send(());
+            for (m, first) in members.iter().zip(joining.iter_mut()) {
+                if *first || m.changed() {
+                    // Joining, a shard waits its turn; a change others may be handling
+                    // already is left to whoever holds the registry.
+                    if m.rebalance(Duration::from_secs(5), *first, &self.shutdown) && *first {
+                        *first = false;
+                    } else if *first && !m.changed() {
+                        // Another member rebalanced for this one meanwhile.
+                        *first = false;
+                    }
                 }
             }
-            self.publish_counters(membership);
-            if period % QP_TABLE_PERIODS == 0 {
-                self.publish_qps(membership);
+            if !told && joining.iter().all(|f| !f) {
+                told = true;
+                let _ = ready.send(());
+            }
+            for r in &self.shards {
+                if let Some(m) = &r.membership {
+                    self.publish_counters(r, m);
+                    if period % QP_TABLE_PERIODS == 0 {
+                        Self::publish_qps(r, m);
+                    }
+                }
             }
             period = period.wrapping_add(1);
             std::thread::sleep(KEEPER_PERIOD);
         }
     }
 
-    /// Copies this process's counters to its page of the registry, where `ferroce devinfo
+    /// Copies a shard's counters to its slot's page of the registry, where `ferroce devinfo
     /// --counters` reads them (at most one keeper period old).
-    fn publish_counters(&self, membership: &crate::host::group::Membership) {
-        let (e, r) = {
-            let sh = self.shard.lock();
-            (sh.engine_counters(), self.counters(&sh))
+    fn publish_counters(&self, r: &ShardRt, membership: &crate::host::group::Membership) {
+        let (e, rc) = {
+            let sh = r.shard.lock();
+            (sh.engine_counters(), r.counters(&sh))
         };
-        let values = e.named().into_iter().chain(r.named()).map(|(_, v)| v);
+        let values = e.named().into_iter().chain(rc.named()).map(|(_, v)| v);
         membership.registry.publish(membership.slot, values);
     }
 
-    /// Copies this process's QPs (its failed ones first, then by QPN; QP1 left out) to its
+    /// Copies a shard's QPs (its failed ones first, then by QPN; QP1 left out) to its slot's
     /// table in the registry, where `ferroce devinfo --qps` reads them.
-    fn publish_qps(&self, membership: &crate::host::group::Membership) {
-        let (total, records) = self.shard.lock().qp_records(crate::host::qptable::RECORDS);
+    fn publish_qps(r: &ShardRt, membership: &crate::host::group::Membership) {
+        let (total, records) = r.shard.lock().qp_records(crate::host::qptable::RECORDS);
         membership.registry.publish_qps(
             membership.slot,
             u32::try_from(total).unwrap_or(u32::MAX),
@@ -503,40 +638,77 @@ impl Shared {
         Instant::from_nanos(self.epoch.elapsed().as_nanos() as u64)
     }
 
-    /// Runs `f` on the shard, then sends what it produced and routes completions.
-    fn on_shard<R>(&self, f: impl FnOnce(&mut Shard, &MrTable, Instant) -> R) -> R {
-        self.on_shard_flush(Flush::Now, f)
+    /// The shard that owns QP `qpn` (by the slot in its bits 23:16; the first shard for QPNs
+    /// of no shard here, QP1's among them).
+    fn shard_of(&self, qpn: u32) -> &ShardRt {
+        let i = self.by_slot[((qpn >> 16) & 0xFF) as usize];
+        self.shards.get(usize::from(i)).unwrap_or(&self.shards[0])
+    }
+
+    /// The first shard: the process's lowest slot, QP1, SRQs, UD and XRC QPs, multicast and
+    /// the CQ timers.
+    fn first(&self) -> &ShardRt {
+        // `start` always opens at least one shard.
+        &self.shards[0]
+    }
+
+    /// Runs `f` on shard `r`, then sends what it produced and routes completions.
+    fn on_shard<R>(&self, r: &ShardRt, f: impl FnOnce(&mut Shard, &MrTable, Instant) -> R) -> R {
+        self.on_shard_flush(r, Flush::Now, f)
     }
 
     /// As [`Shared::on_shard`], pumping as `flush` says.
     fn on_shard_flush<R>(
         &self,
+        r: &ShardRt,
         flush: Flush,
         f: impl FnOnce(&mut Shard, &MrTable, Instant) -> R,
     ) -> R {
-        let mut sh = self.shard.lock();
+        let mut sh = r.shard.lock();
         let now = self.now();
-        let r = f(&mut sh, &self.mrs, now);
-        self.pump(&mut sh, now, flush);
-        r
+        let out = f(&mut sh, &self.mrs, now);
+        self.pump(r, &mut sh, now, flush);
+        out
     }
 
-    /// `ibv_post_send`'s way in: runs `f` (the posts) on the engine. If RC QP `qpn` already
-    /// had [`DEFER_MIN_PSNS`] requests unacknowledged, what the posts produce waits for the acknowledgement (or
-    /// the retransmit timer), whose processing sends it with everything else queued by then:
-    /// a deep queue of small messages leaves in trains, one system call for many. A post to
-    /// a QP with nothing in flight (a lone message) leaves at once, in the caller's thread.
+    /// `ibv_post_send`'s way in: runs `f` (the posts) on QP `qpn`'s engine. If RC QP `qpn`
+    /// already had [`DEFER_MIN_PSNS`] requests unacknowledged, what the posts produce waits
+    /// for the acknowledgement (or the retransmit timer), whose processing sends it with
+    /// everything else queued by then: a deep queue of small messages leaves in trains, one
+    /// system call for many. A post to a QP with nothing in flight (a lone message) leaves at
+    /// once, in the caller's thread.
     fn on_shard_post<R>(&self, qpn: u32, f: impl FnOnce(&mut Shard, &MrTable, Instant) -> R) -> R {
-        let mut sh = self.shard.lock();
+        let r = self.shard_of(qpn);
+        let mut sh = r.shard.lock();
         let now = self.now();
         let in_flight = sh.unacked_psns(qpn) >= DEFER_MIN_PSNS;
-        let r = f(&mut sh, &self.mrs, now);
+        let out = f(&mut sh, &self.mrs, now);
         self.pump(
+            r,
             &mut sh,
             now,
             if in_flight { Flush::Hold } else { Flush::Now },
         );
-        r
+        out
+    }
+
+    /// Where a new QP goes: an RC or UC QP with no SRQ to the shard with the fewest QPs, every
+    /// other (QP1, UD, XRC, a QP on an SRQ) to the first shard, where SRQs, multicast and the
+    /// connection manager are.
+    fn place(&self, init: &ferroce_transport::QpInitAttr, gsi: bool) -> &ShardRt {
+        let spread = !gsi
+            && init.srq.is_none()
+            && matches!(
+                init.qp_type,
+                ferroce_transport::QpType::Rc | ferroce_transport::QpType::Uc
+            );
+        if !spread {
+            return self.first();
+        }
+        self.shards
+            .iter()
+            .min_by_key(|r| r.qps.load(Ordering::Relaxed))
+            .unwrap_or(self.first())
     }
 
     // ---- The verbs the handles call: they reach the engine only through these. ----
@@ -549,19 +721,41 @@ impl Shared {
         gsi: bool,
         registered: impl FnOnce(u32),
     ) -> Result<u32, VerbError> {
-        self.on_shard(|sh, _, _| {
+        let shard = self.place(&init, gsi);
+        let (send_cq, recv_cq) = (init.send_cq, init.recv_cq);
+        let r = self.on_shard(shard, |sh, _, _| {
             let r = sh.create_qp(init, gsi);
             if let Ok(qpn) = r {
                 registered(qpn);
             }
             r
-        })
+        });
+        if r.is_ok() {
+            shard.qps.fetch_add(1, Ordering::Relaxed);
+            // Its CQs' polls drive this shard's socket.
+            let cqs = self.cqs.lock();
+            for cq in [send_cq, recv_cq] {
+                if let Some(cq) = cqs.get(&cq).and_then(Weak::upgrade) {
+                    cq.fed_by(shard.index);
+                }
+            }
+        }
+        r
     }
 
     /// `ibv_destroy_qp`: its unfinished work is dropped (a destroyed QP completes nothing).
     pub(crate) fn destroy_qp(&self, qpn: u32) {
-        let mut mc = self.mcast.as_ref().map(|m| m.lock());
-        self.on_shard(|sh, _, _| {
+        let r = self.shard_of(qpn);
+        // Only the first shard's QPs join groups.
+        let mut mc = self
+            .mcast
+            .as_ref()
+            .filter(|_| r.index == 0)
+            .map(|m| m.lock());
+        let _ = r
+            .qps
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+        self.on_shard(r, |sh, _, _| {
             sh.destroy_qp(qpn);
             // Groups its destruction left without a QP here are left on the network.
             if let Some(mc) = mc.as_mut() {
@@ -576,16 +770,17 @@ impl Shared {
 
     /// The QP's first error since RESET and why ([`ferroce_transport::QpError`]).
     pub(crate) fn qp_error(&self, qpn: u32) -> Option<ferroce_transport::QpError> {
-        self.on_shard(|sh, _, _| sh.qp_error(qpn))
+        self.on_shard(self.shard_of(qpn), |sh, _, _| sh.qp_error(qpn))
     }
 
-    /// `ibv_attach_mcast`: the engine attaches the QP, and the group's socket joins the group
-    /// on the network if no QP of this process had.
     /// `IBV_QP_CREATE_BLOCK_SELF_MCAST_LB` for QP `qpn`.
     pub(crate) fn block_self_mcast_lb(&self, qpn: u32) -> Result<(), VerbError> {
-        self.on_shard(|sh, _, _| sh.block_self_mcast_lb(qpn))
+        self.on_shard(self.shard_of(qpn), |sh, _, _| sh.block_self_mcast_lb(qpn))
     }
 
+    /// `ibv_attach_mcast`: the engine attaches the QP (UD, so on the first shard, whose
+    /// thread reads the groups' sockets), and the group's socket joins the group on the
+    /// network if no QP of this process had.
     pub(crate) fn attach_mcast(&self, qpn: u32, group: IpAddr) -> crate::Result<()> {
         let Some(mc) = &self.mcast else {
             log::debug!("ibv_attach_mcast: the in-memory backend has no IP multicast");
@@ -595,7 +790,7 @@ impl Shared {
         };
         let mut mc = mc.lock();
         let new = self
-            .on_shard(|sh, _, _| sh.attach_mcast(qpn, group))
+            .on_shard(self.shard_of(qpn), |sh, _, _| sh.attach_mcast(qpn, group))
             .map_err(|e| {
                 log::debug!("ibv_attach_mcast QP {qpn:#x} to {group}: {e}");
                 crate::Error::from(e)
@@ -607,14 +802,15 @@ impl Shared {
                     self.local
                 );
                 if new {
-                    let _ = self.on_shard(|sh, _, _| sh.detach_mcast(qpn, group));
+                    let _ =
+                        self.on_shard(self.shard_of(qpn), |sh, _, _| sh.detach_mcast(qpn, group));
                 }
                 return Err(e.into());
             }
             self.mcast_fd
                 .store(mc.ready_fd().unwrap_or(-1), Ordering::SeqCst);
-            // The progress thread polls the groups' descriptor from its next pass.
-            self.wake.signal();
+            // The first shard's thread polls the groups' descriptor from its next pass.
+            self.first().wake.signal();
         }
         Ok(())
     }
@@ -629,7 +825,7 @@ impl Shared {
         };
         let mut mc = mc.lock();
         let empty = self
-            .on_shard(|sh, _, _| sh.detach_mcast(qpn, group))
+            .on_shard(self.shard_of(qpn), |sh, _, _| sh.detach_mcast(qpn, group))
             .map_err(|e| {
                 log::debug!("ibv_detach_mcast QP {qpn:#x} from {group}: {e}");
                 crate::Error::from(e)
@@ -646,14 +842,15 @@ impl Shared {
         let Some(mut mc) = self.mcast.as_ref().and_then(|m| m.try_lock()) else {
             return;
         };
-        let mut sh = self.shard.lock();
+        let r = self.first();
+        let mut sh = r.shard.lock();
         let now = self.now();
         let n = mc
             .drain(&mut |from, group, bytes| sh.receive_group(now, from, group, bytes, &self.mrs));
         drop(mc);
         if n > 0 {
-            DatapathStats::add(&self.stats.rcvd, n as u64);
-            self.pump(&mut sh, now, Flush::Now);
+            DatapathStats::add(&r.stats.rcvd, n as u64);
+            self.pump(r, &mut sh, now, Flush::Now);
         }
     }
 
@@ -664,12 +861,14 @@ impl Shared {
         attr: &QpAttr,
         mask: QpAttrMask,
     ) -> Result<(), VerbError> {
-        self.on_shard(|sh, mrs, now| sh.modify_qp(qpn, attr, mask, mrs, now))
+        self.on_shard(self.shard_of(qpn), |sh, mrs, now| {
+            sh.modify_qp(qpn, attr, mask, mrs, now)
+        })
     }
 
     /// `ibv_query_qp`.
     pub(crate) fn query_qp(&self, qpn: u32) -> Option<QpAttr> {
-        self.shard.lock().query_qp(qpn)
+        self.shard_of(qpn).shard.lock().query_qp(qpn)
     }
 
     /// `ibv_post_send` for a list: posts in order and stops at the first refused WR, which
@@ -683,12 +882,15 @@ impl Shared {
     /// ACKs held for the program's answer stay held: a program reposts its receive before
     /// it answers.
     pub(crate) fn post_recv(&self, qpn: u32, wr: &RecvWr) -> Result<(), VerbError> {
-        self.on_shard_flush(Flush::Join, |sh, mrs, now| sh.post_recv(qpn, wr, mrs, now))
+        self.on_shard_flush(self.shard_of(qpn), Flush::Join, |sh, mrs, now| {
+            sh.post_recv(qpn, wr, mrs, now)
+        })
     }
 
-    /// `ibv_create_srq`: `registered` runs with its number under the engine lock.
+    /// `ibv_create_srq` (on the first shard, with the QPs that will use it): `registered`
+    /// runs with its number under the engine lock.
     pub(crate) fn create_srq(&self, attr: SrqAttr, registered: impl FnOnce(u32)) -> u32 {
-        self.on_shard(|sh, _, _| {
+        self.on_shard(self.first(), |sh, _, _| {
             let n = sh.create_srq(attr);
             registered(n);
             n
@@ -703,74 +905,111 @@ impl Shared {
         xrc: ferroce_transport::XrcSrq,
         registered: impl FnOnce(u32),
     ) -> u32 {
-        self.on_shard(|sh, _, _| {
+        let cq = xrc.cq;
+        let n = self.on_shard(self.first(), |sh, _, _| {
             let n = sh.create_xrc_srq(attr, xrc);
             registered(n);
             n
-        })
+        });
+        if let Some(cq) = self.cqs.lock().get(&cq).and_then(Weak::upgrade) {
+            cq.fed_by(0);
+        }
+        n
     }
 
     /// `ibv_destroy_srq`.
     pub(crate) fn destroy_srq(&self, srqn: u32) {
-        self.on_shard(|sh, _, _| sh.destroy_srq(srqn));
+        self.on_shard(self.first(), |sh, _, _| sh.destroy_srq(srqn));
     }
 
     /// Whether a QP receives through SRQ `srqn`.
     pub(crate) fn srq_in_use(&self, srqn: u32) -> bool {
-        self.shard.lock().srq_in_use(srqn)
+        self.first().shard.lock().srq_in_use(srqn)
     }
 
     /// Whether a QP reports to CQ `cq`.
     pub(crate) fn cq_in_use(&self, cq: u32) -> bool {
-        self.shard.lock().cq_in_use(cq)
+        self.shards.iter().any(|r| r.shard.lock().cq_in_use(cq))
     }
 
     /// `ibv_post_srq_recv` (held ACKs stay held, as [`Shared::post_recv`]).
     pub(crate) fn post_srq_recv(&self, srqn: u32, wr: &RecvWr) -> Result<(), VerbError> {
-        self.on_shard_flush(Flush::Join, |sh, _, _| sh.post_srq_recv(srqn, wr))
+        self.on_shard_flush(self.first(), Flush::Join, |sh, _, _| {
+            sh.post_srq_recv(srqn, wr)
+        })
     }
 
     /// `ibv_modify_srq` with `IBV_SRQ_LIMIT`; `None` if the limit is above `max_wr`.
     pub(crate) fn arm_srq(&self, srqn: u32, limit: u32) -> Option<Result<(), VerbError>> {
-        self.on_shard(|sh, _, _| sh.arm_srq(srqn, limit))
+        self.on_shard(self.first(), |sh, _, _| sh.arm_srq(srqn, limit))
     }
 
     /// `ibv_query_srq`.
     pub(crate) fn query_srq(&self, srqn: u32) -> Option<SrqAttr> {
-        self.shard.lock().query_srq(srqn)
+        self.first().shard.lock().query_srq(srqn)
     }
 
     /// The engine's counters (named as rxe's hw_counters) and the runtime's.
+    /// Summed over the device's shards.
     pub(crate) fn all_counters(&self) -> (ferroce_transport::Counters, RuntimeCounters) {
-        let sh = self.shard.lock();
-        (sh.engine_counters(), self.counters(&sh))
+        let mut sum = (
+            ferroce_transport::Counters::default(),
+            RuntimeCounters::default(),
+        );
+        for r in &self.shards {
+            let sh = r.shard.lock();
+            sum.0 += sh.engine_counters();
+            sum.1 += r.counters(&sh);
+        }
+        sum
+    }
+
+    /// Each shard's slot and counters, in shard order.
+    pub(crate) fn shard_counters(
+        &self,
+    ) -> Vec<(Option<u8>, ferroce_transport::Counters, RuntimeCounters)> {
+        self.shards
+            .iter()
+            .map(|r| {
+                let sh = r.shard.lock();
+                (
+                    r.membership.as_ref().map(|m| m.slot),
+                    sh.engine_counters(),
+                    r.counters(&sh),
+                )
+            })
+            .collect()
     }
 
     /// Returns once no copy into or out of a region that started before the call is still
-    /// running: every copy runs under the engine lock after a key lookup under the same
-    /// lock, so once the lock has been free once, a key removed before the call is used by
-    /// none (`ibv_dereg_mr`, `ibv_rereg_mr`).
+    /// running: every copy runs under its shard's engine lock after a key lookup under the
+    /// same lock, so once every shard's lock has been free once, a key removed before the
+    /// call is used by none (`ibv_dereg_mr`, `ibv_rereg_mr`).
     pub(crate) fn copy_barrier(&self) {
-        drop(self.shard.lock());
+        for r in &self.shards {
+            drop(r.shard.lock());
+        }
     }
 
-    /// Stops the progress thread.
+    /// Stops the progress threads.
     pub(crate) fn stop(&self) {
         self.shutdown.store(true, Ordering::SeqCst);
-        self.wake.signal();
+        for r in &self.shards {
+            r.wake.signal();
+        }
     }
 
     /// Drains the engine's outputs: completions to CQs and events to the context first, then
     /// datagrams to the socket as `flush` says (so a program sees its completion before the
     /// system call that carries the ACK, which leaves right after: a peer's send completes
     /// when the packet is received, as with a NIC, not when the program next calls a verb);
-    /// wakes the progress thread if the next deadline moved earlier.
-    fn pump(&self, sh: &mut Shard, now: Instant, flush: Flush) {
+    /// wakes shard `r`'s progress thread if the next deadline moved earlier.
+    fn pump(&self, r: &ShardRt, sh: &mut Shard, now: Instant, flush: Flush) {
         let budget = if flush == Flush::Hold { 0 } else { PUMP_BUDGET };
         let built = sh.build(now, &self.mrs, budget);
         if built.more {
             // More to send: the progress thread carries on without sleeping.
-            self.wake.signal();
+            r.wake.signal();
         }
         self.route_completions(sh);
         while let Some(e) = sh.next_event() {
@@ -790,23 +1029,25 @@ impl Shared {
                 sh.flush();
             }
             let due = now.as_nanos() + ACK_HOLD.as_nanos() as u64;
-            if self.wakes_at.load(Ordering::SeqCst) > due + HOLD_SLACK.as_nanos() as u64 {
+            if r.wakes_at.load(Ordering::SeqCst) > due + HOLD_SLACK.as_nanos() as u64 {
                 // The progress thread sleeps past the hold (it is not in its short sleeps
                 // beside a polling program): it must send them in time.
-                self.wake.signal();
+                r.wake.signal();
             }
         }
         // A new, earlier deadline must wake the progress thread.
         if let Some(t) = sh.deadline() {
-            if t.as_nanos() < self.sleep_until.load(Ordering::SeqCst) {
-                self.wake.signal();
+            if t.as_nanos() < r.sleep_until.load(Ordering::SeqCst) {
+                r.wake.signal();
             }
         }
     }
 
     /// Sends the bare ACKs held for the program's answer ([`Flush::Join`]), if any.
     fn flush_held(&self) {
-        self.shard.lock().flush_held();
+        for r in &self.shards {
+            r.shard.lock().flush_held();
+        }
     }
 
     /// Completions to the CQs the engine names: the registry is read once per run of
@@ -863,7 +1104,8 @@ impl Shared {
     /// # Errors
     /// [`crate::Error::InvalidArgument`] on the in-memory backend, which has no group.
     pub(crate) fn gsi(&self) -> crate::Result<(&crate::host::group::Registry, u8)> {
-        self.membership
+        self.first()
+            .membership
             .as_ref()
             .map(|m| (&*m.registry, m.slot))
             .ok_or(crate::Error::InvalidArgument(
@@ -875,7 +1117,7 @@ impl Shared {
     pub(crate) fn cq_timer(&self, cq: &Arc<CqInner>, period_ns: u64) {
         let at = self.now().as_nanos().saturating_add(period_ns);
         self.cq_timers.lock().push((at, Arc::downgrade(cq)));
-        self.wake.signal();
+        self.first().wake.signal();
     }
 
     /// Runs the moderation periods that have ended; returns the next deadline (engine ns).
@@ -921,91 +1163,96 @@ impl Shared {
         self.next_pd.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// One receive batch through the engine, with expired timers and the resulting sends;
-    /// returns how many datagrams arrived.
-    fn receive_once(&self, rx: &mut dyn Receiver) -> usize {
+    /// One receive batch of shard `r` through its engine, with expired timers and the
+    /// resulting sends; returns how many datagrams arrived.
+    fn receive_once(&self, r: &ShardRt, rx: &mut dyn Receiver) -> usize {
         let local_ip: IpAddr = self.local.ip();
         // The system call runs before the engine lock is taken: verbs calls need not wait.
         let n = rx.receive();
-        self.process(rx, n, local_ip, Flush::Now)
+        self.process(r, rx, n, local_ip, Flush::Now)
     }
 
-    /// Takes what waits on the socket through the engine now, in the caller's thread (at
-    /// most 64 batches; nothing if another receiver holds the path for 100 ms). At exit, MADs
-    /// this process just sent to its own address — which it receives first when it is the
-    /// address's QP1 role holder — are forwarded to their processes before it goes.
+    /// Takes what waits on the sockets through the engines now, in the caller's thread (at
+    /// most 64 batches a shard; nothing from a shard whose receive path another receiver
+    /// holds for 100 ms). At exit, MADs this process just sent to its own address — which it
+    /// receives first when it is the address's QP1 role holder — are forwarded to their
+    /// processes before it goes.
     pub(crate) fn receive_now(&self) {
-        let Some(mut rx) = self.rx.try_lock_for(Duration::from_millis(100)) else {
-            return;
-        };
-        let batch = rx.batch();
-        for _ in 0..64 {
-            if self.receive_once(&mut **rx) < batch {
-                break;
+        for r in &self.shards {
+            let Some(mut rx) = r.rx.try_lock_for(Duration::from_millis(100)) else {
+                continue;
+            };
+            let batch = rx.batch();
+            for _ in 0..64 {
+                if self.receive_once(r, &mut **rx) < batch {
+                    break;
+                }
             }
         }
     }
 
     /// As [`Shared::receive_once`] for a program's poll of an empty CQ: a poll that finds
     /// nothing takes no lock (timers are the progress thread's, which sleeps until the next).
-    fn receive_inline(&self, rx: &mut dyn Receiver) -> usize {
+    fn receive_inline(&self, r: &ShardRt, rx: &mut dyn Receiver) -> usize {
         let n = rx.receive();
         if n == 0 {
             return 0;
         }
-        self.process(rx, n, self.local.ip(), Flush::Join)
+        self.process(r, rx, n, self.local.ip(), Flush::Join)
     }
 
-    /// Feeds the `n` datagrams just received to the engine, fires expired timers and pumps
-    /// as `flush` says.
-    fn process(&self, rx: &mut dyn Receiver, n: usize, local_ip: IpAddr, flush: Flush) -> usize {
-        let mut sh = self.shard.lock();
+    /// Feeds the `n` datagrams shard `r` just received to its engine, fires expired timers
+    /// and pumps as `flush` says.
+    fn process(
+        &self,
+        r: &ShardRt,
+        rx: &mut dyn Receiver,
+        n: usize,
+        local_ip: IpAddr,
+        flush: Flush,
+    ) -> usize {
+        let mut sh = r.shard.lock();
         let now = self.now();
         rx.deliver(&mut |from, bytes, ident, ecn| {
             sh.receive(now, from, local_ip, bytes, ident, ecn, &self.mrs)
         });
         sh.fire_timers(now, &self.mrs);
         // Always drain: a timer may have failed a QP (completions, no packets).
-        self.pump(&mut sh, now, flush);
+        self.pump(r, &mut sh, now, flush);
         n
     }
 
-    /// The counters of the runtime and its backend.
-    fn counters(&self, sh: &Shard) -> RuntimeCounters {
-        RuntimeCounters {
-            udp_sent: DatapathStats::get(&self.stats.sent),
-            udp_rcvd: DatapathStats::get(&self.stats.rcvd),
-            udp_send_errors: DatapathStats::get(&self.stats.send_errors),
-            udp_send_too_long: DatapathStats::get(&self.stats.send_too_long),
-            injected_losses: DatapathStats::get(&self.stats.injected_losses),
-            send_calls: DatapathStats::get(&self.stats.send_calls),
-            trains: DatapathStats::get(&self.stats.trains),
-            injected_ce: DatapathStats::get(&self.stats.injected_ce),
-            recv_calls: DatapathStats::get(&self.stats.recv_calls),
-            empty_recvs: DatapathStats::get(&self.stats.empty_recvs),
-            wakeups: DatapathStats::get(&self.stats.wakeups),
-            sleeper_recvs: DatapathStats::get(&self.stats.sleeper_recvs),
-            ..sh.runtime_counters()
-        }
+    /// The shards of `mask` (bit i: shard i; none: the first).
+    fn shards_in(&self, mask: u64) -> impl Iterator<Item = &ShardRt> {
+        let mask = if mask == 0 { 1 } else { mask };
+        self.shards
+            .iter()
+            .filter(move |r| mask & (1 << r.index) != 0)
     }
 
     /// Progress driven by a program polling an empty CQ (a poll-mode driver's loop): receives
-    /// and processes whatever is waiting, unless another thread is doing so right now.
-    pub(crate) fn poll_inline(&self) {
+    /// and processes whatever waits on the sockets of the shards that feed the CQ (`shards`,
+    /// a mask as [`CqInner::shards`]), except one another thread is receiving on right now.
+    pub(crate) fn poll_inline(&self, shards: u64) {
         thread_local! {
             static EMPTY: RefCell<IdleStreak> =
                 const { RefCell::new(IdleStreak::new(EMPTY_POLLS_PER_YIELD)) };
             static BUSY: RefCell<IdleStreak> =
                 const { RefCell::new(IdleStreak::new(BUSY_POLLS_PER_YIELD)) };
         }
-        // Whether or not it gets the receive path now, a poller is here: the progress thread
-        // leaves the socket to it.
-        self.last_inline
-            .store(self.now().as_nanos(), Ordering::Relaxed);
-        if let Some(mut rx) = self.rx.try_lock() {
+        let now = self.now().as_nanos();
+        let (mut got, mut polled) = (0, false);
+        for r in self.shards_in(shards) {
+            // Whether or not it gets the receive path now, a poller is here: the progress
+            // thread leaves the socket to it.
+            r.last_inline.store(now, Ordering::Relaxed);
+            if let Some(mut rx) = r.rx.try_lock() {
+                polled = true;
+                got += self.receive_inline(r, &mut **rx);
+            }
+        }
+        if polled {
             let _ = BUSY.try_with(|b| b.borrow_mut().worked());
-            let got = self.receive_inline(&mut **rx);
-            drop(rx);
             if got > 0 {
                 if yield_when_idle() {
                     let _ = EMPTY.try_with(|e| e.borrow_mut().worked());
@@ -1026,11 +1273,11 @@ impl Shared {
                 std::thread::yield_now();
             }
         } else {
-            // The progress thread is receiving: usually for a few microseconds, on another
-            // core, so the poller spins. If it stays busy, it may have been preempted holding
-            // the batch (likely when busy-polling threads outnumber cores), and spinning
-            // would keep it off this CPU for a whole time slice: after a run of busy polls,
-            // yield and let it finish.
+            // The progress threads are receiving: usually for a few microseconds, on another
+            // core, so the poller spins. If they stay busy, one may have been preempted
+            // holding its batch (likely when busy-polling threads outnumber cores), and
+            // spinning would keep it off this CPU for a whole time slice: after a run of busy
+            // polls, yield and let it finish.
             if BUSY.try_with(|b| b.borrow_mut().idle()).unwrap_or(false) {
                 std::thread::yield_now();
             } else {
@@ -1044,8 +1291,8 @@ impl Shared {
     /// program that waits for it, not the progress thread, which would then have to wake the
     /// program (one wake-up per packet instead of two). Returns after each batch it took, when
     /// `fd` is readable, or at the timeout; the caller checks its channel and calls again. The
-    /// progress thread leaves the socket to the sleeper (it keeps the timers and the
-    /// multicast groups) and looks again at least every [`SLEEPER_SLICE`] while the program is
+    /// progress threads leave their sockets to the sleeper (they keep the timers and the
+    /// multicast groups) and look again at least every [`SLEEPER_SLICE`] while the program is
     /// busy, so a program that stops waiting leaves no datagram unread for longer.
     ///
     /// With `mask`, the program's signals are held outside the wait (`sys::SignalsHeld`) and
@@ -1061,41 +1308,57 @@ impl Shared {
         mask: Option<&libc::sigset_t>,
     ) -> std::io::Result<()> {
         self.sleepers.fetch_add(1, Ordering::SeqCst);
-        let side = self.rx_side_fd.unwrap_or(-1);
-        let ready = sys::poll_masked(&[fd, self.rx_fd, side], libc::POLLIN, Some(left), mask);
-        if ready.as_ref().is_ok_and(|r| r & 0b110 != 0) {
-            // The progress thread may be taking the same datagrams (it had not seen this
-            // sleeper yet): wait for its batch, then take what is left.
-            let mut rx = self.rx.lock();
-            let batch = rx.batch();
-            for _ in 0..64 {
-                let n = rx.receive();
-                if n == 0 {
-                    break;
+        // The channel, then each shard's two descriptors (at most 1 + 2 × MAX_SHARDS bits).
+        let mut fds = Vec::with_capacity(1 + 2 * self.shards.len());
+        fds.push(fd);
+        for r in &self.shards {
+            fds.push(r.rx_fd);
+            fds.push(r.rx_side_fd.unwrap_or(-1));
+        }
+        let ready = sys::poll_masked(&fds, libc::POLLIN, Some(left), mask);
+        if let Ok(bits) = &ready {
+            for r in &self.shards {
+                if bits & (0b11 << (1 + 2 * r.index)) == 0 {
+                    continue;
                 }
-                DatapathStats::add(&self.stats.sleeper_recvs, 1);
-                // A join: this program answers what it receives, as a poller does.
-                self.process(&mut **rx, n, self.local.ip(), Flush::Join);
-                if n < batch {
-                    break;
+                // The progress thread may be taking the same datagrams (it had not seen this
+                // sleeper yet): wait for its batch, then take what is left.
+                let mut rx = r.rx.lock();
+                let batch = rx.batch();
+                for _ in 0..64 {
+                    let n = rx.receive();
+                    if n == 0 {
+                        break;
+                    }
+                    DatapathStats::add(&r.stats.sleeper_recvs, 1);
+                    // A join: this program answers what it receives, as a poller does.
+                    self.process(r, &mut **rx, n, self.local.ip(), Flush::Join);
+                    if n < batch {
+                        break;
+                    }
                 }
             }
         }
         self.sleepers.fetch_sub(1, Ordering::SeqCst);
-        // The program is awake and in the provider: the progress thread's window, as after a
-        // poll. If the thread sleeps long beside a program that slept long, it must look now.
+        // The program is awake and in the provider: the progress threads' window, as after a
+        // poll. A thread that sleeps long beside a program that slept long must look now.
         let now = self.now().as_nanos();
-        self.last_inline.store(now, Ordering::SeqCst);
-        let wakes = self.wakes_at.load(Ordering::SeqCst);
-        if wakes > now + 2 * SLEEPER_SLICE.as_nanos() as u64 {
-            self.wake.signal();
+        for r in &self.shards {
+            r.last_inline.store(now, Ordering::SeqCst);
+            let wakes = r.wakes_at.load(Ordering::SeqCst);
+            if wakes > now + 2 * SLEEPER_SLICE.as_nanos() as u64 {
+                r.wake.signal();
+            }
         }
         ready.map(drop)
     }
 
-    /// The progress thread.
-    fn progress(self: Arc<Self>) {
-        let fd = self.rx_fd;
+    /// The progress thread of shard `index` (the first shard's also runs the CQ moderation
+    /// timers and reads the multicast groups).
+    fn progress(self: Arc<Self>, index: usize) {
+        let r = &self.shards[index];
+        let first = index == 0;
+        let fd = r.rx_fd;
         // This thread must run when a datagram comes even while the program spins on every
         // core (perftest's ib_write_lat spins on memory): a short slice lets it preempt.
         if let Err(e) = sys::short_slice(PROGRESS_SLICE) {
@@ -1105,23 +1368,23 @@ impl Shared {
             );
         }
         while !self.shutdown.load(Ordering::SeqCst) {
-            let cq_deadline = self.run_cq_timers();
-            // While a program polls a CQ of this device and little is in flight (a ping-pong,
+            let cq_deadline = if first { self.run_cq_timers() } else { None };
+            // While a program polls a CQ of this shard and little is in flight (a ping-pong,
             // not a stream), its polls take the datagrams off the socket: this thread then
             // sleeps on its wake-up and timers only, for at most the window, instead of waking
             // (or spinning) for every datagram and racing the poller for the receive path. A
             // stream keeps this thread receiving beside the poller (two cores at work).
             // Until this pass knows its timeout, a new hold signals the thread (the eventfd
             // keeps the signal, so a hold made after the read below is not missed).
-            self.wakes_at.store(u64::MAX, Ordering::SeqCst);
+            r.wakes_at.store(u64::MAX, Ordering::SeqCst);
             let (deadline, inflight, held) = {
-                let mut sh = self.shard.lock();
+                let mut sh = r.shard.lock();
                 (sh.deadline(), sh.inflight(), sh.acks_held_since())
             };
             let since_poll = self
                 .now()
                 .as_nanos()
-                .saturating_sub(self.last_inline.load(Ordering::Relaxed));
+                .saturating_sub(r.last_inline.load(Ordering::Relaxed));
             let polled = since_poll < INLINE_WINDOW.as_nanos() as u64;
             // A program asleep in `sleep_on` receives for itself, as a poller does.
             let sleeper = self.sleepers.load(Ordering::SeqCst) > 0;
@@ -1139,7 +1402,7 @@ impl Shared {
                 });
                 let timeout = [timeout, cq_wait, hold_wait].into_iter().flatten().min();
                 // A pump that makes the next deadline earlier than this one wakes the thread.
-                self.sleep_until.store(
+                r.sleep_until.store(
                     deadline.map_or(u64::MAX, Instant::as_nanos),
                     Ordering::SeqCst,
                 );
@@ -1155,34 +1418,37 @@ impl Shared {
                     Duration::from_millis(100)
                 };
                 let timeout = timeout.unwrap_or(cap).min(cap);
-                self.wakes_at.store(
+                r.wakes_at.store(
                     now.as_nanos().saturating_add(timeout.as_nanos() as u64),
                     Ordering::SeqCst,
                 );
                 let timeout = Some(timeout);
-                if inline {
-                    // Groups' datagrams are this thread's (a poller or sleeper reads the
-                    // device's socket only); −1 is skipped by poll.
-                    let mc = self.mcast_fd.load(Ordering::Relaxed);
-                    let _ = sys::poll_fds(&[self.wake.raw(), mc], libc::POLLIN, timeout);
+                // Groups' datagrams are the first shard's thread's (a poller or sleeper reads
+                // the shards' sockets only); −1 is skipped by poll.
+                let mc = if first {
+                    self.mcast_fd.load(Ordering::Relaxed)
                 } else {
-                    let mc = self.mcast_fd.load(Ordering::Relaxed);
-                    let side = self.rx_side_fd.unwrap_or(-1);
-                    let _ = sys::poll_fds(&[fd, side, self.wake.raw(), mc], libc::POLLIN, timeout);
+                    -1
+                };
+                if inline {
+                    let _ = sys::poll_fds(&[r.wake.raw(), mc], libc::POLLIN, timeout);
+                } else {
+                    let side = r.rx_side_fd.unwrap_or(-1);
+                    let _ = sys::poll_fds(&[fd, side, r.wake.raw(), mc], libc::POLLIN, timeout);
                 }
-                self.wake.drain();
-                DatapathStats::add(&self.stats.wakeups, 1);
+                r.wake.drain();
+                DatapathStats::add(&r.stats.wakeups, 1);
             }
-            self.wakes_at.store(0, Ordering::SeqCst);
+            r.wakes_at.store(0, Ordering::SeqCst);
             // Receive everything that is there, in batches. One receiver at a time (the
             // batch's lock): two threads each taking datagrams off the socket and then racing
             // for the engine would hand it packets out of order.
             {
-                let mut rx = self.rx.lock();
+                let mut rx = r.rx.lock();
                 let batch = rx.batch();
-                while self.receive_once(&mut **rx) == batch {}
+                while self.receive_once(r, &mut **rx) == batch {}
             }
-            if self.mcast_fd.load(Ordering::Relaxed) >= 0 {
+            if first && self.mcast_fd.load(Ordering::Relaxed) >= 0 {
                 self.receive_mcast();
             }
         }

@@ -122,6 +122,8 @@ pub(crate) struct DatapathStats {
     pub(crate) wakeups: AtomicU64,
     /// `recvmmsg` calls with datagrams made by programs asleep on a completion channel.
     pub(crate) sleeper_recvs: AtomicU64,
+    /// Datagrams the address's group steered to this member for another one, sent on to it.
+    pub(crate) forwarded: AtomicU64,
 }
 
 impl DatapathStats {
@@ -151,6 +153,7 @@ pub(crate) type Opened = (
 /// As [`udp::open`], or [`crate::Error::Io`] if the recording cannot be created.
 pub(crate) fn open(
     cfg: &crate::driver::RuntimeConfig,
+    shard: usize,
     stats: &std::sync::Arc<DatapathStats>,
 ) -> crate::Result<Opened> {
     let (tx, rx, membership): (Box<dyn Transmitter>, Box<dyn Receiver>, _) = if cfg.memory {
@@ -164,7 +167,9 @@ pub(crate) fn open(
     };
     let writer = cfg.pcap_path.as_deref().map(record::create).transpose()?;
     let faults = cfg.faults.map(|f| {
-        let seed = f.seed.unwrap_or_else(crate::faults::seed_from_clock);
+        // Each shard's faults from a stream of their own.
+        let seed = f.seed.unwrap_or_else(crate::faults::seed_from_clock)
+            ^ (shard as u64).wrapping_mul(0xD1B5_4A32_D192_ED03);
         // The two directions draw from different streams of the same seed.
         (
             crate::faults::Faults::new(f, seed),

@@ -83,8 +83,13 @@ impl<R: Receiver> Receiver for MemberReceiver<R> {
     }
 
     fn deliver(&mut self, deliver: Deliver<'_>) {
-        let (registry, slot, local, socket) =
-            (&*self.registry, self.slot, self.local, &self.socket);
+        let (registry, slot, local, socket, stats) = (
+            &*self.registry,
+            self.slot,
+            self.local,
+            &self.socket,
+            &self.stats,
+        );
         self.inner.deliver(&mut |from, bytes, ident, ecn| {
             if bytes.len() == PROBE_LEN && registry.answer(slot, bytes) {
                 return;
@@ -92,7 +97,10 @@ impl<R: Receiver> Receiver for MemberReceiver<R> {
             match route(bytes, registry, slot, local, from) {
                 Fate::Here => deliver(from, bytes, ident, ecn),
                 Fate::Unwrapped(from, ident, inner) => deliver(from, inner, ident, Ecn::NotEct),
-                Fate::Forward(to) => forward(socket, registry, to, (from, ident), bytes, local),
+                Fate::Forward(to) => {
+                    DatapathStats::add(&stats.forwarded, 1);
+                    forward(socket, registry, to, (from, ident), bytes, local)
+                }
                 Fate::Reforward(to) => reforward(socket, registry, to, bytes, local),
                 Fate::Drop => {}
             }

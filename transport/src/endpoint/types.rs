@@ -153,6 +153,38 @@ pub struct Counters {
     pub cnp_ignored: u64,
 }
 
+impl core::ops::AddAssign for Counters {
+    /// Adds `other`'s counts to these (the counters of a device's shards summed).
+    fn add_assign(&mut self, other: Counters) {
+        self.sent_pkts += other.sent_pkts;
+        self.rcvd_pkts += other.rcvd_pkts;
+        self.duplicate_request += other.duplicate_request;
+        self.out_of_seq_request += other.out_of_seq_request;
+        self.rcvd_seq_err += other.rcvd_seq_err;
+        self.rcvd_rnr_err += other.rcvd_rnr_err;
+        self.send_rnr_err += other.send_rnr_err;
+        self.retry_exceeded_err += other.retry_exceeded_err;
+        self.retry_rnr_exceeded_err += other.retry_rnr_exceeded_err;
+        self.completer_retry_err += other.completer_retry_err;
+        self.implied_naks += other.implied_naks;
+        self.icrc_errors += other.icrc_errors;
+        self.icrc_partial += other.icrc_partial;
+        self.malformed += other.malformed;
+        self.no_qp += other.no_qp;
+        self.qkey_violations += other.qkey_violations;
+        self.pkey_violations += other.pkey_violations;
+        self.ghost_responses += other.ghost_responses;
+        self.duplicate_responses += other.duplicate_responses;
+        self.dropped += other.dropped;
+        self.rd_atomic_exceeded += other.rd_atomic_exceeded;
+        self.msg_too_long += other.msg_too_long;
+        self.ecn_marked_pkts += other.ecn_marked_pkts;
+        self.cnp_sent += other.cnp_sent;
+        self.cnp_handled += other.cnp_handled;
+        self.cnp_ignored += other.cnp_ignored;
+    }
+}
+
 impl Counters {
     /// Every counter with its name, in a fixed order (what a kernel device lists under
     /// `/sys/class/infiniband/<dev>/ports/1/hw_counters/`).
