@@ -482,8 +482,20 @@ impl Shared {
             cfg.shards.clamp(1, MAX_SHARDS)
         };
         let mut shards = Vec::with_capacity(n);
-        for index in 0..n {
-            shards.push(ShardRt::open(&cfg, index)?);
+        shards.push(ShardRt::open(&cfg, 0)?);
+        for index in 1..n {
+            // A shard beyond the first that cannot open (the address's slots are all taken,
+            // say) leaves the device with fewer shards, not without the device.
+            match ShardRt::open(&cfg, index) {
+                Ok(r) => shards.push(r),
+                Err(e) => {
+                    log::info!(
+                        "{}: {index} of {n} shards: shard {index} did not open: {e}",
+                        cfg.local
+                    );
+                    break;
+                }
+            }
         }
         // The shard with the lowest slot first: the slot steered the host-wide QP1 role.
         shards.sort_by_key(|r| r.membership.as_ref().map_or(0, |m| m.slot));
@@ -511,8 +523,9 @@ impl Shared {
             mcast: (!cfg.memory).then(|| Mutex::new(crate::mcast::McastSockets::new(cfg.local))),
             mcast_fd: AtomicI32::new(-1),
         });
-        let mut threads = Vec::with_capacity(n + 1);
-        for i in 0..n {
+        let opened = shared.shards.len();
+        let mut threads = Vec::with_capacity(opened + 1);
+        for i in 0..opened {
             let s2 = shared.clone();
             let name = if i == 0 {
                 format!("ferroce-{}", cfg.local.ip())

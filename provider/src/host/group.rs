@@ -871,6 +871,46 @@ mod tests {
         let _ = std::fs::remove_file(Registry::path_of(local));
     }
 
+    /// A device asked for three shards on an address with one slot left opens with one shard
+    /// (the others' sockets are closed again), rather than failing.
+    #[test]
+    fn a_device_opens_with_the_shards_it_can_get() {
+        let local: SocketAddr = "127.0.96.10:47914".parse().unwrap();
+        let _ = std::fs::remove_file(Registry::path_of(local));
+        // 254 slots held by locks of no live member (pid 0): neither claimable nor probed.
+        let holders: Vec<(Registry, u8)> = (0..254)
+            .map(|_| {
+                let r = Registry::open(local).unwrap();
+                let s = r.claim().unwrap().unwrap();
+                r.word32(Registry::slot_at(s) + S_PID)
+                    .store(0, Ordering::Release);
+                (r, s)
+            })
+            .collect();
+        let cfg = crate::driver::RuntimeConfig {
+            local,
+            engine: ferroce_transport::EndpointConfig::new(local.ip()),
+            faults: None,
+            pcap_path: None,
+            busy_poll: false,
+            trains: true,
+            ecn: true,
+            memory: false,
+            shards: 3,
+        };
+        let (shared, threads) = crate::driver::Shared::start(cfg).unwrap();
+        assert_eq!(shared.shard_counters().len(), 1, "shards opened");
+        shared.stop();
+        for t in threads {
+            t.join().unwrap();
+        }
+        drop(shared);
+        for (r, s) in &holders {
+            r.release(*s);
+        }
+        let _ = std::fs::remove_file(Registry::path_of(local));
+    }
+
     #[test]
     fn steering_program_routes_probes_forwards_and_data() {
         let prog = program(&[(0, 2), (1, 2), (3, 0), (7, 1)]);
