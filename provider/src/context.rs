@@ -697,8 +697,8 @@ impl ProtectionDomain {
             .ok_or(Error::InvalidArgument(
                 "the memory region is not registered",
             ))?;
-        // As in `dereg`: once the engine lock has been free once, no copy through the old
-        // registration runs or can start.
+        // As in `dereg`: once every shard has taken the new regions under its lock, no copy
+        // through the old registration runs or can start.
         shared.copy_barrier();
         Ok(MemoryRegion {
             inner,
@@ -920,10 +920,10 @@ impl MemoryRegion {
         // Windows onto the region close with it (the C ABI refuses with EBUSY first, as rxe).
         shared.mrs().unbind_on(self.inner.lkey);
         shared.mrs().remove(self.inner.lkey);
-        // Every copy the engine makes into or out of a region happens while it holds the
-        // engine lock, after a key lookup made under the same lock. The key is gone from the
-        // table now, so once the lock has been free once, a copy that looked it up earlier
-        // has finished and none can start.
+        // Every copy the engine makes into or out of a region happens while it holds its
+        // shard's lock, after a key lookup in the shard's snapshot of the regions. The key is
+        // gone from the table now, so once each shard has renewed its snapshot under its
+        // lock, a copy that found the key earlier has finished and none can start.
         shared.copy_barrier();
     }
 }

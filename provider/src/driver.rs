@@ -995,12 +995,13 @@ impl Shared {
     }
 
     /// Returns once no copy into or out of a region that started before the call is still
-    /// running: every copy runs under its shard's engine lock after a key lookup under the
-    /// same lock, so once every shard's lock has been free once, a key removed before the
-    /// call is used by none (`ibv_dereg_mr`, `ibv_rereg_mr`).
+    /// running and no shard holds a region removed before it: every copy runs under its
+    /// shard's engine lock after a key lookup in the shard's snapshot of the regions, so
+    /// taking each shard's lock once and renewing its snapshot there leaves a key removed
+    /// before the call to none (`ibv_dereg_mr`, `ibv_rereg_mr`).
     pub(crate) fn copy_barrier(&self) {
         for r in &self.shards {
-            drop(r.shard.lock());
+            r.shard.lock().renew_regions(&self.mrs);
         }
     }
 

@@ -11,10 +11,21 @@
 //! a peer that has seen any number of keys learns nothing about the others (a blind guess hits
 //! a live key with probability `live / 2^32`: 2^-32 for one region), and a peer still holding a
 //! freed key cannot reach a region registered after it. The lookup is a hash-table probe, O(1).
+//!
+//! # Lookups without a lock
+//! The table's lock guards registration; the data path reads none. Each change publishes a new
+//! immutable [`Regions`] (copy on write, one of [`BUCKETS`] buckets copied) and bumps the
+//! table's version; each shard keeps its own [`Snapshot`], checks the version (one atomic load)
+//! whenever it runs the engine and takes the new regions if it moved. A deregistration passes
+//! every shard's lock and renews its snapshot there ([`crate::driver`]'s `copy_barrier`), so
+//! when `ibv_dereg_mr` returns no shard holds the region. Windows, rare and changed by the
+//! engine itself (`BIND_MW`, invalidation), stay under the lock: a key the snapshot does not
+//! hold is looked for among them.
 
 use std::collections::VecDeque;
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use ferroce_transport::AccessFlags;
 use ferroce_transport::memory::{AtomicOp, MemError, Memory};
@@ -323,10 +334,76 @@ pub(crate) fn fill_random(buf: &mut [u8]) -> std::io::Result<()> {
     Ok(())
 }
 
+/// How many buckets [`Regions`] has: a registration copies one of them (and the bucket
+/// array), so registering the n-th region costs O(n / BUCKETS), not O(n).
+pub(crate) const BUCKETS: usize = 64;
+
+/// The live regions by key, as published to the shards: immutable once published (a change
+/// makes a new one that shares every bucket it did not touch).
+#[derive(Clone)]
+pub(crate) struct Regions {
+    buckets: [Arc<KeyMap<Arc<MrInner>>>; BUCKETS],
+}
+
+impl Default for Regions {
+    fn default() -> Regions {
+        Regions {
+            buckets: std::array::from_fn(|_| Arc::default()),
+        }
+    }
+}
+
+impl Regions {
+    /// Keys are random (module docs), so their low bits spread them over the buckets.
+    fn bucket(key: u32) -> usize {
+        key as usize % BUCKETS
+    }
+
+    /// The region of `key`.
+    pub(crate) fn get(&self, key: u32) -> Option<&Arc<MrInner>> {
+        self.buckets[Self::bucket(key)].get(&key)
+    }
+
+    /// Whether `key` is a live region's.
+    pub(crate) fn contains(&self, key: u32) -> bool {
+        self.get(key).is_some()
+    }
+
+    fn insert(&mut self, key: u32, mr: Arc<MrInner>) {
+        Arc::make_mut(&mut self.buckets[Self::bucket(key)]).insert(key, mr);
+    }
+
+    fn remove(&mut self, key: u32) -> Option<Arc<MrInner>> {
+        let b = &mut self.buckets[Self::bucket(key)];
+        if !b.contains_key(&key) {
+            return None;
+        }
+        Arc::make_mut(b).remove(&key)
+    }
+
+    /// How many regions are live.
+    pub(crate) fn len(&self) -> usize {
+        self.buckets.iter().map(|b| b.len()).sum()
+    }
+
+    /// The live region of `key` in `pd` granting `need`.
+    fn region(&self, pd: u32, key: u32, need: AccessFlags) -> Result<&Arc<MrInner>, MemError> {
+        let mr = self.get(key).ok_or(MemError::InvalidKey)?;
+        if mr.pd != pd {
+            return Err(MemError::InvalidKey);
+        }
+        if !mr.access.contains(need) {
+            return Err(MemError::AccessDenied);
+        }
+        Ok(mr)
+    }
+}
+
 /// The table's state under its lock.
 #[derive(Default)]
 pub(crate) struct Keys {
-    pub(crate) live: KeyMap<Arc<MrInner>>,
+    /// The live regions, as last published ([`MrTable::version`] counts the publications).
+    pub(crate) live: Arc<Regions>,
     /// Memory windows by index, their rkey's bits 31:8 (see `mw.rs`).
     pub(crate) windows: KeyMap<crate::mw::Window>,
     /// Freed keys, oldest first, and the same as a set.
@@ -340,7 +417,7 @@ impl Keys {
         loop {
             let k = self.source.next()?;
             if k != 0
-                && !self.live.contains_key(&k)
+                && !self.live.contains(k)
                 && !self.freed_set.contains(&k)
                 && !self.windows.contains_key(&(k >> 8))
             {
@@ -354,6 +431,45 @@ impl Keys {
 #[derive(Default)]
 pub(crate) struct MrTable {
     pub(crate) keys: RwLock<Keys>,
+    /// Bumped, under the lock to write, each time [`Keys::live`] is replaced.
+    version: AtomicU64,
+}
+
+/// One shard's copy of the live regions, read on the data path with no lock.
+#[derive(Default)]
+pub(crate) struct Snapshot {
+    version: u64,
+    regions: Arc<Regions>,
+}
+
+impl Snapshot {
+    /// Takes `table`'s regions if they changed since this copy was taken (one atomic load
+    /// when they did not), and returns the view the engine reaches memory through.
+    pub(crate) fn view<'a>(&'a mut self, table: &'a MrTable) -> MrView<'a> {
+        self.renew(table);
+        MrView {
+            table,
+            regions: &self.regions,
+        }
+    }
+
+    /// Takes `table`'s regions if they changed since this copy was taken.
+    pub(crate) fn renew(&mut self, table: &MrTable) {
+        if table.version.load(Ordering::Acquire) != self.version {
+            let k = table.keys.read();
+            // The version moves only under the lock to write: under this read it matches
+            // `live`.
+            self.version = table.version.load(Ordering::Relaxed);
+            self.regions = k.live.clone();
+        }
+    }
+}
+
+/// The engine's way to memory ([`Memory`]): regions from a shard's [`Snapshot`], windows
+/// from the table under its lock.
+pub(crate) struct MrView<'a> {
+    table: &'a MrTable,
+    regions: &'a Regions,
 }
 
 impl fmt::Debug for MrTable {
@@ -373,7 +489,8 @@ impl MrTable {
         let mut k = self.keys.write();
         mr.lkey = k.fresh_key()?;
         let mr = Arc::new(mr);
-        k.live.insert(mr.lkey, mr.clone());
+        Arc::make_mut(&mut k.live).insert(mr.lkey, mr.clone());
+        self.published();
         Ok(mr)
     }
 
@@ -381,19 +498,21 @@ impl MrTable {
     /// keeps lkey and rkey, as rxe does); `None` if `key` is not live.
     pub(crate) fn replace(&self, key: u32, mut mr: MrInner) -> Option<Arc<MrInner>> {
         let mut k = self.keys.write();
-        if !k.live.contains_key(&key) {
+        if !k.live.contains(key) {
             return None;
         }
         mr.lkey = key;
         let mr = Arc::new(mr);
-        k.live.insert(key, mr.clone());
+        Arc::make_mut(&mut k.live).insert(key, mr.clone());
+        self.published();
         Some(mr)
     }
 
     /// Removes `key`; it is not handed out again for the next [`QUARANTINE`] deregistrations.
     pub(crate) fn remove(&self, key: u32) -> Option<Arc<MrInner>> {
         let mut k = self.keys.write();
-        let mr = k.live.remove(&key)?;
+        let mr = Arc::make_mut(&mut k.live).remove(key)?;
+        self.published();
         if k.freed.len() == QUARANTINE {
             if let Some(old) = k.freed.pop_front() {
                 k.freed_set.remove(&old);
@@ -402,6 +521,12 @@ impl MrTable {
         k.freed.push_back(key);
         k.freed_set.insert(key);
         Some(mr)
+    }
+
+    /// Tells the shards' snapshots that [`Keys::live`] was replaced (called under the lock
+    /// to write, after the change).
+    fn published(&self) {
+        self.version.fetch_add(1, Ordering::Release);
     }
 
     /// How many regions are registered.
@@ -432,12 +557,25 @@ impl MrTable {
         populate(mr.address_of(off), len as usize, write)
     }
 
+    /// The region of `key` in `pd` granting `need`, as a handle that keeps its descriptor
+    /// alive after the table's lock is released.
+    pub(crate) fn lookup(
+        &self,
+        pd: u32,
+        key: u32,
+        need: AccessFlags,
+    ) -> Result<Arc<MrInner>, MemError> {
+        self.keys.read().live.region(pd, key, need).cloned()
+    }
+}
+
+impl MrView<'_> {
     /// Runs `f` on the region a remote key reaches for `[addr, addr+len)` with `need`, and
     /// the region address `addr` names: the region of that rkey (the same address), or the one
     /// a bound window opens onto (checked against the window's range and rights; a zero-based
-    /// window's offset becomes the region address it stands for). One read of the table's
-    /// lock for the whole access, held while `f` copies: a deregistration (which takes the
-    /// lock to write) waits for the copy, and no handle is cloned per packet.
+    /// window's offset becomes the region address it stands for). A region's key is found in
+    /// the snapshot with no lock; only a key it does not hold (a window's, or none) takes the
+    /// table's lock, to read, held while `f` copies (an unbind waits for the copy).
     fn with_remote<R>(
         &self,
         pd: u32,
@@ -447,15 +585,18 @@ impl MrTable {
         need: AccessFlags,
         f: impl FnOnce(&MrInner, u64) -> Result<R, MemError>,
     ) -> Result<R, MemError> {
-        let k = self.keys.read();
-        if let Some((mr, at)) = k.through_window(pd, rkey, addr, len, need)? {
-            return f(mr, at);
+        if self.regions.contains(rkey) {
+            // No window has a live region's key: `fresh_key` and `bind_window` see to it.
+            return f(self.regions.region(pd, rkey, need)?, addr);
         }
-        f(k.region(pd, rkey, need)?, addr)
+        let k = self.table.keys.read();
+        match k.through_window(pd, rkey, addr, len, need)? {
+            Some((mr, at)) => f(mr, at),
+            None => Err(MemError::InvalidKey),
+        }
     }
 
-    /// Runs `f` on the region of `key` in `pd` granting `need`, under one read of the
-    /// table's lock (as [`MrTable::with_remote`]).
+    /// Runs `f` on the region of `key` in `pd` granting `need`.
     fn with_local<R>(
         &self,
         pd: u32,
@@ -463,36 +604,11 @@ impl MrTable {
         need: AccessFlags,
         f: impl FnOnce(&MrInner) -> Result<R, MemError>,
     ) -> Result<R, MemError> {
-        f(self.keys.read().region(pd, key, need)?)
-    }
-
-    /// The region of `key` in `pd` granting `need`, as a handle that keeps its descriptor
-    /// alive after the table's lock is released.
-    pub(crate) fn lookup(
-        &self,
-        pd: u32,
-        key: u32,
-        need: AccessFlags,
-    ) -> Result<Arc<MrInner>, MemError> {
-        self.keys.read().region(pd, key, need).cloned()
+        f(self.regions.region(pd, key, need)?)
     }
 }
 
-impl Keys {
-    /// The live region of `key` in `pd` granting `need`.
-    fn region(&self, pd: u32, key: u32, need: AccessFlags) -> Result<&Arc<MrInner>, MemError> {
-        let mr = self.live.get(&key).ok_or(MemError::InvalidKey)?;
-        if mr.pd != pd {
-            return Err(MemError::InvalidKey);
-        }
-        if !mr.access.contains(need) {
-            return Err(MemError::AccessDenied);
-        }
-        Ok(mr)
-    }
-}
-
-impl Memory for MrTable {
+impl Memory for MrView<'_> {
     fn read_local(&self, pd: u32, lkey: u32, addr: u64, buf: &mut [u8]) -> Result<(), MemError> {
         self.with_local(pd, lkey, AccessFlags::EMPTY, |mr| mr.copy_out(addr, buf))
     }
@@ -544,6 +660,76 @@ impl Memory for MrTable {
         self.with_remote(pd, rkey, addr, 8, AccessFlags::REMOTE_WRITE, |mr, at| {
             mr.store_word(at, value)
         })
+    }
+
+    fn bind_mw(&self, pd: u32, qpn: u32, bind: &ferroce_transport::MwBind) -> Result<(), MemError> {
+        self.table.bind_window(pd, qpn, bind)
+    }
+
+    fn invalidate(&self, pd: u32, qpn: u32, rkey: u32) -> Result<(), MemError> {
+        self.table.invalidate_window(pd, qpn, rkey)
+    }
+
+    fn bound_qp(&self, rkey: u32) -> Option<u32> {
+        self.table.window_qp(rkey)
+    }
+}
+
+/// The table as memory, through a snapshot taken for each access (tests: the runtime reads
+/// through its shards' snapshots).
+#[cfg(test)]
+impl Memory for MrTable {
+    fn read_local(&self, pd: u32, lkey: u32, addr: u64, buf: &mut [u8]) -> Result<(), MemError> {
+        Snapshot::default()
+            .view(self)
+            .read_local(pd, lkey, addr, buf)
+    }
+
+    fn write_local(&self, pd: u32, lkey: u32, addr: u64, data: &[u8]) -> Result<(), MemError> {
+        Snapshot::default()
+            .view(self)
+            .write_local(pd, lkey, addr, data)
+    }
+
+    fn check_region_key(&self, pd: u32, rkey: u32, access: AccessFlags) -> Result<(), MemError> {
+        Snapshot::default()
+            .view(self)
+            .check_region_key(pd, rkey, access)
+    }
+
+    fn check_remote(
+        &self,
+        pd: u32,
+        rkey: u32,
+        addr: u64,
+        len: u64,
+        access: AccessFlags,
+    ) -> Result<(), MemError> {
+        Snapshot::default()
+            .view(self)
+            .check_remote(pd, rkey, addr, len, access)
+    }
+
+    fn read_remote(&self, pd: u32, rkey: u32, addr: u64, buf: &mut [u8]) -> Result<(), MemError> {
+        Snapshot::default()
+            .view(self)
+            .read_remote(pd, rkey, addr, buf)
+    }
+
+    fn write_remote(&self, pd: u32, rkey: u32, addr: u64, data: &[u8]) -> Result<(), MemError> {
+        Snapshot::default()
+            .view(self)
+            .write_remote(pd, rkey, addr, data)
+    }
+
+    fn atomic(&self, pd: u32, rkey: u32, addr: u64, op: AtomicOp) -> Result<u64, MemError> {
+        Snapshot::default().view(self).atomic(pd, rkey, addr, op)
+    }
+
+    fn atomic_write(&self, pd: u32, rkey: u32, addr: u64, value: [u8; 8]) -> Result<(), MemError> {
+        Snapshot::default()
+            .view(self)
+            .atomic_write(pd, rkey, addr, value)
     }
 
     fn bind_mw(&self, pd: u32, qpn: u32, bind: &ferroce_transport::MwBind) -> Result<(), MemError> {
@@ -605,6 +791,60 @@ mod tests {
         assert!(t.remove(k).is_some());
         assert_eq!(t.read_local(1, k, a, &mut b), Err(MemError::InvalidKey));
         assert!(t.remove(k).is_none(), "a key is removed once");
+    }
+
+    /// A shard's snapshot takes a registration when it next runs (no renewal when nothing
+    /// changed), and once renewed after a deregistration it neither finds the key nor holds
+    /// the region.
+    #[test]
+    fn snapshots_take_changes_and_let_go_of_removed_regions() {
+        let t = MrTable::default();
+        let mut s = Snapshot::default();
+        let mut mem = vec![0u64; 4];
+        let mr = t
+            .register(foreign(&mut mem, AccessFlags::LOCAL_WRITE))
+            .unwrap();
+        let (a, k) = (mr.addr, mr.lkey);
+        assert_eq!(s.view(&t).write_local(1, k, a, &[5]), Ok(()));
+        let seen = Arc::clone(&s.regions);
+        s.renew(&t);
+        assert!(
+            Arc::ptr_eq(&seen, &s.regions),
+            "nothing changed, nothing taken"
+        );
+        drop(seen);
+        let held = Arc::downgrade(&mr);
+        drop(mr);
+        assert!(t.remove(k).is_some());
+        assert!(held.upgrade().is_some(), "the old snapshot still holds it");
+        s.renew(&t);
+        assert!(held.upgrade().is_none(), "no one holds a removed region");
+        let mut b = [0u8; 1];
+        assert_eq!(
+            s.view(&t).read_local(1, k, a, &mut b),
+            Err(MemError::InvalidKey)
+        );
+    }
+
+    /// A registration publishes new regions that share every bucket but the new key's with
+    /// the last publication (registering stays cheap with many regions).
+    #[test]
+    fn a_registration_copies_one_bucket() {
+        let t = MrTable::default();
+        let mut mem = vec![0u64; 1];
+        for _ in 0..100 {
+            t.register(foreign(&mut mem, AccessFlags::EMPTY)).unwrap();
+        }
+        let before = t.keys.read().live.clone();
+        let k = t
+            .register(foreign(&mut mem, AccessFlags::EMPTY))
+            .unwrap()
+            .lkey;
+        let after = t.keys.read().live.clone();
+        assert_eq!((before.len(), after.len()), (100, 101));
+        for (i, (x, y)) in before.buckets.iter().zip(&after.buckets).enumerate() {
+            assert_eq!(Arc::ptr_eq(x, y), i != Regions::bucket(k), "bucket {i}");
+        }
     }
 
     #[cfg(not(miri))]

@@ -108,7 +108,7 @@ impl MrTable {
             .ok_or(MemError::InvalidKey)?;
         if b.new_rkey >> 8 != index
             || (w.kind == MwType::Type2 && w.bound.is_some())
-            || (b.new_rkey != w.rkey && k.live.contains_key(&b.new_rkey))
+            || (b.new_rkey != w.rkey && k.live.contains(b.new_rkey))
         {
             return Err(MemError::InvalidKey);
         }
@@ -122,7 +122,7 @@ impl MrTable {
         } else {
             let mr = k
                 .live
-                .get(&b.mr_lkey)
+                .get(b.mr_lkey)
                 .filter(|m| m.pd == pd)
                 .cloned()
                 .ok_or(MemError::InvalidKey)?;

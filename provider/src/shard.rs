@@ -17,7 +17,7 @@ use ferroce_wire::Opcode;
 use crate::backend::Transmitter;
 use crate::driver::RuntimeCounters;
 use crate::host::qptable::QpRecord;
-use crate::mr::MrTable;
+use crate::mr::{MrTable, Snapshot};
 
 /// The longest a bare ACK waits in the send batch for the program's answer (a join pump): a
 /// peer's send completes at most this much later than it would with an ACK of its own. As
@@ -69,6 +69,9 @@ pub(crate) struct Shard {
     answer_due: Option<u64>,
     /// Receipts in a row the program answered within [`ANSWER_WITHIN`].
     answer_streak: u32,
+    /// The regions as this shard last saw them: the engine reaches memory through it with no
+    /// lock ([`crate::mr`]).
+    regions: Snapshot,
 }
 
 impl Shard {
@@ -81,7 +84,14 @@ impl Shard {
             acks_held: None,
             answer_due: None,
             answer_streak: 0,
+            regions: Snapshot::default(),
         }
+    }
+
+    /// Takes the device's current regions (`ibv_dereg_mr` and `ibv_rereg_mr` call this on every
+    /// shard, under its lock, before they return: no shard holds the old region after).
+    pub(crate) fn renew_regions(&mut self, mrs: &MrTable) {
+        self.regions.renew(mrs);
     }
 
     // ---- Verbs ----
@@ -134,7 +144,8 @@ impl Shard {
         mrs: &MrTable,
         now: Instant,
     ) -> Result<(), VerbError> {
-        self.engine.modify_qp(qpn, attr, mask, mrs, now)
+        self.engine
+            .modify_qp(qpn, attr, mask, &self.regions.view(mrs), now)
     }
 
     /// `ibv_query_qp`.
@@ -158,9 +169,10 @@ impl Shard {
         now: Instant,
     ) -> Result<(), (usize, VerbError)> {
         self.note_answer(now);
+        let mem = self.regions.view(mrs);
         for (index, wr) in wrs.iter().enumerate() {
             self.engine
-                .post_send(qpn, wr, mrs, now)
+                .post_send(qpn, wr, &mem, now)
                 .map_err(|e| (index, e))?;
         }
         Ok(())
@@ -174,7 +186,8 @@ impl Shard {
         mrs: &MrTable,
         now: Instant,
     ) -> Result<(), VerbError> {
-        self.engine.post_recv(qpn, wr.clone(), mrs, now)
+        self.engine
+            .post_recv(qpn, wr.clone(), &self.regions.view(mrs), now)
     }
 
     /// `ibv_create_srq`: its number.
@@ -289,7 +302,7 @@ impl Shard {
         let dg = Datagram::new(from, local_ip, bytes)
             .with_ident(ident)
             .with_ecn(ecn);
-        self.engine.receive(now, dg, mrs);
+        self.engine.receive(now, dg, &self.regions.view(mrs));
     }
 
     /// One datagram received on multicast group `group`'s socket.
@@ -301,14 +314,17 @@ impl Shard {
         bytes: &[u8],
         mrs: &MrTable,
     ) {
-        self.engine
-            .receive(now, Datagram::new(from, group, bytes), mrs);
+        self.engine.receive(
+            now,
+            Datagram::new(from, group, bytes),
+            &self.regions.view(mrs),
+        );
     }
 
     /// Runs the engine's timers that are due at `now`.
     pub(crate) fn fire_timers(&mut self, now: Instant, mrs: &MrTable) {
         if self.engine.poll_timeout().is_some_and(|t| t <= now) {
-            self.engine.handle_timeout(now, mrs);
+            self.engine.handle_timeout(now, &self.regions.view(mrs));
         }
     }
 
@@ -332,9 +348,10 @@ impl Shard {
             more: false,
         };
         let mut left = budget;
+        let mem = self.regions.view(mrs);
         while left > 0 {
             left -= 1;
-            match self.engine.poll_transmit(now, self.tx.buffer(), mrs) {
+            match self.engine.poll_transmit(now, self.tx.buffer(), &mem) {
                 Ok(Some(t)) => {
                     let op = self.tx.buffer()[0];
                     b.only_acks &=
