@@ -671,6 +671,10 @@ impl Memory for MrView<'_> {
     }
 
     fn bound_qp(&self, rkey: u32) -> Option<u32> {
+        // A region's key is no window's (as in `with_remote`): only another key takes the lock.
+        if self.regions.contains(rkey) {
+            return None;
+        }
         self.table.window_qp(rkey)
     }
 }

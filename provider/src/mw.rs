@@ -340,3 +340,47 @@ impl QueuePair {
         Ok(new)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mr::Snapshot;
+    use ferroce_transport::Memory;
+
+    /// Through a shard's view: a type 2 window answers only the QP it is bound to and reaches
+    /// its region (looked up under the table's lock); the region's own key, found in the
+    /// snapshot with no lock, is bound to no QP.
+    #[test]
+    fn a_type_2_window_is_found_beside_the_snapshot() {
+        let t = MrTable::default();
+        let mut mem = vec![0u64; 8];
+        let access = AccessFlags::LOCAL_WRITE | AccessFlags::MW_BIND | AccessFlags::REMOTE_WRITE;
+        // SAFETY: `mem` is 8-aligned and outlives every use in this test.
+        let mr = unsafe { MrInner::foreign(1, mem.as_mut_ptr().cast(), 64, access) };
+        let mr = t.register(mr).unwrap();
+        let mw = t.alloc_window(1, MwType::Type2).unwrap();
+        let rkey = inc_rkey(mw);
+        let bind = MwBind {
+            mw_rkey: mw,
+            new_rkey: rkey,
+            mr_lkey: mr.lkey,
+            addr: mr.addr + 8,
+            length: 16,
+            access: AccessFlags::REMOTE_WRITE,
+        };
+        let mut s = Snapshot::default();
+        let v = s.view(&t);
+        assert_eq!(v.bind_mw(1, 7, &bind), Ok(()));
+        assert_eq!(v.bound_qp(rkey), Some(7));
+        assert_eq!(v.bound_qp(mr.lkey), None);
+        assert_eq!(v.write_remote(1, rkey, mr.addr + 8, &[9; 16]), Ok(()));
+        assert_eq!(
+            v.write_remote(1, rkey, mr.addr, &[9]),
+            Err(MemError::OutOfBounds)
+        );
+        assert_eq!(v.write_remote(1, mr.lkey, mr.addr, &[3]), Ok(()));
+        let mut b = [0u8; 9];
+        assert_eq!(v.read_local(1, mr.lkey, mr.addr, &mut b), Ok(()));
+        assert_eq!(b, [3, 0, 0, 0, 0, 0, 0, 0, 9]);
+    }
+}
