@@ -1182,7 +1182,7 @@ impl Shared {
     fn receive_once(&self, r: &ShardRt, rx: &mut dyn Receiver) -> usize {
         let local_ip: IpAddr = self.local.ip();
         // The system call runs before the engine lock is taken: verbs calls need not wait.
-        let n = rx.receive();
+        let n = rx.receive(self.now());
         self.process(r, rx, n, local_ip, Flush::Now)
     }
 
@@ -1207,8 +1207,8 @@ impl Shared {
 
     /// As [`Shared::receive_once`] for a program's poll of an empty CQ: a poll that finds
     /// nothing takes no lock (timers are the progress thread's, which sleeps until the next).
-    fn receive_inline(&self, r: &ShardRt, rx: &mut dyn Receiver) -> usize {
-        let n = rx.receive();
+    fn receive_inline(&self, r: &ShardRt, rx: &mut dyn Receiver, now: Instant) -> usize {
+        let n = rx.receive(now);
         if n == 0 {
             return 0;
         }
@@ -1254,15 +1254,15 @@ impl Shared {
             static BUSY: RefCell<IdleStreak> =
                 const { RefCell::new(IdleStreak::new(BUSY_POLLS_PER_YIELD)) };
         }
-        let now = self.now().as_nanos();
+        let now = self.now();
         let (mut got, mut polled) = (0, false);
         for r in self.shards_in(shards) {
             // Whether or not it gets the receive path now, a poller is here: the progress
             // thread leaves the socket to it.
-            r.last_inline.store(now, Ordering::Relaxed);
+            r.last_inline.store(now.as_nanos(), Ordering::Relaxed);
             if let Some(mut rx) = r.rx.try_lock() {
                 polled = true;
-                got += self.receive_inline(r, &mut **rx);
+                got += self.receive_inline(r, &mut **rx, now);
             }
         }
         if polled {
@@ -1340,7 +1340,7 @@ impl Shared {
                 let mut rx = r.rx.lock();
                 let batch = rx.batch();
                 for _ in 0..64 {
-                    let n = rx.receive();
+                    let n = rx.receive(self.now());
                     if n == 0 {
                         break;
                     }

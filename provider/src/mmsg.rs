@@ -186,14 +186,17 @@ impl RecvBatch {
             h.msg_hdr.msg_flags = 0;
             h.msg_len = 0;
         }
+        // The system call itself, not glibc's wrapper: the wrapper makes it a cancellation
+        // point (two calls into the thread library per receive) and Rust never cancels threads.
         // SAFETY: `hdrs` holds `n` headers whose name, iovec and control pointers point into the heap buffers of `self.addrs`, `self.iovs`, `self.bufs` and `self.ctrl` (set up in `new`, never reallocated), all alive and unaliased for the call.
         let r = unsafe {
-            libc::recvmmsg(
+            libc::syscall(
+                libc::SYS_recvmmsg,
                 fd,
                 self.hdrs.as_mut_ptr(),
-                n as u32,
+                n as libc::c_uint,
                 libc::MSG_DONTWAIT,
-                std::ptr::null_mut(),
+                std::ptr::null_mut::<libc::timespec>(),
             )
         };
         if r < 0 {
@@ -539,13 +542,15 @@ impl SendBatch {
             let mut sent = 0;
             let mut again = None;
             while sent < msgs {
+                // As in `recv`: the system call, not the cancellation point.
                 // SAFETY: `hdrs[sent..]` are valid headers pointing at `addrs`, `iovs`, `ctrl` and `self.bufs`, which outlive the call.
                 let r = unsafe {
-                    libc::sendmmsg(
+                    libc::syscall(
+                        libc::SYS_sendmmsg,
                         fd,
                         self.hdrs.as_mut_ptr().add(sent),
-                        (msgs - sent) as u32,
-                        0,
+                        (msgs - sent) as libc::c_uint,
+                        0 as libc::c_int,
                     )
                 };
                 self.counts.0 += 1;

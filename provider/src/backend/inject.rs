@@ -93,8 +93,8 @@ impl<R: Receiver> FaultyReceiver<R> {
 }
 
 impl<R: Receiver> Receiver for FaultyReceiver<R> {
-    fn receive(&mut self) -> usize {
-        self.inner.receive()
+    fn receive(&mut self, now: ferroce_transport::Instant) -> usize {
+        self.inner.receive(now)
     }
 
     fn deliver(&mut self, deliver: Deliver<'_>) {

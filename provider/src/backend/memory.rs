@@ -124,7 +124,7 @@ pub(crate) struct MemoryReceiver {
 }
 
 impl Receiver for MemoryReceiver {
-    fn receive(&mut self) -> usize {
+    fn receive(&mut self, _now: ferroce_transport::Instant) -> usize {
         let mut q = self.inbox.queue.lock();
         let n = q.len().min(BATCH);
         self.taken.clear();

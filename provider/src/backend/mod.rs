@@ -39,8 +39,9 @@ pub(crate) type Deliver<'a> = &'a mut dyn FnMut(SocketAddr, &[u8], u16, Ecn);
 /// The receiving half of a backend. One thread at a time uses it (the driver's receive lock).
 pub(crate) trait Receiver: Send {
     /// Takes what is waiting, at most one batch, without blocking; returns how many datagrams
-    /// were taken from the network. Called without the engine lock.
-    fn receive(&mut self) -> usize;
+    /// were taken from the network. `now` is engine time, read by the caller (for a receiver's
+    /// periodic work: it reads no clock of its own). Called without the engine lock.
+    fn receive(&mut self, now: ferroce_transport::Instant) -> usize;
     /// Hands each datagram of the last [`Receiver::receive`] (source, UDP payload, the IPv4 ID
     /// a ferroce sender gave it: its index in a coalesced train, else 0, and the ECN field of
     /// its IP header) to `deliver`, in arrival order. Called with the engine lock held.
@@ -75,8 +76,8 @@ impl<T: Transmitter + ?Sized> Transmitter for Box<T> {
 }
 
 impl<R: Receiver + ?Sized> Receiver for Box<R> {
-    fn receive(&mut self) -> usize {
-        (**self).receive()
+    fn receive(&mut self, now: ferroce_transport::Instant) -> usize {
+        (**self).receive(now)
     }
     fn deliver(&mut self, deliver: Deliver<'_>) {
         (**self).deliver(deliver);

@@ -105,8 +105,8 @@ impl<R: Receiver> RecordingReceiver<R> {
 }
 
 impl<R: Receiver> Receiver for RecordingReceiver<R> {
-    fn receive(&mut self) -> usize {
-        self.inner.receive()
+    fn receive(&mut self, now: ferroce_transport::Instant) -> usize {
+        self.inner.receive(now)
     }
 
     fn deliver(&mut self, deliver: Deliver<'_>) {

@@ -142,7 +142,7 @@ pub(crate) struct UdpReceiver {
 }
 
 impl Receiver for UdpReceiver {
-    fn receive(&mut self) -> usize {
+    fn receive(&mut self, _now: ferroce_transport::Instant) -> usize {
         let n = match self.batch.recv(self.socket.as_raw_fd()) {
             Ok(n) => n,
             Err(e) => {

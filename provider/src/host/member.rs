@@ -6,7 +6,7 @@
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ferroce_transport::Ecn;
 
@@ -37,7 +37,7 @@ pub(crate) struct MemberReceiver<R> {
     fwd_batch: RecvBatch,
     fwd_received: usize,
     /// When the forwarding socket was last read.
-    fwd_read_at: Instant,
+    fwd_read_at: u64,
     stats: Arc<DatapathStats>,
 }
 
@@ -61,17 +61,17 @@ impl<R: Receiver> MemberReceiver<R> {
             fwd,
             fwd_batch: RecvBatch::new(FWD_BATCH, MAX_PACKET),
             fwd_received: 0,
-            fwd_read_at: Instant::now(),
+            fwd_read_at: 0,
             stats: stats.clone(),
         }
     }
 }
 
 impl<R: Receiver> Receiver for MemberReceiver<R> {
-    fn receive(&mut self) -> usize {
-        let n = self.inner.receive();
-        let now = Instant::now();
-        if now.duration_since(self.fwd_read_at) >= FWD_PERIOD {
+    fn receive(&mut self, now: ferroce_transport::Instant) -> usize {
+        let n = self.inner.receive(now);
+        let now = now.as_nanos();
+        if now.saturating_sub(self.fwd_read_at) >= FWD_PERIOD.as_nanos() as u64 {
             self.fwd_read_at = now;
             self.fwd_received = self.fwd_batch.recv(self.fwd.as_raw_fd()).unwrap_or(0);
             DatapathStats::add(&self.stats.recv_calls, 1);
