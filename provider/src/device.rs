@@ -227,8 +227,9 @@ impl Device {
     /// published them (every 200 ms while it runs), read from the address's registry without
     /// opening the device: what `rdma res show qp` lists for a kernel device, and for a QP that
     /// failed, its first error and why ([`crate::transport::QpError`]). Each process lists at
-    /// most 31 QPs, its failed ones first; [`ProcessQps::total`] says how many it has. Empty if
-    /// no process uses the device.
+    /// most 31 QPs per shard (each shard publishes in its own slot; they are merged here), its
+    /// failed ones first; [`ProcessQps::total`] says how many it has. Empty if no process uses
+    /// the device.
     ///
     /// # Errors
     /// [`Error::Io`] if the registry belongs to another user or cannot be read.
@@ -422,7 +423,7 @@ pub struct ProcessQps {
     pub pid: u32,
     /// Its slot on the address (bits 23:16 of its QP numbers).
     pub slot: u8,
-    /// How many QPs it has (QP1 aside); `qps` lists at most 31 of them.
+    /// How many QPs it has (QP1 aside); `qps` lists at most 31 of them per shard.
     pub total: u32,
     /// Its QPs, the failed ones first, then by QP number.
     pub qps: Vec<LiveQp>,
