@@ -25,6 +25,13 @@ const IBV_ACCESS_ON_DEMAND: c_uint = 1 << 6;
 const IBV_ACCESS_HUGETLB: c_uint = 1 << 7;
 const ACCESS_OPTIONAL_RANGE: c_uint = 0x3ff << 20;
 
+/// What `ibv_reg_mr`, `ibv_reg_mr_iova` and `ibv_reg_mr_iova2` share: checks the access bits
+/// and the range (`NULL, SIZE_MAX` with `IBV_ACCESS_ON_DEMAND` is implicit on-demand paging)
+/// and registers the region, or returns NULL with `errno` set.
+///
+/// # Safety
+/// `pd` is NULL or a PD of this library the program has not deallocated; `addr..addr+length`
+/// keeps verbs' `ibv_reg_mr` contract (readable and writable until `ibv_dereg_mr` returns).
 unsafe fn reg(
     pd: *mut ibv_pd,
     addr: *mut c_void,

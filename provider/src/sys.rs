@@ -114,18 +114,18 @@ pub(crate) fn sockaddr_from(sa: &libc::sockaddr_storage) -> Option<SocketAddr> {
 pub(crate) fn sockaddr_into(addr: SocketAddr, out: &mut libc::sockaddr_storage) -> libc::socklen_t {
     match addr {
         SocketAddr::V4(a) => {
-            // SAFETY: sockaddr_storage is large and aligned enough for a sockaddr_in.
-            let s: &mut libc::sockaddr_in =
-                unsafe { &mut *(out as *mut libc::sockaddr_storage).cast() };
+            let p = (out as *mut libc::sockaddr_storage).cast::<libc::sockaddr_in>();
+            // SAFETY: `p` is `out`, a live exclusive sockaddr_storage, large and aligned enough for a sockaddr_in.
+            let s = unsafe { &mut *p };
             s.sin_family = libc::AF_INET as libc::sa_family_t;
             s.sin_port = a.port().to_be();
             s.sin_addr.s_addr = u32::from(*a.ip()).to_be();
             size_of::<libc::sockaddr_in>() as libc::socklen_t
         }
         SocketAddr::V6(a) => {
-            // SAFETY: sockaddr_storage is large and aligned enough for a sockaddr_in6.
-            let s: &mut libc::sockaddr_in6 =
-                unsafe { &mut *(out as *mut libc::sockaddr_storage).cast() };
+            let p = (out as *mut libc::sockaddr_storage).cast::<libc::sockaddr_in6>();
+            // SAFETY: `p` is `out`, a live exclusive sockaddr_storage, large and aligned enough for a sockaddr_in6.
+            let s = unsafe { &mut *p };
             s.sin6_family = libc::AF_INET6 as libc::sa_family_t;
             s.sin6_port = a.port().to_be();
             s.sin6_addr.s6_addr = a.ip().octets();

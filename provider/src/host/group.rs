@@ -306,16 +306,13 @@ impl Registry {
         // SAFETY: a NUL-terminated path and plain flags.
         let null = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
         if null >= 0 {
-            // SAFETY: `fd` is this registry's own descriptor and `null` one just opened; dup3
-            // atomically makes `fd` refer to /dev/null, dropping its reference to the file.
+            // SAFETY: `fd` is this registry's own descriptor and `null` one just opened, both valid for the calls; dup3 atomically makes `fd` refer to /dev/null, dropping its reference to the file.
             unsafe {
                 libc::dup3(null, fd, libc::O_CLOEXEC);
                 libc::close(null);
             }
         }
-        // SAFETY: the range is exactly this registry's own mapping (address and length from
-        // `map`); MAP_FIXED replaces it in place, so every pointer into it stays valid and
-        // reads zeroes, and the mapping's reference to the file goes.
+        // SAFETY: the range is exactly this registry's own mapping (address and length from `map`); MAP_FIXED replaces it in place, so every pointer into it stays valid and reads zeroes, and the mapping's reference to the file goes.
         unsafe {
             libc::mmap(
                 self.map.as_mut_ptr().cast(),
@@ -827,20 +824,16 @@ mod tests {
         let observer = Registry::open(local).unwrap();
         // `go`: parent → child (EOF ends the child); `ready`: child → parent, once it let go.
         let (mut go, mut ready) = ([0; 2], [0; 2]);
-        // SAFETY: two-int arrays for pipe(2).
-        assert_eq!(
-            unsafe { libc::pipe(go.as_mut_ptr()) + libc::pipe(ready.as_mut_ptr()) },
-            0
-        );
-        // SAFETY: the child only calls async-signal-safe functions (open, dup3, close, write,
-        // read, _exit) before it exits.
+        // SAFETY: `go` and `ready` are two-int arrays, what pipe(2) writes its descriptors into.
+        let piped = unsafe { libc::pipe(go.as_mut_ptr()) + libc::pipe(ready.as_mut_ptr()) };
+        assert_eq!(piped, 0);
+        // SAFETY: the child only calls async-signal-safe functions (open, dup3, close, write, read, _exit) before it exits.
         let pid = unsafe { libc::fork() };
         assert!(pid >= 0);
         if pid == 0 {
             a.close_inherited();
             let mut byte = 0u8;
-            // SAFETY: one byte to and from locals; then leaving without running anything of
-            // the parent's.
+            // SAFETY: the pipes' descriptors are the child's own copies; one byte to and from locals, then leaving without running anything of the parent's.
             unsafe {
                 libc::close(go[1]);
                 libc::write(ready[1], (&raw const byte).cast(), 1);
