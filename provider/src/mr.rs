@@ -679,76 +679,6 @@ impl Memory for MrView<'_> {
     }
 }
 
-/// The table as memory, through a snapshot taken for each access (tests: the runtime reads
-/// through its shards' snapshots).
-#[cfg(test)]
-impl Memory for MrTable {
-    fn read_local(&self, pd: u32, lkey: u32, addr: u64, buf: &mut [u8]) -> Result<(), MemError> {
-        Snapshot::default()
-            .view(self)
-            .read_local(pd, lkey, addr, buf)
-    }
-
-    fn write_local(&self, pd: u32, lkey: u32, addr: u64, data: &[u8]) -> Result<(), MemError> {
-        Snapshot::default()
-            .view(self)
-            .write_local(pd, lkey, addr, data)
-    }
-
-    fn check_region_key(&self, pd: u32, rkey: u32, access: AccessFlags) -> Result<(), MemError> {
-        Snapshot::default()
-            .view(self)
-            .check_region_key(pd, rkey, access)
-    }
-
-    fn check_remote(
-        &self,
-        pd: u32,
-        rkey: u32,
-        addr: u64,
-        len: u64,
-        access: AccessFlags,
-    ) -> Result<(), MemError> {
-        Snapshot::default()
-            .view(self)
-            .check_remote(pd, rkey, addr, len, access)
-    }
-
-    fn read_remote(&self, pd: u32, rkey: u32, addr: u64, buf: &mut [u8]) -> Result<(), MemError> {
-        Snapshot::default()
-            .view(self)
-            .read_remote(pd, rkey, addr, buf)
-    }
-
-    fn write_remote(&self, pd: u32, rkey: u32, addr: u64, data: &[u8]) -> Result<(), MemError> {
-        Snapshot::default()
-            .view(self)
-            .write_remote(pd, rkey, addr, data)
-    }
-
-    fn atomic(&self, pd: u32, rkey: u32, addr: u64, op: AtomicOp) -> Result<u64, MemError> {
-        Snapshot::default().view(self).atomic(pd, rkey, addr, op)
-    }
-
-    fn atomic_write(&self, pd: u32, rkey: u32, addr: u64, value: [u8; 8]) -> Result<(), MemError> {
-        Snapshot::default()
-            .view(self)
-            .atomic_write(pd, rkey, addr, value)
-    }
-
-    fn bind_mw(&self, pd: u32, qpn: u32, bind: &ferroce_transport::MwBind) -> Result<(), MemError> {
-        self.bind_window(pd, qpn, bind)
-    }
-
-    fn invalidate(&self, pd: u32, qpn: u32, rkey: u32) -> Result<(), MemError> {
-        self.invalidate_window(pd, qpn, rkey)
-    }
-
-    fn bound_qp(&self, rkey: u32) -> Option<u32> {
-        self.window_qp(rkey)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -763,6 +693,7 @@ mod tests {
     #[test]
     fn table_checks_keys_pd_bounds_access() {
         let t = MrTable::default();
+        let mut s = Snapshot::default();
         let mut mem = vec![0u64; 13];
         let mr = t
             .register(foreign(
@@ -771,29 +702,43 @@ mod tests {
             ))
             .unwrap();
         let (a, k) = (mr.addr, mr.lkey);
-        assert_eq!(t.write_local(1, k, a + 10, &[1, 2, 3]), Ok(()));
+        assert_eq!(s.view(&t).write_local(1, k, a + 10, &[1, 2, 3]), Ok(()));
         let mut b = [0u8; 3];
-        assert_eq!(t.read_local(1, k, a + 10, &mut b), Ok(()));
+        assert_eq!(s.view(&t).read_local(1, k, a + 10, &mut b), Ok(()));
         assert_eq!(b, [1, 2, 3]);
-        assert_eq!(t.read_local(2, k, a, &mut b), Err(MemError::InvalidKey));
         assert_eq!(
-            t.read_local(1, k, a + 102, &mut b),
+            s.view(&t).read_local(2, k, a, &mut b),
+            Err(MemError::InvalidKey)
+        );
+        assert_eq!(
+            s.view(&t).read_local(1, k, a + 102, &mut b),
             Err(MemError::OutOfBounds)
         );
-        assert_eq!(t.read_remote(1, k, a, &mut b), Err(MemError::AccessDenied));
-        assert_eq!(t.atomic(1, k, a + 16, AtomicOp::FetchAdd { add: 2 }), Ok(0));
+        assert_eq!(
+            s.view(&t).read_remote(1, k, a, &mut b),
+            Err(MemError::AccessDenied)
+        );
+        assert_eq!(
+            s.view(&t)
+                .atomic(1, k, a + 16, AtomicOp::FetchAdd { add: 2 }),
+            Ok(0)
+        );
         let cas = AtomicOp::CompareSwap {
             compare: 2,
             swap: 9,
         };
-        assert_eq!(t.atomic(1, k, a + 16, cas), Ok(2));
+        assert_eq!(s.view(&t).atomic(1, k, a + 16, cas), Ok(2));
         assert_eq!(mr.load_word(a + 16), Ok(9));
         assert_eq!(
-            t.atomic(1, k, a + 12, AtomicOp::FetchAdd { add: 2 }),
+            s.view(&t)
+                .atomic(1, k, a + 12, AtomicOp::FetchAdd { add: 2 }),
             Err(MemError::Misaligned)
         );
         assert!(t.remove(k).is_some());
-        assert_eq!(t.read_local(1, k, a, &mut b), Err(MemError::InvalidKey));
+        assert_eq!(
+            s.view(&t).read_local(1, k, a, &mut b),
+            Err(MemError::InvalidKey)
+        );
         assert!(t.remove(k).is_none(), "a key is removed once");
     }
 
@@ -949,6 +894,7 @@ mod tests {
     #[test]
     fn a_million_guessed_rkeys_find_nothing() {
         let t = MrTable::default();
+        let mut s = Snapshot::default();
         let mut mem = vec![0u64; 512];
         let mr = t
             .register(foreign(
@@ -960,7 +906,8 @@ mod tests {
         let mut hits = 0;
         for _ in 0..1_000_000 {
             let guess = src.next().unwrap();
-            if t.check_remote(1, guess, mr.addr, 8, AccessFlags::REMOTE_WRITE)
+            if s.view(&t)
+                .check_remote(1, guess, mr.addr, 8, AccessFlags::REMOTE_WRITE)
                 .is_ok()
             {
                 hits += 1;
