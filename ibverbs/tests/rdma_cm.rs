@@ -565,14 +565,22 @@ fn librspreload_runs_iperf3() {
         let (cok, cout) = finish(run(&args), LIMIT);
         let (sok, sout) = finish(srv, LIMIT);
         drop(guard);
-        let ends = cout
+        // The client's summary: what the sender sent and the receiver got, in MBytes. iperf3
+        // stops at the first whole block past `-n`, so a short write (an rsocket's send queue
+        // full) can make it 64.1: both ends must show the same amount, at least 64.0.
+        let ends: Vec<f64> = cout
             .lines()
-            .filter(|l| {
-                l.contains("64.0 MBytes") && (l.contains("sender") || l.contains("receiver"))
+            .filter(|l| l.contains("sender") || l.contains("receiver"))
+            .filter_map(|l| {
+                let mut w = l.split_whitespace();
+                w.position(|x| x == "sec")?;
+                let n = w.next()?.parse().ok()?;
+                (w.next()? == "MBytes").then_some(n)
             })
-            .count();
+            .collect();
+        let moved = ends.len() == 2 && ends[0] == ends[1] && ends[0] >= 64.0;
         assert!(
-            cok && sok && ends == 2 && !cout.contains("error") && !sout.contains("error"),
+            cok && sok && moved && !cout.contains("error") && !sout.contains("error"),
             "iperf3 reverse {reverse}: client ok {cok}, server ok {sok}\n--- server\n{sout}\n--- client\n{cout}"
         );
     }
