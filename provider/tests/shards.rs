@@ -4,21 +4,19 @@
 
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
+mod common;
+
 use std::time::Duration;
+
+use common::{CtxSide, connect_sides, ctx_side, ok};
 
 use ferroce::transport::SrqAttr;
 use ferroce::{
-    AccessFlags, CompletionQueue, Context, Device, MemoryRegion, OpenOptions, QpType, QueuePair,
-    RecvWr, SendWr, WcOpcode, WcStatus,
+    AccessFlags, Context, Device, OpenOptions, QpType, QueuePair, RecvWr, SendWr, WcOpcode,
+    WcStatus,
 };
 
 const T: Duration = Duration::from_secs(10);
-
-struct Side {
-    cq: CompletionQueue,
-    qp: QueuePair,
-    mr: MemoryRegion,
-}
 
 fn open(addr: &str, shards: usize) -> Context {
     Device::find(addr)
@@ -30,29 +28,9 @@ fn open(addr: &str, shards: usize) -> Context {
         .unwrap()
 }
 
-fn side(ctx: &Context) -> Side {
-    let pd = ctx.alloc_pd();
-    let cq = ctx.create_cq(64, None).unwrap();
-    let qp = pd.qp(QpType::Rc, &cq).max_send_wr(16).build().unwrap();
-    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
-    let mr = pd.reg_mr(1 << 16, access).unwrap();
-    Side { cq, qp, mr }
-}
-
-fn connect(x: &Side, y: &Side) {
-    x.qp.connect(1, &y.qp.endpoint(2)).unwrap();
-    y.qp.connect(2, &x.qp.endpoint(1)).unwrap();
-}
-
-fn ok(cq: &CompletionQueue) -> ferroce::WorkCompletion {
-    let wc = cq.wait(T).expect("a completion");
-    assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
-    wc
-}
-
 /// SEND, WRITE and READ from `x` to `y`, 8 KiB each (two packets at the default MTU), data
 /// checked.
-fn traffic(x: &Side, y: &Side, salt: u8) {
+fn traffic(x: &CtxSide, y: &CtxSide, salt: u8) {
     let data: Vec<u8> = (0..8192u32).map(|i| (i as u8) ^ salt).collect();
     let mut got = vec![0u8; data.len()];
     x.mr.write(0, &data).unwrap();
@@ -100,8 +78,8 @@ fn rc_qps_spread_over_shards_and_each_shard_takes_its_own_packets() {
         slots[0] < slots[1],
         "the first shard has the lowest slot: {slots:?}"
     );
-    let sides: Vec<Side> = (0..4).map(|_| side(&ctx)).collect();
-    let slot_of = |s: &Side| (s.qp.qp_num() >> 16) as u8;
+    let sides: Vec<CtxSide> = (0..4).map(|_| ctx_side(&ctx)).collect();
+    let slot_of = |s: &CtxSide| (s.qp.qp_num() >> 16) as u8;
     let on: Vec<u8> = sides.iter().map(slot_of).collect();
     assert_eq!(
         on.iter().filter(|&&s| s == slots[0]).count(),
@@ -110,9 +88,9 @@ fn rc_qps_spread_over_shards_and_each_shard_takes_its_own_packets() {
     );
     assert_eq!(on.iter().filter(|&&s| s == slots[1]).count(), 2, "{on:?}");
     // Pair each QP with one on the other shard.
-    let (a, b): (Vec<&Side>, Vec<&Side>) = sides.iter().partition(|s| slot_of(s) == slots[0]);
+    let (a, b): (Vec<&CtxSide>, Vec<&CtxSide>) = sides.iter().partition(|s| slot_of(s) == slots[0]);
     for (i, (x, y)) in a.iter().zip(&b).enumerate() {
-        connect(x, y);
+        connect_sides(x, y);
         traffic(x, y, i as u8);
         traffic(y, x, 0x80 | i as u8);
     }

@@ -4,51 +4,22 @@
 
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
+mod common;
+
 use std::time::Duration;
 
+use common::{CtxSide, connect_sides, ctx_side, ok};
+
 use ferroce::{
-    AccessFlags, AsyncEventRecord, CompletionQueue, Context, Device, Error, MemoryRegion, QpType,
-    QueuePair, RecvWr, SendWr, WcOpcode, WcStatus,
+    AccessFlags, AsyncEventRecord, Context, Device, Error, QpType, RecvWr, SendWr, WcOpcode,
+    WcStatus,
 };
 
 const T: Duration = Duration::from_secs(10);
 const ADDR: &str = "127.91.0.1";
 
-struct Side {
-    cq: CompletionQueue,
-    qp: QueuePair,
-    mr: MemoryRegion,
-}
-
-fn side(ctx: &Context) -> Side {
-    let pd = ctx.alloc_pd();
-    let cq = ctx.create_cq(64, None).unwrap();
-    let qp = pd.qp(QpType::Rc, &cq).max_send_wr(16).build().unwrap();
-    let mr = pd
-        .reg_mr(
-            1 << 16,
-            AccessFlags::LOCAL_WRITE
-                | AccessFlags::REMOTE_WRITE
-                | AccessFlags::REMOTE_READ
-                | AccessFlags::REMOTE_ATOMIC,
-        )
-        .unwrap();
-    Side { cq, qp, mr }
-}
-
-fn connect(x: &Side, y: &Side) {
-    x.qp.connect(1, &y.qp.endpoint(2)).unwrap();
-    y.qp.connect(2, &x.qp.endpoint(1)).unwrap();
-}
-
-fn ok(cq: &CompletionQueue) -> ferroce::WorkCompletion {
-    let wc = cq.wait(T).expect("a completion");
-    assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
-    wc
-}
-
 /// Every operation from `x` to `y` (two contexts of the same device), data checked.
-fn every_operation(x: &Side, y: &Side, salt: u8) {
+fn every_operation(x: &CtxSide, y: &CtxSide, salt: u8) {
     let data: Vec<u8> = (0..4096u32).map(|i| (i as u8) ^ salt).collect();
     x.mr.write(0, &data).unwrap();
     let remote = y.mr.remote();
@@ -113,14 +84,14 @@ fn two_contexts_of_one_device_talk_both_ways_and_outlive_each_other() {
     let (ca, cb) = (dev.open().unwrap(), dev.open().unwrap());
     assert!(ca.same_device(&cb));
     assert_eq!(ca.local_addr(), cb.local_addr());
-    let (a, b) = (side(&ca), side(&cb));
-    connect(&a, &b);
+    let (a, b) = (ctx_side(&ca), ctx_side(&cb));
+    connect_sides(&a, &b);
     every_operation(&a, &b, 0x11);
     every_operation(&b, &a, 0x22);
 
     // Async events reach the context that owns the QP: COMM_EST of a QP that gets a packet
     // in RTR, here a fresh pair in ctx B receiving from ctx A.
-    let (a2, b2) = (side(&ca), side(&cb));
+    let (a2, b2) = (ctx_side(&ca), ctx_side(&cb));
     a2.qp.connect(5, &b2.qp.endpoint(6)).unwrap();
     // B's QP only to RTR: the first packet raises COMM_EST there.
     {
@@ -190,9 +161,9 @@ fn two_contexts_of_one_device_talk_both_ways_and_outlive_each_other() {
     // Closing context A (every handle of it) leaves B working with a third context.
     drop((a, a2, ch_a, ca, mr_b));
     let cc = dev.open().unwrap();
-    let c = side(&cc);
-    let b3 = side(&cb);
-    connect(&b3, &c);
+    let c = ctx_side(&cc);
+    let b3 = ctx_side(&cb);
+    connect_sides(&b3, &c);
     every_operation(&b3, &c, 0x33);
     every_operation(&c, &b3, 0x44);
 }
@@ -217,9 +188,9 @@ fn the_device_is_released_when_its_last_context_goes() {
     assert!(free, "the device's socket outlived its last context");
     // And it opens again.
     let c3 = dev.open().unwrap();
-    let s = side(&c3);
-    let t = side(&c3);
-    connect(&s, &t);
+    let s = ctx_side(&c3);
+    let t = ctx_side(&c3);
+    connect_sides(&s, &t);
     every_operation(&s, &t, 0x55);
 }
 
@@ -229,8 +200,8 @@ fn the_device_is_released_when_its_last_context_goes() {
 fn a_member_reads_its_own_live_counters() {
     let a = Device::find("127.91.3.1").unwrap().open().unwrap();
     let b = Device::find("127.91.3.1").unwrap().open().unwrap();
-    let (x, y) = (side(&a), side(&b));
-    connect(&x, &y);
+    let (x, y) = (ctx_side(&a), ctx_side(&b));
+    connect_sides(&x, &y);
     let me = std::process::id();
     let sent = |ctx: &Context| {
         let deadline = std::time::Instant::now() + T;

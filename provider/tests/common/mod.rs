@@ -106,3 +106,32 @@ pub fn pattern(len: usize, salt: u8) -> Vec<u8> {
         .map(|i| (i as u32).wrapping_mul(2_654_435_761).to_be_bytes()[0] ^ salt)
         .collect()
 }
+
+/// One RC QP of a context, its CQ and a 64 KiB region open to every access: the tests of one
+/// device's contexts and shards, where both ends share an address.
+pub struct CtxSide {
+    pub cq: CompletionQueue,
+    pub qp: QueuePair,
+    pub mr: MemoryRegion,
+}
+
+pub fn ctx_side(ctx: &Context) -> CtxSide {
+    let pd = ctx.alloc_pd();
+    let cq = ctx.create_cq(64, None).unwrap();
+    let qp = pd.qp(QpType::Rc, &cq).max_send_wr(16).build().unwrap();
+    let mr = pd.reg_mr(1 << 16, ALL).unwrap();
+    CtxSide { cq, qp, mr }
+}
+
+/// Connects two [`CtxSide`]s' QPs (PSNs 1 and 2).
+pub fn connect_sides(x: &CtxSide, y: &CtxSide) {
+    x.qp.connect(1, &y.qp.endpoint(2)).unwrap();
+    y.qp.connect(2, &x.qp.endpoint(1)).unwrap();
+}
+
+/// The next completion of `cq` within 10 s, which must be a success.
+pub fn ok(cq: &CompletionQueue) -> WorkCompletion {
+    let wc = cq.wait(Duration::from_secs(10)).expect("a completion");
+    assert_eq!(wc.status, ferroce::transport::WcStatus::Success, "{wc:?}");
+    wc
+}
