@@ -224,3 +224,41 @@ fn lo_icrc(
         dst.port(),
     )
 }
+
+/// A train of 120 WRITEs arrives as one coalesced read; its sender asks for an ACK from the
+/// 64th unacknowledged PSN on, and the receiver answers that one before it has placed the rest
+/// (a pump within the batch), then the end: two ACKs, so the sender's next train can leave
+/// while this one is still being placed.
+#[test]
+fn a_long_train_is_acknowledged_at_half_the_window_before_its_end() {
+    let (x, y) = pair(
+        [127, 0, 86, 1],
+        [127, 0, 86, 2],
+        QpType::Rc,
+        Mtu::Mtu4096,
+        1 << 16,
+    );
+    let n = 120u64;
+    let wrs: Vec<_> = (0..n)
+        .map(|i| {
+            let off = i as usize * 8;
+            wr(&x, &y, i, WrOpcode::RdmaWrite, off, 8, off)
+        })
+        .collect();
+    let (sent, acks) = {
+        let c = x.ctx.counters().1;
+        (c.trains, c.udp_rcvd)
+    };
+    // One post list: nothing in flight, so one pump builds all of it, one train.
+    x.qp.post_send_batch(&wrs).unwrap();
+    let wcs = wait(&x.cq, n as usize, T);
+    assert_eq!(wcs.len(), n as usize);
+    assert!(wcs.iter().all(|w| w.status == WcStatus::Success));
+    let c = x.ctx.counters().1;
+    assert_eq!(c.trains - sent, 1, "the list left as one train");
+    assert_eq!(
+        c.udp_rcvd - acks,
+        2,
+        "one ACK at half the window, one at the end"
+    );
+}
