@@ -7,6 +7,8 @@
 //! send, corruption on receive (where the ICRC catches it).
 
 use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Probabilities of each fault, per packet, per direction.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
@@ -24,8 +26,9 @@ pub struct FaultConfig {
     pub ce: f64,
     /// Seed of the fault generator (default: from the clock).
     pub seed: Option<u64>,
-    /// The first received packet with this BTH opcode is dropped, once (`droprx=0x10`: a
-    /// READ's first RDMA READ Response Only): one loss exactly where a test wants it.
+    /// The first received packet with this BTH opcode is dropped, once per device, whatever
+    /// shard receives it (`droprx=0x10`: a READ's first RDMA READ Response Only): one loss
+    /// exactly where a test wants it.
     pub drop_rx_opcode: Option<u8>,
 }
 
@@ -108,16 +111,18 @@ pub(crate) fn seed_from_clock() -> u64 {
 pub(crate) struct Faults {
     cfg: FaultConfig,
     state: u64,
-    /// Whether the packet `drop_rx_opcode` names has been dropped.
-    dropped_rx: bool,
+    /// Whether the packet `drop_rx_opcode` names has been dropped: one flag for all the
+    /// shards of a device, so that `droprx` drops one packet, as with one shard.
+    dropped_rx: Arc<AtomicBool>,
 }
 
 impl Faults {
-    pub(crate) fn new(cfg: FaultConfig, seed: u64) -> Faults {
+    /// An injector drawing from `seed`; `dropped_rx` is the device's `droprx` flag.
+    pub(crate) fn new(cfg: FaultConfig, seed: u64, dropped_rx: Arc<AtomicBool>) -> Faults {
         Faults {
             cfg,
             state: seed | 1,
-            dropped_rx: false,
+            dropped_rx,
         }
     }
 
@@ -142,11 +147,9 @@ impl Faults {
 
     /// Whether this received packet (a UDP payload, BTH first) is the one `droprx` drops.
     pub(crate) fn drop_rx(&mut self, packet: &[u8]) -> bool {
-        let hit = !self.dropped_rx
-            && self.cfg.drop_rx_opcode.is_some()
-            && packet.first().copied() == self.cfg.drop_rx_opcode;
-        self.dropped_rx |= hit;
-        hit
+        self.cfg.drop_rx_opcode.is_some()
+            && packet.first().copied() == self.cfg.drop_rx_opcode
+            && !self.dropped_rx.swap(true, Ordering::Relaxed)
     }
 
     pub(crate) fn duplicate(&mut self) -> bool {
@@ -204,10 +207,28 @@ mod tests {
 
     #[test]
     fn droprx_drops_the_first_packet_of_its_opcode_once() {
-        let mut f = Faults::new(FaultConfig::parse("droprx=0x10").unwrap(), 1);
+        let mut f = Faults::new(
+            FaultConfig::parse("droprx=0x10").unwrap(),
+            1,
+            Arc::default(),
+        );
         let packets: [&[u8]; 5] = [&[0x11, 0], &[0x10, 1], &[0x10, 2], &[], &[0x10]];
         let seen: Vec<bool> = packets.iter().map(|p| f.drop_rx(p)).collect();
         assert_eq!(seen, vec![false, true, false, false, false]);
+    }
+
+    #[test]
+    fn droprx_drops_once_per_device_not_once_per_shard() {
+        // Two shards' receivers share the device's flag: the second shard's first packet of
+        // the opcode passes (dropping it too was a second loss no test asked for: a FLUSH
+        // response that kernel rxe never sends again).
+        let cfg = FaultConfig::parse("droprx=0x10").unwrap();
+        let once = Arc::new(AtomicBool::new(false));
+        let mut a = Faults::new(cfg, 1, once.clone());
+        let mut b = Faults::new(cfg, 2, once);
+        assert!(a.drop_rx(&[0x10]));
+        assert!(!b.drop_rx(&[0x10]));
+        assert!(!a.drop_rx(&[0x10]));
     }
 
     #[test]
@@ -218,6 +239,7 @@ mod tests {
                 ..FaultConfig::default()
             },
             3,
+            Arc::default(),
         );
         // Two sockets each dropping 1 − √0.9 lose 10 % end to end.
         let lost = (0..100_000).filter(|_| f.lose() || f.lose()).count();

@@ -380,12 +380,18 @@ matrix() { # MTU TAG [ENV...]
   cap_start "$pcap"
   nsexec env FERROCE_RXE_PEER=$G:18600 FERROCE_RXE_LOCAL=10.77.0.1 FERROCE_RXE_MTU=$mtu FERROCE_RXE_TAG="$tag" "$@" \
     timeout 900 "$MATRIX_BIN" --ignored --exact rxe_peer_matrix --nocapture >"$OUT/matrix.$$.txt" 2>&1
+  local mrc=$?
   while read -r verdict rest; do
     n=$((n+1))
     if [ "$verdict" = PASS ]; then result "$rest" 1 ""; else bad=1; result "${rest%%:*}" 0 "(${rest#*: }; capture: $pcap)"; fi
   done < <(grep -E '^(PASS|FAIL) ' "$OUT/matrix.$$.txt")
   [ $n -gt 0 ] || bad=1
   [ $n -gt 0 ] || result "operation matrix vs rdma_peer mtu=$mtu $tag" 0 "(no result: $(tail -n 3 "$OUT/matrix.$$.txt" | tr '\n' ' '))"
+  # A matrix that stopped before its end (a panic, the timeout) fails here, whatever passed
+  # before: the scenarios after the point it stopped did not run.
+  if [ $n -gt 0 ] && ! grep -q '^MATRIX END ' "$OUT/matrix.$$.txt"; then
+    bad=1; result "operation matrix vs rdma_peer mtu=$mtu $tag ran to its end" 0 "(rc=$mrc after $n scenarios: $(grep -v '^\[' "$OUT/matrix.$$.txt" | tail -n 3 | tr '\n' ' '))"
+  fi
   cap_stop
   # Every RoCE packet of the whole matrix, rxe's and ferroce's, must decode with a right ICRC.
   local pc; pc=$("$FERROCE" pcap --strict "$pcap" 2>&1 | tail -n 1)
@@ -396,7 +402,8 @@ matrix() { # MTU TAG [ENV...]
   fi
   if [ $bad = 0 ]; then rm -f "$pcap" "$pcap.log"; else "$FERROCE" pcap "$pcap" > "${pcap%.pcap}.txt" 2>&1; fi
   gwait 1 "$pid" 30 >/dev/null
-  rm -f "$OUT/matrix.$$.txt"
+  # The matrix's own output (with FERROCE_LOG, the engine's reasons) stays beside a kept capture.
+  if [ $bad = 0 ]; then rm -f "$OUT/matrix.$$.txt"; else mv "$OUT/matrix.$$.txt" "${pcap%.pcap}.out"; fi
 }
 
 # ferroce fuzz against kernel rxe: rdma_peer in the guest is the agent (a fresh QP and a 64 KiB

@@ -71,11 +71,23 @@ impl Endpoint {
         } = dg;
         if !self.icrc_ok(src, dst, datagram, ident) {
             self.counters.icrc_errors += 1;
+            log::debug!(
+                "{} bytes from {src} dropped: the ICRC is wrong for IPv4 ID 0, {ident} and any \
+                 ID this peer's numbering allows (damaged, or not RoCEv2)",
+                datagram.len()
+            );
             return;
         }
-        let Ok(pkt) = PacketRepr::parse(datagram) else {
-            self.counters.malformed += 1;
-            return;
+        let pkt = match PacketRepr::parse(datagram) {
+            Ok(pkt) => pkt,
+            Err(e) => {
+                self.counters.malformed += 1;
+                log::debug!(
+                    "{} bytes from {src} dropped: malformed: {e}",
+                    datagram.len()
+                );
+                return;
+            }
         };
         // P_Key: only the default partition exists (low 15 bits all ones; rxe checks the same).
         if pkt.bth.pkey & 0x7FFF != 0x7FFF {
