@@ -403,7 +403,11 @@ fn fuzz(a: FuzzArgs) -> ExitCode {
 }
 
 fn main() -> ExitCode {
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
+    // FERROCE_LOG, as for the libraries (RUST_LOG too, for those used to it); warnings by default.
+    let filter = std::env::var("FERROCE_LOG")
+        .or_else(|_| std::env::var("RUST_LOG"))
+        .unwrap_or_else(|_| "warn".to_owned());
+    env_logger::Builder::new().parse_filters(&filter).init();
     let cli = Cli::parse();
     let out = &mut io::stdout();
     let r = match cli.command {
