@@ -316,10 +316,18 @@ int main(int argc, char **argv) {
 		} else if (!strncmp(line, "WC", 2)) {
 			struct ibv_wc wc;
 			int got = 0;
-			for (int i = 0; i < 1200000 && !got; i++) {
+			/* 120 s by the clock: an emulated guest's usleep(100) takes far longer than
+			 * 100 us, and a count of sleeps outlasted the matrix's own timeout. */
+			struct timespec t0, t;
+			clock_gettime(CLOCK_MONOTONIC, &t0);
+			for (;;) {
 				got = ibv_poll_cq(cq, 1, &wc);
-				if (!got)
-					usleep(100);
+				if (got)
+					break;
+				clock_gettime(CLOCK_MONOTONIC, &t);
+				if (t.tv_sec - t0.tv_sec >= 120)
+					break;
+				usleep(100);
 			}
 			if (got == 1)
 				fprintf(out, "WC %llu %d %d %u %u %u %u\n", (unsigned long long)wc.wr_id, wc.status, wc.opcode, wc.byte_len,
