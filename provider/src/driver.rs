@@ -41,14 +41,6 @@ use crate::sys::{self, EventFd};
 /// not hold the engine while a retry request waits behind it).
 const PUMP_BUDGET: usize = 128;
 
-/// Datagrams a receive hands to the engine before it pumps once within the batch (a `recvmmsg`
-/// of GRO trains brings hundreds): a long train's ACK at half the window (its sender asks from
-/// 64 unacknowledged PSNs on, half of rxe's 128) leaves while the rest of the batch is placed,
-/// so the sender's next train is on its way meanwhile instead of one train in flight at a time
-/// (one 64 KiB WRITE stream +6 %). Once per batch, not every 64: with both cores busy (two
-/// QPs, a thousand) each further ACK's system call costs more than it frees.
-const PUMP_WITHIN_BATCH: usize = 64;
-
 /// How long after a program's last inline poll the progress thread leaves the socket to it.
 /// It sleeps until the window ends and looks again: a program that polls its CQ once and then
 /// spins on memory (perftest's ib_write_lat) has its datagrams taken by this thread at most
@@ -1241,14 +1233,8 @@ impl Shared {
     ) -> usize {
         let mut sh = r.shard.lock();
         let now = self.now();
-        let mut seen = 0usize;
         rx.deliver(&mut |from, bytes, ident, ecn| {
-            sh.receive(now, from, local_ip, bytes, ident, ecn, &self.mrs);
-            seen += 1;
-            if seen == PUMP_WITHIN_BATCH {
-                // The ACKs of what came so far leave now, while the rest is placed.
-                self.pump(r, &mut sh, now, Flush::Now);
-            }
+            sh.receive(now, from, local_ip, bytes, ident, ecn, &self.mrs)
         });
         sh.fire_timers(now, &self.mrs);
         // Always drain: a timer may have failed a QP (completions, no packets).
