@@ -3,6 +3,7 @@
 #   lab_down         powers the guests off, kills what is left, deletes the namespace (also on EXIT)
 #   gexec K 'cmd' [timeout] / gspawn K 'cmd' / gwait K ID [timeout]    run commands in guest K
 #   nsexec cmd...    a host command inside the namespace (ferroce runs here, on 10.77.0.1)
+#   gstate K FILE    what guest K's rxe, its programs and its NIC are doing (a stalled scenario)
 #   cap_start FILE / cap_stop                                          dumpcap on br0
 # Everything lives in the namespace; nothing touches the root namespace's network.
 # The image build.sh made for $FERROCE_LAB_SUITE (bookworm: kernel 6.1; trixie: 6.12).
@@ -91,6 +92,26 @@ gwait() { # K ID [TIMEOUT]; 124 when the job did not end in time, 125 when the g
 }
 gexec() { local id; id=$(gspawn "$1" "$2"); gwait "$1" "$id" "${3:-120}"; }
 nsexec() { ip netns exec "$NS" "$@"; }
+# A scenario that stalls leaves its guest as it was: where each RDMA program waits (in the
+# kernel or not, and on what), rxe's QPs as the kernel sees them (sq-psn is the requester's next
+# PSN), rxe's counters, the NIC's queue and drops, the softirqs run over one second (a CPU that
+# spins in rxe's tasks shows there), and the kernel's stacks (sysrq w and l, from dmesg).
+gstate() { # K FILE
+  local k=$1 file=$2
+  gexec "$k" 'for p in $(pidof rdma_peer ib_write_bw ib_send_lat ib_send_bw rping); do
+      echo "== $(cat /proc/$p/comm) $p: $(grep ^State /proc/$p/status) wchan=$(cat /proc/$p/wchan) syscall=$(cat /proc/$p/syscall)"
+      cat /proc/$p/stack
+    done
+    echo "== rdma res show qp"; rdma res show qp
+    echo "== rdma statistic show"; rdma statistic show
+    echo "== tc -s qdisc show dev eth0"; tc -s qdisc show dev eth0
+    echo "== ip -s link show eth0"; ip -s link show eth0
+    echo "== /proc/softirqs, then one second later"; grep -E "NET_TX|NET_RX|TASKLET|TIMER" /proc/softirqs
+    sleep 1; grep -E "NET_TX|NET_RX|TASKLET|TIMER" /proc/softirqs
+    echo "== top"; top -b -n 1 | head -n 12
+    echo w > /proc/sysrq-trigger; echo l > /proc/sysrq-trigger
+    echo "== dmesg (sysrq w, l)"; dmesg | tail -n 120' 60 > "$file" 2>&1
+}
 cap_start() { # FILE
   CAPFILE=$1
   # dumpcap itself (tshark's capture child, installed with it), so that the process stopped

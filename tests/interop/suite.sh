@@ -391,6 +391,8 @@ matrix() { # MTU TAG [ENV...]
   # before: the scenarios after the point it stopped did not run.
   if [ $n -gt 0 ] && ! grep -q '^MATRIX END ' "$OUT/matrix.$$.txt"; then
     bad=1; result "operation matrix vs rdma_peer mtu=$mtu $tag ran to its end" 0 "(rc=$mrc after $n scenarios: $(grep -v '^\[' "$OUT/matrix.$$.txt" | tail -n 3 | tr '\n' ' '))"
+    # rdma_peer is still where the stall left it: what the guest was doing, beside the capture.
+    gstate 1 "${pcap%.pcap}.guest.txt"; echo "[lab] the guest's state at the stop: ${pcap%.pcap}.guest.txt" >&2
   fi
   cap_stop
   # Every RoCE packet of the whole matrix, rxe's and ferroce's, must decode with a right ICRC.
