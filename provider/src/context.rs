@@ -278,6 +278,7 @@ impl Context {
             ecn,
             memory: opts.memory.unwrap_or(false),
             shards: opts.shards.unwrap_or_else(shards_from_env),
+            dropped_rx: Arc::default(),
         })?;
         log::debug!(
             "opened {} on {local} (active MTU {})",

@@ -401,18 +401,17 @@ pub(crate) struct RuntimeConfig {
     /// Shards (engines, sockets, progress threads) to run; 1 on the in-memory backend and
     /// with a capture.
     pub(crate) shards: usize,
+    /// `FERROCE_FAULTS`' `droprx` flag: one packet dropped per device, whichever shard
+    /// receives it (every shard's receiver shares it).
+    pub(crate) dropped_rx: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl ShardRt {
     /// Opens shard `index`'s backend (a socket joining the address's group, with a slot of
     /// its own) and its engine.
-    fn open(
-        cfg: &RuntimeConfig,
-        index: usize,
-        dropped_rx: &Arc<std::sync::atomic::AtomicBool>,
-    ) -> crate::Result<ShardRt> {
+    fn open(cfg: &RuntimeConfig, index: usize) -> crate::Result<ShardRt> {
         let stats = Arc::new(DatapathStats::default());
-        let (tx, rx, membership) = backend::open(cfg, index, &stats, dropped_rx)?;
+        let (tx, rx, membership) = backend::open(cfg, index, &stats)?;
         let mut engine = cfg.engine;
         // This shard's QPNs carry its slot: the group steers them to its socket.
         if let Some(m) = &membership {
@@ -486,13 +485,11 @@ impl Shared {
             cfg.shards.clamp(1, MAX_SHARDS)
         };
         let mut shards = Vec::with_capacity(n);
-        // FERROCE_FAULTS' droprx drops one packet per device, whichever shard receives it.
-        let dropped_rx = Arc::default();
-        shards.push(ShardRt::open(&cfg, 0, &dropped_rx)?);
+        shards.push(ShardRt::open(&cfg, 0)?);
         for index in 1..n {
             // A shard beyond the first that cannot open (the address's slots are all taken,
             // say) leaves the device with fewer shards, not without the device.
-            match ShardRt::open(&cfg, index, &dropped_rx) {
+            match ShardRt::open(&cfg, index) {
                 Ok(r) => shards.push(r),
                 Err(e) => {
                     log::info!(

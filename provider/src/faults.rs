@@ -111,18 +111,27 @@ pub(crate) fn seed_from_clock() -> u64 {
 pub(crate) struct Faults {
     cfg: FaultConfig,
     state: u64,
-    /// Whether the packet `drop_rx_opcode` names has been dropped: one flag for all the
-    /// shards of a device, so that `droprx` drops one packet, as with one shard.
-    dropped_rx: Arc<AtomicBool>,
+    /// A receiver's: whether the packet `drop_rx_opcode` names has been dropped, one flag
+    /// for all the shards of a device, so that `droprx` drops one packet, as with one shard.
+    /// A transmitter has none (it never drops by opcode).
+    dropped_rx: Option<Arc<AtomicBool>>,
 }
 
 impl Faults {
-    /// An injector drawing from `seed`; `dropped_rx` is the device's `droprx` flag.
-    pub(crate) fn new(cfg: FaultConfig, seed: u64, dropped_rx: Arc<AtomicBool>) -> Faults {
+    /// A transmitter's injector drawing from `seed`.
+    pub(crate) fn new(cfg: FaultConfig, seed: u64) -> Faults {
         Faults {
             cfg,
             state: seed | 1,
-            dropped_rx,
+            dropped_rx: None,
+        }
+    }
+
+    /// A receiver's injector drawing from `seed`; `dropped_rx` is the device's `droprx` flag.
+    pub(crate) fn receiving(cfg: FaultConfig, seed: u64, dropped_rx: Arc<AtomicBool>) -> Faults {
+        Faults {
+            dropped_rx: Some(dropped_rx),
+            ..Faults::new(cfg, seed)
         }
     }
 
@@ -149,7 +158,10 @@ impl Faults {
     pub(crate) fn drop_rx(&mut self, packet: &[u8]) -> bool {
         self.cfg.drop_rx_opcode.is_some()
             && packet.first().copied() == self.cfg.drop_rx_opcode
-            && !self.dropped_rx.swap(true, Ordering::Relaxed)
+            && self
+                .dropped_rx
+                .as_ref()
+                .is_some_and(|once| !once.swap(true, Ordering::Relaxed))
     }
 
     pub(crate) fn duplicate(&mut self) -> bool {
@@ -207,7 +219,7 @@ mod tests {
 
     #[test]
     fn droprx_drops_the_first_packet_of_its_opcode_once() {
-        let mut f = Faults::new(
+        let mut f = Faults::receiving(
             FaultConfig::parse("droprx=0x10").unwrap(),
             1,
             Arc::default(),
@@ -224,11 +236,13 @@ mod tests {
         // response that kernel rxe never sends again).
         let cfg = FaultConfig::parse("droprx=0x10").unwrap();
         let once = Arc::new(AtomicBool::new(false));
-        let mut a = Faults::new(cfg, 1, once.clone());
-        let mut b = Faults::new(cfg, 2, once);
+        let mut a = Faults::receiving(cfg, 1, once.clone());
+        let mut b = Faults::receiving(cfg, 2, once);
         assert!(a.drop_rx(&[0x10]));
         assert!(!b.drop_rx(&[0x10]));
         assert!(!a.drop_rx(&[0x10]));
+        // A transmitter's injector never drops by opcode.
+        assert!(!Faults::new(cfg, 3).drop_rx(&[0x10]));
     }
 
     #[test]
@@ -239,7 +253,6 @@ mod tests {
                 ..FaultConfig::default()
             },
             3,
-            Arc::default(),
         );
         // Two sockets each dropping 1 − √0.9 lose 10 % end to end.
         let lost = (0..100_000).filter(|_| f.lose() || f.lose()).count();

@@ -148,8 +148,7 @@ pub(crate) type Opened = (
 /// Opens the backend a device's runtime is configured for: the UDP socket (or the in-memory
 /// network of [`memory`]), with pcap recording and fault injection around it when asked. Sent datagrams are recorded before
 /// faults strike (a lost one is in the recording, as a sender's capture would show it),
-/// received ones as they arrived, before injected loss or corruption. `dropped_rx` is the
-/// device's `droprx` flag, shared by its shards.
+/// received ones as they arrived, before injected loss or corruption.
 ///
 /// # Errors
 /// As [`udp::open`], or [`crate::Error::Io`] if the recording cannot be created.
@@ -157,7 +156,6 @@ pub(crate) fn open(
     cfg: &crate::driver::RuntimeConfig,
     shard: usize,
     stats: &std::sync::Arc<DatapathStats>,
-    dropped_rx: &std::sync::Arc<std::sync::atomic::AtomicBool>,
 ) -> crate::Result<Opened> {
     let (tx, rx, membership): (Box<dyn Transmitter>, Box<dyn Receiver>, _) = if cfg.memory {
         let (tx, rx) = memory::open(cfg.local, stats)?;
@@ -175,8 +173,12 @@ pub(crate) fn open(
             ^ (shard as u64).wrapping_mul(0xD1B5_4A32_D192_ED03);
         // The two directions draw from different streams of the same seed.
         (
-            crate::faults::Faults::new(f, seed, dropped_rx.clone()),
-            crate::faults::Faults::new(f, seed ^ 0x9E37_79B9_7F4A_7C15, dropped_rx.clone()),
+            crate::faults::Faults::new(f, seed),
+            crate::faults::Faults::receiving(
+                f,
+                seed ^ 0x9E37_79B9_7F4A_7C15,
+                cfg.dropped_rx.clone(),
+            ),
         )
     });
     let tx: Box<dyn Transmitter> = match (&writer, faults.as_ref().map(|f| f.0.clone())) {
@@ -239,7 +241,7 @@ mod tests {
     }
 
     fn faults(cfg: FaultConfig) -> Faults {
-        Faults::new(cfg, 11, Arc::default())
+        Faults::new(cfg, 11)
     }
 
     #[test]

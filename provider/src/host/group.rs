@@ -890,6 +890,7 @@ mod tests {
             ecn: true,
             memory: false,
             shards: 3,
+            dropped_rx: Default::default(),
         };
         let (shared, threads) = crate::driver::Shared::start(cfg).unwrap();
         assert_eq!(shared.shard_counters().len(), 1, "shards opened");
