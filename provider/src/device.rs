@@ -27,21 +27,71 @@ pub struct Device {
 /// # Errors
 /// The `getifaddrs` failure.
 pub fn devices() -> Result<Vec<Device>> {
-    let mut addrs = sys::interface_addrs()?;
-    addrs.retain(|a| {
-        a.up && !matches!(a.addr, IpAddr::V6(v) if (v.segments()[0] & 0xffc0) == 0xfe80)
-    });
-    addrs.sort_by_key(|a| (a.loopback, a.addr.is_ipv6()));
-    Ok(addrs
-        .into_iter()
-        .enumerate()
-        .map(|(i, a)| Device {
-            name: format!("ferroce{i}"),
-            ip_mtu: interface_mtu(&a.ifname),
-            addr: a.addr,
-            ifname: a.ifname,
+    Ok(Interfaces::read()?.devices)
+}
+
+/// One reading of the host's interfaces (one `getifaddrs`, one MTU read per interface): what
+/// [`devices`], [`Device::for_addr`] and [`device_list`] decide from. rdma_cm asks for the
+/// device list several times per `rdma_bind_addr`, and a reading per question made a bind
+/// take about 0.4 ms (ten netlink dumps), long enough for perftest's client to send its REQ
+/// before the server's re-listen (perftest 4.5's rdma_cm mode, which does not retry).
+struct Interfaces {
+    addrs: Vec<sys::IfAddr>,
+    devices: Vec<Device>,
+}
+
+impl Interfaces {
+    fn read() -> Result<Interfaces> {
+        let addrs = sys::interface_addrs()?;
+        let mut usable: Vec<&sys::IfAddr> = addrs
+            .iter()
+            .filter(|a| {
+                a.up && !matches!(a.addr, IpAddr::V6(v) if (v.segments()[0] & 0xffc0) == 0xfe80)
+            })
+            .collect();
+        usable.sort_by_key(|a| (a.loopback, a.addr.is_ipv6()));
+        let mut mtus: Vec<(&str, u32)> = Vec::new();
+        let mut devices = Vec::with_capacity(usable.len());
+        for (i, a) in usable.into_iter().enumerate() {
+            let ip_mtu = match mtus.iter().find(|(n, _)| *n == a.ifname) {
+                Some(&(_, m)) => m,
+                None => {
+                    let m = interface_mtu(&a.ifname);
+                    mtus.push((&a.ifname, m));
+                    m
+                }
+            };
+            devices.push(Device {
+                name: format!("ferroce{i}"),
+                ip_mtu,
+                addr: a.addr,
+                ifname: a.ifname.clone(),
+            });
+        }
+        Ok(Interfaces { addrs, devices })
+    }
+
+    /// [`Device::for_addr`] over this reading.
+    fn device_for(&self, addr: IpAddr) -> Result<Device> {
+        let hit = self.addrs.iter().find(|a| a.addr == addr).or_else(|| {
+            self.addrs
+                .iter()
+                .find(|a| a.loopback && same_subnet(a.addr, addr, a.prefix))
+        });
+        let a = hit.ok_or_else(|| Error::NoDevice(addr.to_string()))?;
+        let index = self.devices.iter().position(|d| d.addr == addr);
+        let ip_mtu = self
+            .devices
+            .iter()
+            .find(|d| d.ifname == a.ifname)
+            .map_or_else(|| interface_mtu(&a.ifname), |d| d.ip_mtu);
+        Ok(Device {
+            name: index.map_or_else(|| format!("ferroce-{addr}"), |i| format!("ferroce{i}")),
+            addr,
+            ifname: a.ifname.clone(),
+            ip_mtu,
         })
-        .collect())
+    }
 }
 
 /// The devices verbs lists (`ibv_get_device_list`), named `ferroce0`, `ferroce1`, ... in this
@@ -49,6 +99,7 @@ pub fn devices() -> Result<Vec<Device>> {
 /// address of the host, else 127.0.0.1. An address of `FERROCE_DEVICES` that no interface
 /// carries is listed anyway (opening it fails with [`Error::NoDevice`]) and logged.
 pub fn device_list() -> Vec<Device> {
+    let interfaces = Interfaces::read();
     let addrs: Vec<IpAddr> = match std::env::var("FERROCE_DEVICES") {
         Ok(list) => list
             .split(',')
@@ -63,9 +114,11 @@ pub fn device_list() -> Vec<Device> {
             })
             .collect(),
         Err(_) => {
-            let mut v: Vec<IpAddr> = devices()
+            let mut v: Vec<IpAddr> = interfaces
+                .as_ref()
+                .map(|i| i.devices.as_slice())
                 .unwrap_or_default()
-                .into_iter()
+                .iter()
                 .map(|d| d.addr)
                 .filter(|a| !a.is_loopback())
                 .collect();
@@ -79,7 +132,11 @@ pub fn device_list() -> Vec<Device> {
         .into_iter()
         .enumerate()
         .map(|(i, addr)| {
-            let mut d = Device::for_addr(addr).unwrap_or_else(|e| {
+            let found = match &interfaces {
+                Ok(i) => i.device_for(addr),
+                Err(e) => Err(Error::NoDevice(format!("{addr}: {e}"))),
+            };
+            let mut d = found.unwrap_or_else(|e| {
                 log::warn!("FERROCE_DEVICES: {addr}: {e}; listed, but it cannot be opened");
                 Device {
                     name: String::new(),
@@ -108,20 +165,7 @@ impl Device {
     /// # Errors
     /// [`Error::NoDevice`] if no interface carries that address or subnet.
     pub fn for_addr(addr: IpAddr) -> Result<Device> {
-        let ifaddrs = sys::interface_addrs()?;
-        let hit = ifaddrs.iter().find(|a| a.addr == addr).or_else(|| {
-            ifaddrs
-                .iter()
-                .find(|a| a.loopback && same_subnet(a.addr, addr, a.prefix))
-        });
-        let a = hit.ok_or_else(|| Error::NoDevice(addr.to_string()))?;
-        let index = devices()?.iter().position(|d| d.addr == addr);
-        Ok(Device {
-            name: index.map_or_else(|| format!("ferroce-{addr}"), |i| format!("ferroce{i}")),
-            addr,
-            ifname: a.ifname.clone(),
-            ip_mtu: interface_mtu(&a.ifname),
-        })
+        Interfaces::read()?.device_for(addr)
     }
 
     /// Finds a device by name (`ferroce0`) or address (`127.0.0.2`, `10.77.0.1`).
@@ -373,6 +417,31 @@ mod tests {
             Err(Error::NoDevice(_))
         ));
         assert!(Device::find("ferroce0").is_ok());
+    }
+
+    #[test]
+    fn one_reading_answers_as_a_reading_per_question() {
+        // The device list, and each device looked up by its address, agree with a fresh
+        // reading for every question (the names, interfaces and MTUs of [`devices`]).
+        let listed = devices().unwrap();
+        assert!(!listed.is_empty());
+        for (i, d) in listed.iter().enumerate() {
+            assert_eq!(d.name, format!("ferroce{i}"));
+            assert_eq!(&Device::for_addr(d.addr).unwrap(), d);
+            assert_eq!(d.ip_mtu, interface_mtu(&d.ifname));
+        }
+        // Loopback last, and an address of the loopback subnet no interface carries is lo's,
+        // unnamed in the list.
+        assert!(listed.last().unwrap().addr.is_loopback());
+        let other = Device::for_addr("127.0.0.77".parse().unwrap()).unwrap();
+        assert_eq!(
+            (other.name.as_str(), other.ifname.as_str()),
+            ("ferroce-127.0.0.77", "lo")
+        );
+        for d in device_list() {
+            let l = listed.iter().find(|l| l.addr == d.addr).unwrap();
+            assert_eq!((&d.ifname, d.ip_mtu), (&l.ifname, l.ip_mtu));
+        }
     }
 
     #[test]
