@@ -177,25 +177,30 @@ pub struct OpenOptions {
     pub flush_icrc: Option<ferroce_transport::FlushIcrc>,
     /// Shards of the device: engines, each with a socket of its own in the address's group,
     /// a QPN slot and a progress thread; RC and UC QPs without an SRQ are spread over them,
-    /// everything else is on the first (default: `FERROCE_SHARDS`, a number or `auto` for
-    /// the cores this process may run on, else 1; at most 8; one with a capture or the
-    /// in-memory backend). Each shard takes one of the address's 255 slots.
+    /// everything else is on the first. Each shard takes one of the address's 255 slots.
+    /// Default: `FERROCE_SHARDS`, a number, or unset or `auto` for one per core this process
+    /// may run on (its CPU affinity) as long as the address is not crowded: a process whose
+    /// first slot is above 64 runs one. At most 8; one with a capture or the in-memory
+    /// backend.
     pub shards: Option<usize>,
 }
 
-/// `FERROCE_SHARDS`: a number, or `auto` for the cores this process may run on (its CPU
-/// affinity); 1 if unset or unreadable (said at debug).
-fn shards_from_env() -> usize {
-    let Ok(v) = std::env::var("FERROCE_SHARDS") else {
-        return 1;
-    };
-    if v == "auto" {
-        return std::thread::available_parallelism().map_or(1, usize::from);
+/// `FERROCE_SHARDS`: (shards, whether they were chosen for the process rather than asked
+/// for). A number is taken as asked; unset, `auto` or anything else (said at debug) is one
+/// per core this process may run on (its CPU affinity).
+fn shards_from_env() -> (usize, bool) {
+    let cores = || std::thread::available_parallelism().map_or(1, usize::from);
+    match std::env::var("FERROCE_SHARDS") {
+        Err(_) => (cores(), true),
+        Ok(v) if v == "auto" => (cores(), true),
+        Ok(v) => match v.parse() {
+            Ok(n) => (n, false),
+            Err(_) => {
+                log::debug!("FERROCE_SHARDS={v:?} is neither a number nor \"auto\": auto");
+                (cores(), true)
+            }
+        },
     }
-    v.parse().unwrap_or_else(|_| {
-        log::debug!("FERROCE_SHARDS={v:?} is neither a number nor \"auto\": one shard");
-        1
-    })
 }
 
 pub(crate) struct ContextInner {
@@ -268,6 +273,7 @@ impl Context {
             active_mtu: device.active_mtu(),
             ..ModifyLimits::default()
         };
+        let (shards, shards_auto) = opts.shards.map_or_else(shards_from_env, |n| (n, false));
         let runtime = Runtime::get_or_start(RuntimeConfig {
             local,
             engine,
@@ -277,7 +283,8 @@ impl Context {
             trains,
             ecn,
             memory: opts.memory.unwrap_or(false),
-            shards: opts.shards.unwrap_or_else(shards_from_env),
+            shards,
+            shards_auto,
             dropped_rx: Arc::default(),
         })?;
         log::debug!(

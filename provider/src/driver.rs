@@ -170,6 +170,12 @@ const NO_SHARD: u8 = u8::MAX;
 /// two descriptors of each, beside its channel, in a 32-bit ready mask).
 pub(crate) const MAX_SHARDS: usize = 8;
 
+/// The highest first slot with which a device takes its default shards (one per core): slots
+/// are taken lowest first, so a process whose first slot is above this finds the address
+/// crowded and runs one shard, leaving the rest of the 255 to one process each (a 64-rank MPI
+/// job on one address fits however many cores each rank sees).
+pub(crate) const AUTO_SHARD_SLOTS: u8 = 64;
+
 /// One shard's runtime: its engine (behind the shard lock), its socket's receiving half, its
 /// progress thread's sleep and its place in the address's group.
 pub(crate) struct ShardRt {
@@ -404,6 +410,9 @@ pub(crate) struct RuntimeConfig {
     /// `FERROCE_FAULTS`' `droprx` flag: one packet dropped per device, whichever shard
     /// receives it (every shard's receiver shares it).
     pub(crate) dropped_rx: Arc<std::sync::atomic::AtomicBool>,
+    /// `shards` is the default (one per core), not asked for: one only on a crowded address
+    /// ([`AUTO_SHARD_SLOTS`]).
+    pub(crate) shards_auto: bool,
 }
 
 impl ShardRt {
@@ -486,6 +495,17 @@ impl Shared {
         };
         let mut shards = Vec::with_capacity(n);
         shards.push(ShardRt::open(&cfg, 0)?);
+        let first_slot = shards[0].membership.as_ref().map_or(0, |m| m.slot);
+        let n = if cfg.shards_auto && n > 1 && first_slot > AUTO_SHARD_SLOTS {
+            log::debug!(
+                "{}: one shard, not {n}: this process's slot {first_slot} is above \
+                 {AUTO_SHARD_SLOTS} (a crowded address; FERROCE_SHARDS=N asks for N)",
+                cfg.local
+            );
+            1
+        } else {
+            n
+        };
         for index in 1..n {
             // A shard beyond the first that cannot open (the address's slots are all taken,
             // say) leaves the device with fewer shards, not without the device.

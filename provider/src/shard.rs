@@ -3,7 +3,7 @@
 //! it behind one lock and reaches the engine only through the methods here: the verbs
 //! (`post_send`, `modify_qp`, `create_srq`…), the receive path (`receive`, `fire_timers`) and
 //! the pump's steps (`build`, `next_completion`, `next_event`, `settle`). A device runs one
-//! or more shards (`OpenOptions::shards`: `driver.rs`), each behind its own lock.
+//! or more shards (one per core by default: `driver.rs`), each behind its own lock.
 
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;

@@ -864,14 +864,12 @@ mod tests {
         let _ = std::fs::remove_file(Registry::path_of(local));
     }
 
-    /// A device asked for three shards on an address with one slot left opens with one shard
-    /// (the others' sockets are closed again), rather than failing.
-    #[test]
-    fn a_device_opens_with_the_shards_it_can_get() {
-        let local: SocketAddr = "127.0.96.10:47914".parse().unwrap();
+    /// Opens a device of `shards` shards (`auto`: the default, not asked for) on `local`
+    /// with `held` slots held by no live member (pid 0: neither claimable nor probed), and
+    /// returns how many shards it opened.
+    fn shards_opened(local: SocketAddr, held: usize, shards: usize, auto: bool) -> usize {
         let _ = std::fs::remove_file(Registry::path_of(local));
-        // 254 slots held by locks of no live member (pid 0): neither claimable nor probed.
-        let holders: Vec<(Registry, u8)> = (0..254)
+        let holders: Vec<(Registry, u8)> = (0..held)
             .map(|_| {
                 let r = Registry::open(local).unwrap();
                 let s = r.claim().unwrap().unwrap();
@@ -889,11 +887,12 @@ mod tests {
             trains: true,
             ecn: true,
             memory: false,
-            shards: 3,
+            shards,
+            shards_auto: auto,
             dropped_rx: Default::default(),
         };
         let (shared, threads) = crate::driver::Shared::start(cfg).unwrap();
-        assert_eq!(shared.shard_counters().len(), 1, "shards opened");
+        let opened = shared.shard_counters().len();
         shared.stop();
         for t in threads {
             t.join().unwrap();
@@ -903,6 +902,28 @@ mod tests {
             r.release(*s);
         }
         let _ = std::fs::remove_file(Registry::path_of(local));
+        opened
+    }
+
+    /// A device asked for three shards on an address with one slot left opens with one shard
+    /// (the others' sockets are closed again), rather than failing.
+    #[test]
+    fn a_device_opens_with_the_shards_it_can_get() {
+        let local: SocketAddr = "127.0.96.10:47914".parse().unwrap();
+        assert_eq!(shards_opened(local, 254, 3, false), 1);
+    }
+
+    /// The default shards (one per core) are taken while the process's first slot is at most
+    /// AUTO_SHARD_SLOTS; above, on a crowded address, one. Asked for, they are taken anyway.
+    #[test]
+    fn default_shards_leave_a_crowded_address_to_one_slot_a_process() {
+        let local: SocketAddr = "127.0.96.11:47914".parse().unwrap();
+        let edge = usize::from(crate::driver::AUTO_SHARD_SLOTS);
+        // Slots 1..=edge-1 held: this device's first is AUTO_SHARD_SLOTS.
+        assert_eq!(shards_opened(local, edge - 1, 3, true), 3);
+        // One more held: its first is above.
+        assert_eq!(shards_opened(local, edge, 3, true), 1);
+        assert_eq!(shards_opened(local, edge, 3, false), 3);
     }
 
     #[test]
