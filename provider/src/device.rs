@@ -34,7 +34,8 @@ pub fn devices() -> Result<Vec<Device>> {
 /// [`devices`], [`Device::for_addr`] and [`device_list`] decide from. rdma_cm asks for the
 /// device list several times per `rdma_bind_addr`, and a reading per question made a bind
 /// take about 0.4 ms (ten netlink dumps), long enough for perftest's client to send its REQ
-/// before the server's re-listen (perftest 4.5's rdma_cm mode, which does not retry).
+/// before the server's re-listen (perftest 4.5's rdma_cm mode, whose retry of the REJ fails:
+/// docs/interop.md).
 struct Interfaces {
     addrs: Vec<sys::IfAddr>,
     devices: Vec<Device>,

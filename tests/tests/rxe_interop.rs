@@ -39,12 +39,21 @@ struct Agent {
     w: TcpStream,
 }
 
+/// How long the agent may take to answer a command: its longest, `WC`, gives up after 120 s
+/// by the guest's clock, so a silence beyond this is a stuck guest or rxe, and the matrix
+/// stops here rather than at the suite's 15-minute timeout (the suite then keeps the guest's
+/// state, `gstate`).
+const AGENT_ANSWER: Duration = Duration::from_secs(200);
+
 impl Agent {
     fn ask(&mut self, cmd: &str) -> Vec<String> {
         writeln!(self.w, "{cmd}").unwrap();
         let mut line = String::new();
-        self.r.read_line(&mut line).unwrap();
-        line.split_whitespace().map(str::to_owned).collect()
+        match self.r.read_line(&mut line) {
+            Ok(n) if n > 0 => line.split_whitespace().map(str::to_owned).collect(),
+            Ok(_) => panic!("rdma_peer closed its connection instead of answering {cmd:?}"),
+            Err(e) => panic!("rdma_peer did not answer {cmd:?} within {AGENT_ANSWER:?}: {e}"),
+        }
     }
 }
 
@@ -118,6 +127,8 @@ fn rxe_peer_matrix() {
         .unwrap();
     let mr = pd.reg_mr(MEM, ALL_ACCESS).unwrap();
     let s = TcpStream::connect_timeout(&peer, Duration::from_secs(30)).unwrap();
+    // The clone below shares the socket, and so the timeout.
+    s.set_read_timeout(Some(AGENT_ANSWER)).unwrap();
     let mut agent = Agent {
         r: BufReader::new(s.try_clone().unwrap()),
         w: s,
