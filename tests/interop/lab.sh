@@ -94,8 +94,10 @@ gexec() { local id; id=$(gspawn "$1" "$2"); gwait "$1" "$id" "${3:-120}"; }
 nsexec() { ip netns exec "$NS" "$@"; }
 # A scenario that stalls leaves its guest as it was: where each RDMA program waits (in the
 # kernel or not, and on what), rxe's QPs as the kernel sees them (sq-psn is the requester's next
-# PSN), rxe's counters, the NIC's queue and drops, the softirqs run over one second (a CPU that
-# spins in rxe's tasks shows there), and the kernel's stacks (sysrq w and l, from dmesg).
+# PSN), rxe's counters, the NIC's queue and drops and whether it still transmits (a stuck
+# transmit queue holds rxe's skbs, and rxe's requester waits for them to be freed), the softirqs
+# run over one second (a CPU that spins in rxe's tasks shows there), and the kernel's stacks
+# and warnings (sysrq w and l, a NETDEV WATCHDOG line; from dmesg).
 gstate() { # K FILE
   local k=$1 file=$2
   gexec "$k" 'for p in $(pidof rdma_peer ib_write_bw ib_send_lat ib_send_bw rping); do
@@ -106,6 +108,9 @@ gstate() { # K FILE
     echo "== rdma statistic show"; rdma statistic show
     echo "== tc -s qdisc show dev eth0"; tc -s qdisc show dev eth0
     echo "== ip -s link show eth0"; ip -s link show eth0
+    echo "== eth0 transmits? (tx-0 timeouts, then a ping of the host and the counters after it)"
+    cat /sys/class/net/eth0/queues/tx-0/tx_timeout
+    ping -c 1 -W 2 10.77.0.1 | grep -E "transmitted|bytes from"; ip -s link show eth0 | tail -n 2
     echo "== /proc/softirqs, then one second later"; grep -E "NET_TX|NET_RX|TASKLET|TIMER" /proc/softirqs
     sleep 1; grep -E "NET_TX|NET_RX|TASKLET|TIMER" /proc/softirqs
     echo "== top"; top -b -n 1 | head -n 12
