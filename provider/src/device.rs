@@ -31,11 +31,11 @@ pub fn devices() -> Result<Vec<Device>> {
 }
 
 /// One reading of the host's interfaces (one `getifaddrs`, one MTU read per interface): what
-/// [`devices`], [`Device::for_addr`] and [`device_list`] decide from. rdma_cm asks for the
-/// device list several times per `rdma_bind_addr`, and a reading per question made a bind
-/// take about 0.4 ms (ten netlink dumps), long enough for perftest's client to send its REQ
-/// before the server's re-listen (perftest 4.5's rdma_cm mode, whose retry of the REJ fails:
-/// docs/interop.md).
+/// [`devices`], [`Device::for_addr`] and [`device_list`] decide from. rdma_cm asks several
+/// questions of the host per `rdma_bind_addr` ([`HostDevices`]), and a reading per question
+/// made a bind take about 0.4 ms (ten netlink dumps), long enough for perftest's client to
+/// send its REQ before the server's re-listen (perftest 4.5's rdma_cm mode, whose retry of the
+/// REJ fails: docs/interop.md).
 struct Interfaces {
     addrs: Vec<sys::IfAddr>,
     devices: Vec<Device>,
@@ -51,17 +51,13 @@ impl Interfaces {
             })
             .collect();
         usable.sort_by_key(|a| (a.loopback, a.addr.is_ipv6()));
-        let mut mtus: Vec<(&str, u32)> = Vec::new();
-        let mut devices = Vec::with_capacity(usable.len());
+        let mut devices: Vec<Device> = Vec::with_capacity(usable.len());
         for (i, a) in usable.into_iter().enumerate() {
-            let ip_mtu = match mtus.iter().find(|(n, _)| *n == a.ifname) {
-                Some(&(_, m)) => m,
-                None => {
-                    let m = interface_mtu(&a.ifname);
-                    mtus.push((&a.ifname, m));
-                    m
-                }
-            };
+            // An interface's MTU is read once: a second address on it takes the first's.
+            let ip_mtu = devices
+                .iter()
+                .find(|d| d.ifname == a.ifname)
+                .map_or_else(|| interface_mtu(&a.ifname), |d| d.ip_mtu);
             devices.push(Device {
                 name: format!("ferroce{i}"),
                 ip_mtu,
@@ -100,7 +96,46 @@ impl Interfaces {
 /// address of the host, else 127.0.0.1. An address of `FERROCE_DEVICES` that no interface
 /// carries is listed anyway (opening it fails with [`Error::NoDevice`]) and logged.
 pub fn device_list() -> Vec<Device> {
-    let interfaces = Interfaces::read();
+    HostDevices::read().listed
+}
+
+/// One reading of the host's devices: the interfaces and the list verbs shows
+/// ([`device_list`]). One rdma_cm call (`rdma_bind_addr`, `rdma_resolve_addr`) asks several
+/// questions of it (is the address listed, a device, the wildcard's loopback?) and reads the
+/// host once for all of them.
+pub(crate) struct HostDevices {
+    interfaces: std::result::Result<Interfaces, String>,
+    listed: Vec<Device>,
+}
+
+impl HostDevices {
+    /// Reads the host's interfaces once.
+    pub(crate) fn read() -> HostDevices {
+        let interfaces = Interfaces::read().map_err(|e| e.to_string());
+        let listed = listed_of(&interfaces);
+        HostDevices { interfaces, listed }
+    }
+
+    /// The devices verbs lists, as [`device_list`].
+    pub(crate) fn listed(&self) -> &[Device] {
+        &self.listed
+    }
+
+    /// Whether `addr` is a listed device's address.
+    pub(crate) fn is_listed(&self, addr: IpAddr) -> bool {
+        self.listed.iter().any(|d| d.addr == addr)
+    }
+
+    /// [`Device::for_addr`] over this reading ([`Error::NoDevice`] if the reading failed).
+    pub(crate) fn for_addr(&self, addr: IpAddr) -> Result<Device> {
+        match &self.interfaces {
+            Ok(i) => i.device_for(addr),
+            Err(e) => Err(Error::NoDevice(format!("{addr}: {e}"))),
+        }
+    }
+}
+
+fn listed_of(interfaces: &std::result::Result<Interfaces, String>) -> Vec<Device> {
     let addrs: Vec<IpAddr> = match std::env::var("FERROCE_DEVICES") {
         Ok(list) => list
             .split(',')
@@ -133,7 +168,7 @@ pub fn device_list() -> Vec<Device> {
         .into_iter()
         .enumerate()
         .map(|(i, addr)| {
-            let found = match &interfaces {
+            let found = match interfaces {
                 Ok(i) => i.device_for(addr),
                 Err(e) => Err(Error::NoDevice(format!("{addr}: {e}"))),
             };
@@ -443,6 +478,34 @@ mod tests {
             let l = listed.iter().find(|l| l.addr == d.addr).unwrap();
             assert_eq!((&d.ifname, d.ip_mtu), (&l.ifname, l.ip_mtu));
         }
+    }
+
+    #[test]
+    fn one_host_reading_answers_as_the_separate_questions() {
+        // What rdma_cm asks of one reading during a bind (the list, whether an address is
+        // listed, its device) is what the separate readings answer.
+        let host = HostDevices::read();
+        assert_eq!(host.listed(), device_list().as_slice());
+        for d in devices().unwrap() {
+            assert_eq!(
+                host.for_addr(d.addr).unwrap(),
+                Device::for_addr(d.addr).unwrap()
+            );
+            assert_eq!(
+                host.is_listed(d.addr),
+                device_list().iter().any(|l| l.addr == d.addr)
+            );
+        }
+        let lo_other: IpAddr = "127.0.0.77".parse().unwrap();
+        assert_eq!(
+            host.for_addr(lo_other).unwrap(),
+            Device::for_addr(lo_other).unwrap()
+        );
+        assert!(!host.is_listed(lo_other));
+        // An address of no interface is no device, in either.
+        let nowhere: IpAddr = "192.0.2.77".parse().unwrap();
+        assert!(matches!(host.for_addr(nowhere), Err(Error::NoDevice(_))));
+        assert!(Device::for_addr(nowhere).is_err());
     }
 
     #[test]

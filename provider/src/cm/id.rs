@@ -17,6 +17,7 @@ use parking_lot::Mutex;
 use super::agent::Agent;
 use super::route;
 use super::{CmEvent, CmEventType, EventChannel, McJoinFlag, PortSpace, UdParam};
+use crate::device::HostDevices;
 use crate::{
     CompletionQueue, Context, Device, Error, GsiRoute, ProtectionDomain, QpInitAttr, QueuePair,
     Result,
@@ -290,17 +291,18 @@ impl CmId {
             return Err(Error::InvalidArgument("the ID is bound already"));
         }
         let afonly = st.afonly.unwrap_or_else(|| default_afonly(addr.ip()));
-        let wildcard = route::is_any(addr.ip());
+        let host = HostDevices::read();
+        let wildcard = route::is_any(&host, addr.ip());
         let agents = if wildcard {
             let mut v = Vec::new();
-            for d in crate::device_list() {
+            for d in host.listed() {
                 if !afonly || d.addr.is_ipv4() == addr.is_ipv4() {
-                    v.push(Agent::of(&d)?);
+                    v.push(Agent::of(d)?);
                 }
             }
             v
         } else {
-            vec![Agent::of(&route::bind_device(addr.ip())?)?]
+            vec![Agent::of(&route::bind_device(&host, addr.ip())?)?]
         };
         let (port, routes) = reserve(&agents, self.inner.ps, addr.port(), wildcard)?;
         for (a, route) in &routes {
@@ -354,17 +356,18 @@ impl CmId {
         if st.comm.is_some() {
             return Err(Error::InvalidArgument("the ID is connected already"));
         }
-        let bound = st.local.filter(|a| !route::is_any(a.ip()));
-        let src_ip = match bound.or(src.filter(|a| !route::is_any(a.ip()))) {
+        let host = HostDevices::read();
+        let bound = st.local.filter(|a| !route::is_any(&host, a.ip()));
+        let src_ip = match bound.or(src.filter(|a| !route::is_any(&host, a.ip()))) {
             Some(a) => Ok(a.ip()),
-            None => route::pick_source(dst.ip()),
+            None => route::pick_source(&host, dst.ip()),
         };
         let port = bound
             .or(src)
             .map(|a| a.port())
             .filter(|p| *p != 0)
             .unwrap_or_else(route::random_port);
-        let found = src_ip.and_then(|ip| Ok((ip, Agent::of(&route::bind_device(ip)?)?)));
+        let found = src_ip.and_then(|ip| Ok((ip, Agent::of(&route::bind_device(&host, ip)?)?)));
         let e = match found {
             Ok((ip, agent)) => {
                 st.local = Some(SocketAddr::new(ip, port));

@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use ferroce_transport::cm::{Path, param};
 
 use super::PortSpace;
+use crate::device::HostDevices;
 use crate::{Device, Error, Result};
 
 /// The ports rdma_cm hands out for port 0 (`net.ipv4.ip_local_port_range`'s default).
@@ -34,11 +35,6 @@ pub(crate) fn source_for(dst: IpAddr) -> Result<IpAddr> {
     Ok(s.local_addr()?.ip())
 }
 
-/// Whether `addr` is one of the devices verbs lists ([`crate::device_list`]).
-pub(crate) fn listed(addr: IpAddr) -> bool {
-    crate::device_list().iter().any(|d| d.addr == addr)
-}
-
 static LISTED_ONLY: AtomicBool = AtomicBool::new(false);
 
 /// Makes the connection manager see only the devices verbs lists ([`crate::device_list`],
@@ -60,9 +56,9 @@ pub(crate) fn listed_only() -> bool {
 /// [`set_listed_devices_only`]'s mode.
 /// An address of no interface of the host is EADDRNOTAVAIL, as the kernel's
 /// `rdma_bind_addr` answers.
-pub(crate) fn bind_device(addr: IpAddr) -> Result<Device> {
-    if listed_only() && !listed(addr) {
-        if Device::for_addr(addr).is_err() {
+pub(crate) fn bind_device(host: &HostDevices, addr: IpAddr) -> Result<Device> {
+    if listed_only() && !host.is_listed(addr) {
+        if host.for_addr(addr).is_err() {
             log::debug!("rdma_cm: {addr} is no address of this host: EADDRNOTAVAIL");
             return Err(Error::AddressNotAvailable(format!(
                 "{addr} is no address of this host"
@@ -71,7 +67,7 @@ pub(crate) fn bind_device(addr: IpAddr) -> Result<Device> {
         log::debug!("rdma_cm: {addr} is not a listed device (FERROCE_DEVICES): ENODEV");
         return Err(Error::NoDevice(format!("{addr} is not a listed device")));
     }
-    device_for(addr)
+    device_for(host, addr)
 }
 
 /// Whether rdma_cm takes `ip` for "any address" (the kernel's `cma_any_addr`): the unspecified
@@ -79,31 +75,29 @@ pub(crate) fn bind_device(addr: IpAddr) -> Result<Device> {
 /// no device and listens on it as on the wildcard of its family (libfabric's verbs provider
 /// binds `localhost` so). A loopback address that is a ferroce device (`FERROCE_DEVICES=
 /// 127.0.0.1`, one host's tests) stays that device.
-pub(crate) fn is_any(ip: IpAddr) -> bool {
+pub(crate) fn is_any(host: &HostDevices, ip: IpAddr) -> bool {
     if ip.is_unspecified() {
         return true;
     }
     if !ip.is_loopback() {
         return false;
     }
-    let device = if listed_only() {
-        listed(ip)
-    } else {
-        crate::device_list().iter().any(|d| d.addr == ip) || Device::for_addr(ip).is_ok()
-    };
+    let device = host.is_listed(ip) || (!listed_only() && host.for_addr(ip).is_ok());
     !device
 }
 
 /// The source address `rdma_resolve_addr` picks for `dst` when the ID has none.
-pub(crate) fn pick_source(dst: IpAddr) -> Result<IpAddr> {
+pub(crate) fn pick_source(host: &HostDevices, dst: IpAddr) -> Result<IpAddr> {
     let s = source_for(dst)?;
-    let dst_local = device_for(dst).is_ok();
+    let dst_local = device_for(host, dst).is_ok();
+    let listed = |a: IpAddr| host.is_listed(a);
     if !listed_only() {
         // The route's source; for a destination on this host without a device on that
         // source (127.0.0.1 for 127.x.y.z), the destination's own device, as the kernel
         // maps loopback to the device owning the address.
-        let use_dst =
-            (device_for(s).is_err() || !listed(s)) && dst_local && (listed(dst) || !listed(s));
+        let use_dst = (device_for(host, s).is_err() || !listed(s))
+            && dst_local
+            && (listed(dst) || !listed(s));
         return Ok(if use_dst { dst } else { s });
     }
     if listed(s) {
@@ -113,8 +107,9 @@ pub(crate) fn pick_source(dst: IpAddr) -> Result<IpAddr> {
         return Ok(dst);
     }
     if dst_local || dst.is_loopback() {
-        if let Some(d) = crate::device_list()
-            .into_iter()
+        if let Some(d) = host
+            .listed()
+            .iter()
             .find(|d| d.addr.is_ipv4() == dst.is_ipv4())
         {
             return Ok(d.addr);
@@ -126,11 +121,11 @@ pub(crate) fn pick_source(dst: IpAddr) -> Result<IpAddr> {
 
 /// The device on `addr` (a listed device, else any local address's): ENODEV (rdma_cm's "no
 /// RDMA device for the address") if none.
-pub(crate) fn device_for(addr: IpAddr) -> Result<Device> {
-    if let Some(d) = crate::device_list().into_iter().find(|d| d.addr == addr) {
-        return Ok(d);
+pub(crate) fn device_for(host: &HostDevices, addr: IpAddr) -> Result<Device> {
+    if let Some(d) = host.listed().iter().find(|d| d.addr == addr) {
+        return Ok(d.clone());
     }
-    Device::for_addr(addr).map_err(|e| {
+    host.for_addr(addr).map_err(|e| {
         log::debug!("rdma_cm: no ferroce device on {addr}: {e}");
         Error::NoDevice(format!("for {addr}"))
     })
