@@ -552,7 +552,22 @@ fn bw(a: &PerfArgs, out: &mut dyn Write) -> ferroce::Result<()> {
         "#bytes", "#messages", "MB/s", "Gb/s", "msg/s", "calls/msg", "empty/msg"
     );
     let mut last = None;
+    let mut pair = Some((x, y));
     for size in sizes(a) {
+        // A SEND run leaves its receiver's queue full of receives posted for its own size, so
+        // each size of a SEND sweep runs on a pair of its own (one pair ran the first size and
+        // then failed with "queue full").
+        let (x, y) = match pair.take() {
+            Some(p) => p,
+            None => connected_pair(
+                &OpenOptions::default(),
+                qp_type,
+                a.qps,
+                (max * 4).max(1 << 20),
+                mtu_of(a.mtu)?,
+                a.depth,
+            )?,
+        };
         let limit = match (a.duration, a.iters) {
             (Some(d), _) => Limit::Duration(Duration::from_secs_f64(d)),
             (None, Some(n)) => Limit::Iters(n),
@@ -571,10 +586,13 @@ fn bw(a: &PerfArgs, out: &mut dyn Write) -> ferroce::Result<()> {
             r.calls.empty_per(r.msgs)
         );
         last = Some(r);
+        if a.op != perf::Op::Send {
+            pair = Some((x, y));
+        }
     }
     // The devices close before the ceilings are measured: their progress threads (spinning
     // under FERROCE_BUSY_POLL) would otherwise take CPU from the raw sockets.
-    drop((x, y));
+    drop(pair);
     if a.compare {
         if let Some(r) = last {
             // The datagram of a full data packet: BTH + payload + ICRC (+ RETH on the first).
