@@ -527,15 +527,18 @@ fn sizes(a: &PerfArgs) -> Vec<u32> {
 
 fn bw(a: &PerfArgs, out: &mut dyn Write) -> ferroce::Result<()> {
     let max = sizes(a).into_iter().max().unwrap_or(a.size) as usize;
-    let qp_type = QpType::Rc;
-    let (x, y) = connected_pair(
-        &OpenOptions::default(),
-        qp_type,
-        a.qps,
-        (max * 4).max(1 << 20),
-        mtu_of(a.mtu)?,
-        a.depth,
-    )?;
+    let mtu = mtu_of(a.mtu)?;
+    let open_pair = || {
+        connected_pair(
+            &OpenOptions::default(),
+            QpType::Rc,
+            a.qps,
+            (max * 4).max(1 << 20),
+            mtu,
+            a.depth,
+        )
+    };
+    let (x, y) = open_pair()?;
     let _ = writeln!(
         out,
         "ferroce bw: {:?} on {} -> {}, {} QP(s), MTU {}, {} in flight per QP",
@@ -559,14 +562,7 @@ fn bw(a: &PerfArgs, out: &mut dyn Write) -> ferroce::Result<()> {
         // then failed with "queue full").
         let (x, y) = match pair.take() {
             Some(p) => p,
-            None => connected_pair(
-                &OpenOptions::default(),
-                qp_type,
-                a.qps,
-                (max * 4).max(1 << 20),
-                mtu_of(a.mtu)?,
-                a.depth,
-            )?,
+            None => open_pair()?,
         };
         let limit = match (a.duration, a.iters) {
             (Some(d), _) => Limit::Duration(Duration::from_secs_f64(d)),
