@@ -34,7 +34,9 @@ pub use endpoint::{
 pub use mcast::{MULTICAST_QPN, McastError};
 pub use memory::{AtomicOp, MemError, Memory, ScatterError, SgeFault, VecMemory};
 pub use modify::QpModify;
-pub use qp::{ErrorCause, PostError, QpError, QpInitAttr};
+pub use qp::{
+    ErrorCause, FERROCE_PEER_UNACKED_PSNS, MAX_UNACKED_PSNS, PostError, QpError, QpInitAttr,
+};
 pub use smallvec::SmallVec;
 pub use srq::{SrqAttr, XrcSrq};
 pub use state::{BringUp, ModifyLimits, ModifyQpError, Service};

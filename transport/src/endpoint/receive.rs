@@ -135,10 +135,12 @@ impl Endpoint {
             return;
         }
         self.counters.rcvd_pkts += 1;
-        if qp.qp_type == QpType::Rc && self.cfg.split_writes && src.port() == self.cfg.dst_port {
+        if qp.qp_type == QpType::Rc && src.port() == self.cfg.dst_port {
             // Another ferroce: it sends from the RoCE port it is bound to, where rxe and NICs
-            // send from ports of their own. Long WRITEs to it go split (`SendWqe::split`).
-            qp.peer_splits = true;
+            // send from ports of their own. Long WRITEs to it go split (`SendWqe::split`) and
+            // the send window is wider (`Qp::send_window`).
+            qp.peer_ferroce = true;
+            qp.peer_splits = self.cfg.split_writes;
         }
         if ecn == Ecn::Ce {
             self.counters.ecn_marked_pkts += 1;

@@ -322,7 +322,7 @@ pub struct EndpointConfig {
     /// asked for included). Sized to the receive buffers, it keeps a device from overrunning
     /// its own path: with many QPs the windows add up far beyond what a socket holds, every
     /// QP loses packets and times out at once, and go-back-N makes it worse. A QP held back
-    /// waits for ACKs of any QP; one QP's own window (128 PSNs) always fits.
+    /// waits for ACKs of any QP; one QP's own window (128 PSNs, 256 toward another ferroce) always fits.
     pub inflight_budget: u32,
     /// ECN and CNPs (DCQCN's notification and reaction points); both on by default.
     pub congestion: CongestionConfig,

@@ -10,9 +10,7 @@ use ferroce_wire::{
 };
 
 use super::timers::Timer;
-use super::{
-    Ctx, ErrorCause, MAX_PKTS_PER_ACK, MAX_UNACKED_PSNS, Qp, READ_CHUNK_PKTS, READ_WINDOW_PKTS,
-};
+use super::{Ctx, ErrorCause, MAX_PKTS_PER_ACK, Qp, READ_CHUNK_PKTS, READ_WINDOW_PKTS};
 use crate::memory::{self, Memory, ScatterError};
 use crate::verbs::{QpState, QpType, SendFlags, WcStatus, WrOpcode};
 
@@ -152,7 +150,7 @@ impl Qp {
                 return None;
             }
             if self.qp_type.is_reliable()
-                && self.comp.psn().distance_to(self.req.next_psn) >= MAX_UNACKED_PSNS
+                && self.comp.psn().distance_to(self.req.next_psn) >= self.send_window()
             {
                 return None;
             }
@@ -177,7 +175,7 @@ impl Qp {
             return None;
         } else if self.qp_type.is_reliable()
             && !w.wr.opcode.is_read_or_atomic()
-            && self.comp.psn().distance_to(self.req.next_psn) >= MAX_UNACKED_PSNS
+            && self.comp.psn().distance_to(self.req.next_psn) >= self.send_window()
         {
             return None;
         }
@@ -472,7 +470,9 @@ impl Qp {
             let op = next.wr.opcode;
             !op.is_read_or_atomic() && !op.is_local()
         });
-        !burst_goes_on || self.comp.psn().distance_to(psn + 1) >= MAX_UNACKED_PSNS / 2 || budget_low
+        !burst_goes_on
+            || self.comp.psn().distance_to(psn + 1) >= self.send_window() / 2
+            || budget_low
     }
 
     fn build_read(&mut self, buf: &mut [u8]) -> Result<Tx, BuildError> {
