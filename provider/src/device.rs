@@ -111,9 +111,12 @@ pub(crate) struct HostDevices {
 impl HostDevices {
     /// Reads the host's interfaces once.
     pub(crate) fn read() -> HostDevices {
-        let interfaces = Interfaces::read().map_err(|e| e.to_string());
-        let listed = listed_of(&interfaces);
-        HostDevices { interfaces, listed }
+        let mut host = HostDevices {
+            interfaces: Interfaces::read().map_err(|e| e.to_string()),
+            listed: Vec::new(),
+        };
+        host.listed = host.list();
+        host
     }
 
     /// The devices verbs lists, as [`device_list`].
@@ -133,58 +136,57 @@ impl HostDevices {
             Err(e) => Err(Error::NoDevice(format!("{addr}: {e}"))),
         }
     }
-}
 
-fn listed_of(interfaces: &std::result::Result<Interfaces, String>) -> Vec<Device> {
-    let addrs: Vec<IpAddr> = match std::env::var("FERROCE_DEVICES") {
-        Ok(list) => list
-            .split(',')
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .filter_map(|s| match s.parse() {
-                Ok(a) => Some(a),
-                Err(_) => {
-                    log::warn!("FERROCE_DEVICES: {s:?} is not an IP address; skipped");
-                    None
+    /// The devices verbs lists: `FERROCE_DEVICES`'s addresses, or else every non-loopback
+    /// interface address (127.0.0.1 if there is none), named `ferroce0`, `ferroce1`… in order.
+    fn list(&self) -> Vec<Device> {
+        let addrs: Vec<IpAddr> = match std::env::var("FERROCE_DEVICES") {
+            Ok(list) => list
+                .split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .filter_map(|s| match s.parse() {
+                    Ok(a) => Some(a),
+                    Err(_) => {
+                        log::warn!("FERROCE_DEVICES: {s:?} is not an IP address; skipped");
+                        None
+                    }
+                })
+                .collect(),
+            Err(_) => {
+                let mut v: Vec<IpAddr> = self
+                    .interfaces
+                    .as_ref()
+                    .map(|i| i.devices.as_slice())
+                    .unwrap_or_default()
+                    .iter()
+                    .map(|d| d.addr)
+                    .filter(|a| !a.is_loopback())
+                    .collect();
+                if v.is_empty() {
+                    v.push(IpAddr::V4(std::net::Ipv4Addr::LOCALHOST));
                 }
-            })
-            .collect(),
-        Err(_) => {
-            let mut v: Vec<IpAddr> = interfaces
-                .as_ref()
-                .map(|i| i.devices.as_slice())
-                .unwrap_or_default()
-                .iter()
-                .map(|d| d.addr)
-                .filter(|a| !a.is_loopback())
-                .collect();
-            if v.is_empty() {
-                v.push(IpAddr::V4(std::net::Ipv4Addr::LOCALHOST));
+                v
             }
-            v
-        }
-    };
-    addrs
-        .into_iter()
-        .enumerate()
-        .map(|(i, addr)| {
-            let found = match interfaces {
-                Ok(i) => i.device_for(addr),
-                Err(e) => Err(Error::NoDevice(format!("{addr}: {e}"))),
-            };
-            let mut d = found.unwrap_or_else(|e| {
-                log::warn!("FERROCE_DEVICES: {addr}: {e}; listed, but it cannot be opened");
-                Device {
-                    name: String::new(),
-                    addr,
-                    ifname: String::new(),
-                    ip_mtu: 1500,
-                }
-            });
-            d.name = format!("ferroce{i}");
-            d
-        })
-        .collect()
+        };
+        addrs
+            .into_iter()
+            .enumerate()
+            .map(|(i, addr)| {
+                let mut d = self.for_addr(addr).unwrap_or_else(|e| {
+                    log::warn!("FERROCE_DEVICES: {addr}: {e}; listed, but it cannot be opened");
+                    Device {
+                        name: String::new(),
+                        addr,
+                        ifname: String::new(),
+                        ip_mtu: 1500,
+                    }
+                });
+                d.name = format!("ferroce{i}");
+                d
+            })
+            .collect()
+    }
 }
 
 fn interface_mtu(ifname: &str) -> u32 {
