@@ -38,10 +38,11 @@ pub use why::{ErrorCause, QpError};
 /// `RXE_MAX_UNACKED_PSNS`): its window toward kernel rxe, a NIC, and a peer not heard yet.
 pub const MAX_UNACKED_PSNS: i32 = 128;
 
-/// The window toward another ferroce ([`Qp::peer_ferroce`]): one 64 KiB WRITE stream on
-/// loopback moves 3–7 % more with 256 than with 128 (one ACK round trip covers twice the
-/// data), and 512 gives no more (docs/benchmarks.md). It fits the smallest in-flight budget a
-/// device takes ([`crate::EndpointConfig::inflight_budget`]).
+/// The window toward another ferroce (a peer whose packets come from the RoCE port, 4791;
+/// kernel rxe's come from 0xC000 up). One QP's 64 KiB stream on loopback moves 3–5 % more with
+/// 256 than with 128 (one ACK round trip covers twice the data) and 512 gives no more; where the
+/// CPU is the limit (one core) it costs 3–5 % (docs/benchmarks.md). It fits the smallest
+/// in-flight budget a device takes ([`crate::EndpointConfig::inflight_budget`]).
 pub const FERROCE_PEER_UNACKED_PSNS: i32 = 256;
 
 /// The most response packets one READ request asks for; longer READs are split.
