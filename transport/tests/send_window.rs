@@ -31,20 +31,7 @@ fn window(opts: Opts, hear: bool, split_writes: bool) -> usize {
             split_writes: false,
             ..*p.net.nodes[0].endpoint.config()
         };
-        p.net.nodes[0].endpoint = ferroce_transport::Endpoint::new(cfg);
-        let qa = p.net.nodes[0].endpoint.create_qp(rc_init(4096)).unwrap();
-        let addr_b = p.net.nodes[1].addr;
-        connect(
-            &mut p.net,
-            0,
-            qa,
-            addr_b,
-            p.qb,
-            p.opts.psn_a,
-            p.opts.psn_b,
-            &p.opts,
-        );
-        p.qa = qa;
+        reconfigure_a(&mut p, cfg, 4096);
     }
     let mut done = 0;
     if hear {

@@ -142,24 +142,8 @@ fn split_writes_can_be_turned_off() {
         ..*p.net.nodes[0].endpoint.config()
     };
     assert!(!cfg.split_writes);
-    // A fresh pair whose requester has splitting off: rebuilt the way `pair` builds it.
-    p.net.nodes[0].endpoint = ferroce_transport::Endpoint::new(cfg);
-    let (qa, qb) = (
-        p.net.nodes[0].endpoint.create_qp(rc_init(64)).unwrap(),
-        p.qb,
-    );
-    let addr_b = p.net.nodes[1].addr;
-    connect(
-        &mut p.net,
-        0,
-        qa,
-        addr_b,
-        qb,
-        p.opts.psn_a,
-        p.opts.psn_b,
-        &p.opts,
-    );
-    p.qa = qa;
+    // A fresh pair whose requester has splitting off.
+    reconfigure_a(&mut p, cfg, 64);
     let sc = Script::install(&mut p.net);
     for i in 0..2 {
         p.post_send(0, p.wr(i, WrOpcode::RdmaWrite, 0, 3000, 0));

@@ -14,7 +14,9 @@ pub use ferroce_transport::sim::pair::*;
 pub use ferroce_transport::sim::workload;
 
 use ferroce_transport::sim::LinkConfig;
-use ferroce_transport::{QpCap, QpInitAttr, QpType, WcStatus, WorkCompletion};
+use ferroce_transport::{
+    Endpoint, EndpointConfig, QpCap, QpInitAttr, QpType, WcStatus, WorkCompletion,
+};
 
 pub fn statuses(wcs: &[WorkCompletion]) -> Vec<WcStatus> {
     wcs.iter().map(|w| w.status).collect()
@@ -42,4 +44,24 @@ pub fn rc_init(max_wr: u32) -> QpInitAttr {
         send_cq: 0,
         recv_cq: 0,
     }
+}
+
+/// Gives node A of `p` a fresh engine of `cfg` and a new RC QP of `max_wr` WRs connected to B's
+/// QP (the first QP of a fresh engine takes the number A's had): the pair as [`pair`] builds it,
+/// A's engine configured otherwise.
+pub fn reconfigure_a(p: &mut Pair, cfg: EndpointConfig, max_wr: u32) {
+    p.net.nodes[0].endpoint = Endpoint::new(cfg);
+    let qa = p.net.nodes[0].endpoint.create_qp(rc_init(max_wr)).unwrap();
+    let addr_b = p.net.nodes[1].addr;
+    connect(
+        &mut p.net,
+        0,
+        qa,
+        addr_b,
+        p.qb,
+        p.opts.psn_a,
+        p.opts.psn_b,
+        &p.opts,
+    );
+    p.qa = qa;
 }
