@@ -567,7 +567,11 @@ fn librspreload_runs_iperf3() {
         drop(guard);
         // The client's summary: what the sender sent and the receiver got, in MBytes. iperf3
         // stops at the first whole block past `-n`, so a short write (an rsocket's send queue
-        // full) can make it 64.1: both ends must show the same amount, at least 64.0.
+        // full) can make it 64.1: the sender must show at least 64.0. Its server counts what it
+        // read before the client's TEST_END and then closes the stream unread
+        // (iperf_server_api.c), and TEST_END leaves once the last write returned, i.e. was
+        // queued: what was still in flight then is not counted. So the receiver shows at most
+        // what was sent and, with rsockets' buffers of a few hundred KiB, at most 0.5 less.
         let ends: Vec<f64> = cout
             .lines()
             .filter(|l| l.contains("sender") || l.contains("receiver"))
@@ -578,7 +582,8 @@ fn librspreload_runs_iperf3() {
                 (w.next()? == "MBytes").then_some(n)
             })
             .collect();
-        let moved = ends.len() == 2 && ends[0] == ends[1] && ends[0] >= 64.0;
+        let moved =
+            ends.len() == 2 && ends[0] >= 64.0 && ends[1] <= ends[0] && ends[1] >= ends[0] - 0.5;
         assert!(
             cok && sok && moved && !cout.contains("error") && !sout.contains("error"),
             "iperf3 reverse {reverse}: client ok {cok}, server ok {sok}\n--- server\n{sout}\n--- client\n{cout}"
