@@ -82,6 +82,7 @@ macro_rules! ctx {
             srq: $srq,
             budget_open: $self.inflight < $self.cfg.inflight_budget,
             budget_low: $self.inflight >= $self.cfg.inflight_budget / 2,
+            split_writes: $self.cfg.split_writes,
         }
     };
 }

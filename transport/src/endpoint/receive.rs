@@ -140,7 +140,6 @@ impl Endpoint {
             // send from ports of their own. Long WRITEs to it go split (`SendWqe::split`) and
             // the send window is wider (`Qp::send_window`).
             qp.peer_ferroce = true;
-            qp.peer_splits = self.cfg.split_writes;
         }
         if ecn == Ecn::Ce {
             self.counters.ecn_marked_pkts += 1;

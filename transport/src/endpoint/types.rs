@@ -22,7 +22,8 @@ pub enum WcQueue {
 pub struct Completion {
     /// The local QP.
     pub qpn: u32,
-    /// The CQ it goes to: the QP's `send_cq` or `recv_cq` from its [`QpInitAttr`](crate::QpInitAttr).
+    /// The CQ it goes to: the QP's `send_cq` or `recv_cq` from its
+    /// [`QpInitAttr`](crate::QpInitAttr).
     pub cq: u32,
     /// Send or receive side.
     pub queue: WcQueue,
@@ -61,7 +62,8 @@ pub enum AsyncEvent {
 
 impl AsyncEvent {
     /// What the event means, with its facts, in a sentence; `qp_error` is the QP's first error
-    /// ([`Endpoint::qp_error`](crate::Endpoint::qp_error)), which a LAST_WQE_REACHED reports as its cause.
+    /// ([`Endpoint::qp_error`](crate::Endpoint::qp_error)), which a LAST_WQE_REACHED reports as
+    /// its cause.
     pub fn explain(&self, qp_error: Option<&crate::QpError>) -> String {
         match *self {
             AsyncEvent::CommEst { qpn } => format!(
@@ -220,11 +222,13 @@ impl Counters {
     }
 }
 
-/// The smallest buffer [`Endpoint::poll_transmit`](crate::Endpoint::poll_transmit) takes: the largest RoCEv2 packet (4 KiB
-/// of payload behind the longest header chain, pad and ICRC) with room to spare.
+/// The smallest buffer [`Endpoint::poll_transmit`](crate::Endpoint::poll_transmit) takes: the
+/// largest RoCEv2 packet (4 KiB of payload behind the longest header chain, pad and ICRC) with
+/// room to spare.
 pub const MIN_TRANSMIT_BUF: usize = 4096 + 100;
 
-/// [`Endpoint::poll_transmit`](crate::Endpoint::poll_transmit) was given a buffer shorter than [`MIN_TRANSMIT_BUF`].
+/// [`Endpoint::poll_transmit`](crate::Endpoint::poll_transmit) was given a buffer shorter than
+/// [`MIN_TRANSMIT_BUF`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BufferTooShort {
     /// The length given.
@@ -322,7 +326,8 @@ pub struct EndpointConfig {
     /// asked for included). Sized to the receive buffers, it keeps a device from overrunning
     /// its own path: with many QPs the windows add up far beyond what a socket holds, every
     /// QP loses packets and times out at once, and go-back-N makes it worse. A QP held back
-    /// waits for ACKs of any QP; one QP's own window (128 PSNs, 256 toward another ferroce) always fits.
+    /// waits for ACKs of any QP; one QP's own window (128 PSNs, 256 toward another ferroce)
+    /// always fits.
     pub inflight_budget: u32,
     /// ECN and CNPs (DCQCN's notification and reaction points); both on by default.
     pub congestion: CongestionConfig,

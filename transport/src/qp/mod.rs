@@ -142,7 +142,7 @@ pub(crate) struct SendWqe {
     pub(crate) started: bool,
     /// An RDMA WRITE longer than the path MTU sent as one WRITE ONLY packet per MTU, each
     /// with a RETH of its own (its address and length), instead of FIRST, MIDDLE… and LAST:
-    /// toward another ferroce only (`Qp::peer_splits`, decided when the WQE starts and kept
+    /// toward another ferroce only (`Qp::peer_ferroce` and `Ctx::split_writes`, decided when the WQE starts and kept
     /// for its retransmissions). Every packet of a WRITE stream is then one size and they
     /// leave in full `UDP_SEGMENT` trains (15 of 4 KiB), where a FIRST, 16 bytes longer than
     /// the MIDDLEs after it, cuts every WRITE into two. Each packet is a whole WRITE to the
@@ -226,13 +226,11 @@ pub struct Qp {
     pub(crate) progressed: bool,
     /// Answers since RTS whose PSN fit nothing outstanding, and the last one's PSN.
     pub(crate) strays: (u32, Psn),
-    /// The peer is another ferroce (its packets come from UDP port 4791) and takes split
-    /// WRITEs: see [`SendWqe::split`]. Learned from its packets, forgotten at RESET and when
-    /// the address vector changes.
-    pub(crate) peer_splits: bool,
-    /// The peer is another ferroce, learned as `peer_splits` is (whether or not WRITEs are
-    /// split): the send window is [`FERROCE_PEER_UNACKED_PSNS`] rather than
-    /// [`MAX_UNACKED_PSNS`].
+    /// The peer is another ferroce (its RC packets come from the RoCE port, UDP 4791, where
+    /// rxe and NICs send from ports of their own): it takes split WRITEs (see
+    /// [`SendWqe::split`], when the endpoint's `split_writes` is on) and the send window is
+    /// [`FERROCE_PEER_UNACKED_PSNS`] rather than [`MAX_UNACKED_PSNS`]. Learned from its
+    /// packets, forgotten at RESET and when the address vector changes.
     pub(crate) peer_ferroce: bool,
 }
 
@@ -249,6 +247,9 @@ pub(crate) struct Ctx<'a, M: Memory + ?Sized> {
     /// Whether half the endpoint's in-flight budget is used: every message's last packet then
     /// asks for an ACK.
     pub(crate) budget_low: bool,
+    /// The endpoint's [`EndpointConfig::split_writes`](crate::EndpointConfig::split_writes):
+    /// long WRITEs to another ferroce go split.
+    pub(crate) split_writes: bool,
 }
 
 impl Qp {
@@ -313,7 +314,6 @@ impl Qp {
             rnr_naks: 0,
             progressed: false,
             strays: (0, Psn::new(0)),
-            peer_splits: false,
             peer_ferroce: false,
         }
     }
@@ -449,7 +449,6 @@ impl Qp {
         }
         if set(QpAttrMask::AV) {
             if a.ah_attr != attr.ah_attr {
-                self.peer_splits = false;
                 self.peer_ferroce = false;
             }
             a.ah_attr = attr.ah_attr;

@@ -196,7 +196,8 @@ impl Qp {
             w.first_psn = first;
             w.last_psn = first + (npkts - 1);
             w.started = true;
-            w.split = self.peer_splits
+            w.split = ctx.split_writes
+                && self.peer_ferroce
                 && self.qp_type == QpType::Rc
                 && npkts > 1
                 && w.wr.opcode == WrOpcode::RdmaWrite;
