@@ -561,20 +561,16 @@ for mtu_link in 1500 4200; do
   fi
   [ $mtu_link = 1500 ] && want fuzz && fuzz_rxe
   if [ $mtu_link = 1500 ] && want loss; then
-    # Loss: netem 5 % on the guest's eth0 (rxe -> ferroce), and ferroce's own fault injection
-    # for the other direction (the host kernel here has no sch_netem). The operation matrix,
-    # not rc_pingpong: ibv_rc_pingpong cannot finish under loss when its peer leaves first (the
-    # last ACK may be lost and nobody is left to answer), whereas rdma_peer stays until told.
-    # ARP is pinned both ways first: netem would drop ARP too, and a lost reply queues packets
-    # for a second or more, longer than a requester's whole retry budget.
-    local_mac=$(ip -n "$NS" -o link show br0 | grep -o 'link/ether [0-9a-f:]*' | cut -d' ' -f2)
-    ip -n "$NS" neigh replace $G lladdr 52:54:00:77:00:0b dev br0 nud permanent
-    if gexec 1 "ip neigh replace 10.77.0.1 lladdr $local_mac dev eth0 nud permanent && modprobe sch_netem && tc qdisc add dev eth0 root netem loss 5%" 30 >/dev/null; then
-      matrix $mtu "loss=5%" FERROCE_FAULTS=loss=0.05 FERROCE_RXE_LOSSY=1
-      gexec 1 "tc qdisc del dev eth0 root" 30 >/dev/null
-    else
-      result "netem loss set-up" 0 ""
-    fi
+    # Loss: 5 % each way, all of it injected by ferroce at its socket (FERROCE_FAULTS' loss is
+    # end to end, half on send and half on receive in probability: 0.0975 is 5 % each way).
+    # Not netem in the guest: under TCG the guest's virtio-net transmit queue stalled twice
+    # behind netem's backlog in the lossy matrix ("NETDEV WATCHDOG: transmit queue 0 timed out",
+    # hundreds of packets held, the guest unable to ping the host: docs/interop.md), and a drop
+    # at ferroce's receiving socket is, for rxe, the same loss as one on the wire. The operation
+    # matrix, not rc_pingpong: ibv_rc_pingpong cannot finish under loss when its peer leaves
+    # first (the last ACK may be lost and nobody is left to answer), whereas rdma_peer stays
+    # until told.
+    matrix $mtu "loss=5%" FERROCE_FAULTS=loss=0.0975 FERROCE_RXE_LOSSY=1
   fi
   lab_down
 done
