@@ -178,24 +178,32 @@ fn perftest_over_rdma_cm() {
 /// What perftest's client prints when its data connection's REQ found no listener.
 const PERFTEST_REJ8: &str = "RDMA_CM_EVENT_REJECTED; error: 8.";
 
-/// perftest `-R` as [`pair`] does, run again (at most three times in all) when the client's
-/// data REQ was rejected with reason 8 and nothing else went wrong: Debian 12's perftest
-/// (4.5) connects twice on one port, and its server destroys the first connection's
+/// How many times [`perftest_rdma_cm_pair`] runs a pair whose client keeps losing perftest
+/// 4.5's race.
+const PERFTEST_ATTEMPTS: u32 = 5;
+
+/// perftest `-R` as [`pair`] does, run again (at most [`PERFTEST_ATTEMPTS`] times in all) when
+/// the client's data REQ was rejected with reason 8 and nothing else went wrong: Debian 12's
+/// perftest (4.5) connects twice on one port, and its server destroys the first connection's
 /// listening ID before it binds and listens for the second, so a client that comes between
 /// them is rejected (invalid service ID) — on the kernel's rdma_cm as on ferroce's (the
 /// interop lab's `late_listen` shows both), and perftest 4.5 cannot try again (upstream
-/// perftest does since 3d9d8d0). Every other failure fails at once; the client's output is
-/// returned.
+/// perftest does since 3d9d8d0). The client runs at nice 10: on a host busy with the rest of
+/// the suite the server's re-listen then comes first (with three CPU hogs on two cores the
+/// client lost 7 of 12 races at the server's priority, none of 12 at nice 10; CI once lost
+/// three in a row). Every other failure fails at once; the client's output is returned.
 fn perftest_rdma_cm_pair(prog: &str, server: &[&str], client: &[&str], addr: &str) -> String {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    for attempt in 1..=3 {
+    for attempt in 1..=PERFTEST_ATTEMPTS {
         let mut srv = start(command(prog, server, addr));
         assert!(
             ferroce_tests::wait_cm_bound(addr, srv.child.id(), LIMIT),
             "{prog}: the server never bound its rdma_cm port"
         );
-        let (cok, cout) = finish(start(command(prog, client, addr)), LIMIT);
-        if !cok && cout.contains(PERFTEST_REJ8) && attempt < 3 {
+        let mut niced = vec!["-n", "10", prog];
+        niced.extend_from_slice(client);
+        let (cok, cout) = finish(start(command("nice", &niced, addr)), LIMIT);
+        if !cok && cout.contains(PERFTEST_REJ8) && attempt < PERFTEST_ATTEMPTS {
             // The server still waits for the data connection that will not come.
             let _ = srv.child.kill();
             let (_, sout) = finish(srv, LIMIT);
@@ -212,7 +220,7 @@ fn perftest_rdma_cm_pair(prog: &str, server: &[&str], client: &[&str], addr: &st
         );
         return cout;
     }
-    unreachable!("the third attempt returns or fails")
+    unreachable!("the last attempt returns or fails")
 }
 
 /// The same programs over IPv6: the device on `::1`, GIDs and GRHs of IPv6, the CM's
