@@ -142,12 +142,12 @@ pub(crate) struct SendWqe {
     pub(crate) started: bool,
     /// An RDMA WRITE longer than the path MTU sent as one WRITE ONLY packet per MTU, each
     /// with a RETH of its own (its address and length), instead of FIRST, MIDDLE… and LAST:
-    /// toward another ferroce only (`Qp::peer_ferroce` and `Ctx::split_writes`, decided when the WQE starts and kept
-    /// for its retransmissions). Every packet of a WRITE stream is then one size and they
-    /// leave in full `UDP_SEGMENT` trains (15 of 4 KiB), where a FIRST, 16 bytes longer than
-    /// the MIDDLEs after it, cuts every WRITE into two. Each packet is a whole WRITE to the
-    /// responder (it checks each one's R_Key and range). Not a WRITE WITH IMMEDIATE: its
-    /// receive completion's `byte_len` is the whole message's.
+    /// toward another ferroce only (`Qp::peer_ferroce` and `Ctx::split_writes`, decided when
+    /// the WQE starts and kept for its retransmissions). Every packet of a WRITE stream is then
+    /// one size and they leave in full `UDP_SEGMENT` trains (15 of 4 KiB), where a FIRST, 16
+    /// bytes longer than the MIDDLEs after it, cuts every WRITE into two. Each packet is a
+    /// whole WRITE to the responder (it checks each one's R_Key and range). Not a WRITE WITH
+    /// IMMEDIATE: its receive completion's `byte_len` is the whole message's.
     pub(crate) split: bool,
     /// READ: bytes of response data placed so far.
     pub(crate) read_done: u32,
