@@ -269,6 +269,9 @@ impl Context {
         // Split WRITEs pay only in trains (`SendWqe::split` in the engine).
         engine.split_writes =
             trains && std::env::var("FERROCE_SPLIT_WRITES").map_or(true, |v| v != "0");
+        // So do paired READs (`SendWqe::split` again): their responses leave in trains.
+        engine.pair_reads =
+            trains && std::env::var("FERROCE_PAIR_READS").map_or(true, |v| v != "0");
         engine.limits = ModifyLimits {
             active_mtu: device.active_mtu(),
             ..ModifyLimits::default()

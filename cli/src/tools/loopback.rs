@@ -3,7 +3,7 @@
 
 use std::net::IpAddr;
 
-use ferroce::transport::{AccessFlags, Mtu, QpCap, QpType};
+use ferroce::transport::{AccessFlags, BringUp, Mtu, QpCap, QpType, Service};
 use ferroce::{
     CompletionChannel, CompletionQueue, Context, Device, Error, MemoryRegion, OpenOptions,
     ProtectionDomain, QpInitAttr, QueuePair, Result,
@@ -124,7 +124,45 @@ pub fn connect(
     qp.connect_to(peer, peer_qpn, mtu, sq_psn, rq_psn)
 }
 
-/// Two sides connected QP to QP.
+/// As [`connect`], with `max_rd_atomic` = `max_dest_rd_atomic` = the device's
+/// `max_qp_init_rd_atom` (128), perftest's default for its READ and atomic tests (`-o`): a
+/// long READ toward another ferroce then goes in pairs (`EndpointConfig::pair_reads`), whose
+/// responses leave in full trains.
+///
+/// # Errors
+/// As [`connect`].
+pub fn connect_deep(
+    qp: &QueuePair,
+    peer: IpAddr,
+    peer_qpn: u32,
+    mtu: Mtu,
+    sq_psn: u32,
+    rq_psn: u32,
+) -> Result<()> {
+    // The device's own limit, so it never refuses it.
+    let depth = u8::try_from(ferroce::context::limits::MAX_RD_ATOM).unwrap_or(u8::MAX);
+    let up = BringUp {
+        peer,
+        dest_qp_num: peer_qpn,
+        path_mtu: mtu,
+        sq_psn,
+        rq_psn,
+        qp_access_flags: ALL_ACCESS,
+        qkey: 0x1111_1111,
+        timeout: 14,
+        retry_cnt: 7,
+        rnr_retry: 7,
+        min_rnr_timer: 12,
+        max_rd_atomic: depth,
+        max_dest_rd_atomic: depth,
+    };
+    for (attr, mask) in up.steps(Service::of(qp.qp_type(), qp.qp_num())) {
+        qp.modify(&attr, mask)?;
+    }
+    Ok(())
+}
+
+/// Two sides connected QP to QP ([`connect_deep`]).
 ///
 /// # Errors
 /// Any open or verbs failure.
@@ -158,8 +196,8 @@ pub fn connected_pair_with(
     let b = side_with(cb, qp_type, nqp, mem, depth, events)?;
     for (i, (qa, qb)) in a.qps.iter().zip(&b.qps).enumerate() {
         let (pa, pb) = (0x1000 + i as u32, 0x2000 + i as u32);
-        connect(qa, ab, qb.qp_num(), mtu, pa, pb)?;
-        connect(qb, aa, qa.qp_num(), mtu, pb, pa)?;
+        connect_deep(qa, ab, qb.qp_num(), mtu, pa, pb)?;
+        connect_deep(qb, aa, qa.qp_num(), mtu, pb, pa)?;
     }
     Ok((a, b))
 }

@@ -83,6 +83,7 @@ macro_rules! ctx {
             budget_open: $self.inflight < $self.cfg.inflight_budget,
             budget_low: $self.inflight >= $self.cfg.inflight_budget / 2,
             split_writes: $self.cfg.split_writes,
+            pair_reads: $self.cfg.pair_reads,
         }
     };
 }

@@ -340,6 +340,14 @@ pub struct EndpointConfig {
     /// (`dst_port`, 4791), which ferroce's sockets are bound to: kernel rxe's come from 0xC000
     /// and up, and WRITEs to it keep the FIRST/MIDDLE/LAST shape.
     pub split_writes: bool,
+    /// Request an RC RDMA READ longer than two packets from another ferroce as READ requests
+    /// of two packets each (on by default), whose responses (a FIRST and a LAST, each with an
+    /// AETH) are all one size and leave the responder in full trains; only where the QP's
+    /// `max_rd_atomic` is at least half of the packets a READ may have requested ahead of its
+    /// data (64 of 128), so its depth in flight is unchanged. Each pair holds a responder
+    /// resource (`max_dest_rd_atomic`) as any READ request does. Toward kernel rxe a long READ
+    /// keeps its requests of up to 64 packets.
+    pub pair_reads: bool,
 }
 
 /// The ICRC form of an RC FLUSH.
@@ -369,6 +377,7 @@ impl EndpointConfig {
             congestion: CongestionConfig::default(),
             flush_icrc: FlushIcrc::Rxe,
             split_writes: true,
+            pair_reads: true,
         }
     }
 }

@@ -51,6 +51,13 @@ pub const READ_CHUNK_PKTS: u32 = 64;
 /// How far (in response packets) a split READ's requests may run ahead of its data.
 pub const READ_WINDOW_PKTS: u32 = 128;
 
+/// The response packets each READ request of a paired READ asks for ([`SendWqe::split`]): a
+/// request of two packets is answered by a FIRST and a LAST, each with an AETH, so every
+/// response packet of a READ stream is one size (a READ RESPONSE ONLY's too) and the
+/// responder sends them in full `UDP_SEGMENT` trains, where a longer request's MIDDLEs are 4
+/// bytes shorter than its FIRST and LAST and cut every response into three trains.
+pub const READ_PAIR_PKTS: u32 = 2;
+
 /// A requester sets AckReq at least this often inside a long message (rxe: every 64 packets).
 pub const MAX_PKTS_PER_ACK: u32 = 64;
 
@@ -148,6 +155,12 @@ pub(crate) struct SendWqe {
     /// bytes longer than the MIDDLEs after it, cuts every WRITE into two. Each packet is a
     /// whole WRITE to the responder (it checks each one's R_Key and range). Not a WRITE WITH
     /// IMMEDIATE: its receive completion's `byte_len` is the whole message's.
+    ///
+    /// An RDMA READ longer than two packets, likewise toward another ferroce only
+    /// (`Ctx::pair_reads`), and only where `max_rd_atomic` lets its requests cover the whole
+    /// [`READ_WINDOW_PKTS`]: requested in pairs ([`READ_PAIR_PKTS`]) instead of
+    /// [`READ_CHUNK_PKTS`]-packet chunks, so its responses are all one size. Each pair is a
+    /// READ request of its own to the responder and holds one of its resources.
     pub(crate) split: bool,
     /// READ: bytes of response data placed so far.
     pub(crate) read_done: u32,
@@ -164,6 +177,16 @@ impl SendWqe {
             1
         } else {
             self.len.div_ceil(mtu).max(1)
+        }
+    }
+
+    /// The response packets each READ request of this (READ) WQE asks for: a pair if it goes
+    /// split, else a chunk of up to [`READ_CHUNK_PKTS`].
+    pub(crate) fn read_chunk_pkts(&self) -> u32 {
+        if self.split {
+            READ_PAIR_PKTS
+        } else {
+            READ_CHUNK_PKTS
         }
     }
 }
@@ -250,6 +273,9 @@ pub(crate) struct Ctx<'a, M: Memory + ?Sized> {
     /// The endpoint's [`EndpointConfig::split_writes`](crate::EndpointConfig::split_writes):
     /// long WRITEs to another ferroce go split.
     pub(crate) split_writes: bool,
+    /// The endpoint's [`EndpointConfig::pair_reads`](crate::EndpointConfig::pair_reads):
+    /// long READs from another ferroce are requested in pairs.
+    pub(crate) pair_reads: bool,
 }
 
 impl Qp {

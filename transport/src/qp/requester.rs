@@ -10,7 +10,7 @@ use ferroce_wire::{
 };
 
 use super::timers::Timer;
-use super::{Ctx, ErrorCause, MAX_PKTS_PER_ACK, Qp, READ_CHUNK_PKTS, READ_WINDOW_PKTS};
+use super::{Ctx, ErrorCause, MAX_PKTS_PER_ACK, Qp, READ_PAIR_PKTS, READ_WINDOW_PKTS};
 use crate::memory::{self, Memory, ScatterError};
 use crate::verbs::{QpState, QpType, SendFlags, WcStatus, WrOpcode};
 
@@ -196,11 +196,17 @@ impl Qp {
             w.first_psn = first;
             w.last_psn = first + (npkts - 1);
             w.started = true;
-            w.split = ctx.split_writes
-                && self.peer_ferroce
-                && self.qp_type == QpType::Rc
-                && npkts > 1
-                && w.wr.opcode == WrOpcode::RdmaWrite;
+            let toward_ferroce = self.peer_ferroce && self.qp_type == QpType::Rc;
+            w.split = match w.wr.opcode {
+                WrOpcode::RdmaWrite => ctx.split_writes && toward_ferroce && npkts > 1,
+                WrOpcode::RdmaRead => {
+                    ctx.pair_reads
+                        && toward_ferroce
+                        && npkts > READ_PAIR_PKTS
+                        && u32::from(self.attr.max_rd_atomic) * READ_PAIR_PKTS >= READ_WINDOW_PKTS
+                }
+                _ => false,
+            };
             self.req.off = 0;
             self.req.committed = first + npkts;
         }
@@ -484,10 +490,11 @@ impl Qp {
         // packets, each a valid request on the wire, at most READ_WINDOW_PKTS ahead of the
         // data received: the responder cannot flood a receiver that has no flow control.
         let from = self.req.off;
-        // Chunks are aligned to READ_CHUNK_PKTS packets from the start of the WQE, so a chunk
-        // reissued after a loss never reaches past what the first requests covered (the
-        // responder only replays duplicates that end before the PSN it expects).
-        let boundary = (from / mtu / READ_CHUNK_PKTS + 1) * READ_CHUNK_PKTS * mtu;
+        // Chunks are aligned to their size from the start of the WQE, so a chunk reissued
+        // after a loss never reaches past what the first requests covered (the responder only
+        // replays duplicates that end before the PSN it expects).
+        let per = w.read_chunk_pkts();
+        let boundary = (from / mtu / per + 1) * per * mtu;
         let chunk = boundary.min(w.len) - from;
         let psn = w.first_psn + from / mtu;
         // A zero-length READ's R_Key is not looked at (C9-88), but kernel rxe's duplicate
@@ -593,10 +600,10 @@ impl Qp {
     }
 
     /// READ request messages and atomics sent whose responses are not all in: each READ WQE
-    /// counts the chunks (aligned READ_CHUNK_PKTS-packet requests) between the data received
+    /// counts the chunks (aligned requests of `SendWqe::read_chunk_pkts`) between the data received
     /// and what was requested; after a rewind only what was requested again counts.
     pub(crate) fn rd_requests_outstanding(&self) -> u32 {
-        let chunk = READ_CHUNK_PKTS * self.mtu();
+        let mtu = self.mtu();
         let mut n = 0;
         for (i, w) in self.sq.iter().enumerate().take(self.req.idx + 1) {
             if !w.started || w.status.is_some() {
@@ -605,6 +612,7 @@ impl Qp {
             let whole = i < self.req.idx;
             match w.wr.opcode {
                 WrOpcode::RdmaRead => {
+                    let chunk = w.read_chunk_pkts() * mtu;
                     let requested = if whole { w.len } else { self.req.off };
                     if requested > w.read_done {
                         n += requested.div_ceil(chunk) - w.read_done / chunk;
