@@ -158,7 +158,7 @@ fn rxe_peer_matrix() {
         r[3].parse().unwrap(),
         r[4].parse().unwrap(),
     );
-    connect(&qp, peer.ip(), aqpn, mtu, my_psn, apsn).unwrap();
+    connect(&qp, peer.ip(), aqpn, mtu, (my_psn, apsn), 16).unwrap();
 
     let mut failures = 0;
     let mut report = |name: String, ok: Result<(), String>| match ok {

@@ -13,9 +13,9 @@ mod common;
 
 use common::script::{Script, Seen};
 use common::*;
-use ferroce_transport::sim::{LinkConfig, run_seeds};
+use ferroce_transport::sim::run_seeds;
 use ferroce_transport::{EndpointConfig, WcStatus, WrOpcode};
-use ferroce_wire::Opcode;
+use ferroce_wire::{Opcode, Operation};
 
 const STEPS: u64 = 1_000_000;
 
@@ -33,14 +33,7 @@ fn read_request(s: &Seen) -> bool {
 }
 
 fn read_response(s: &Seen) -> bool {
-    s.from == 1
-        && matches!(
-            s.opcode,
-            Opcode::RC_RDMA_READ_RESPONSE_FIRST
-                | Opcode::RC_RDMA_READ_RESPONSE_MIDDLE
-                | Opcode::RC_RDMA_READ_RESPONSE_LAST
-                | Opcode::RC_RDMA_READ_RESPONSE_ONLY
-        )
+    s.from == 1 && s.opcode.info().map(|i| i.operation) == Some(Operation::ReadResponse)
 }
 
 /// A first WRITE to make A hear B (B's ACK), then a READ of `len` bytes from B's offset 8192
@@ -174,12 +167,7 @@ fn pairs_never_outnumber_max_rd_atomic() {
 /// same aligned offset: the responder replays only what ends before the PSN it expects).
 #[test]
 fn paired_reads_survive_loss_and_reordering() {
-    let link = LinkConfig {
-        loss: 0.05,
-        reorder: 0.05,
-        dup: 0.01,
-        ..lossless()
-    };
+    let link = lossy_reordering(0.05);
     run_seeds(0..20, |seed| {
         let mut p = pair(seed, link, deep());
         let sc = Script::install(&mut p.net);

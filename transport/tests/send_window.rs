@@ -13,7 +13,7 @@ use std::collections::HashSet;
 
 use common::script::Script;
 use common::*;
-use ferroce_transport::sim::{LinkConfig, run_seeds};
+use ferroce_transport::sim::run_seeds;
 use ferroce_transport::{
     EndpointConfig, FERROCE_PEER_UNACKED_PSNS, MAX_UNACKED_PSNS, WcStatus, WrOpcode,
 };
@@ -101,12 +101,7 @@ fn before_the_peer_is_heard_the_window_is_rxes() {
 /// and its bytes land in place.
 #[test]
 fn a_full_ferroce_window_survives_loss_and_reordering() {
-    let link = LinkConfig {
-        loss: 0.02,
-        reorder: 0.05,
-        dup: 0.01,
-        ..lossless()
-    };
+    let link = lossy_reordering(0.02);
     run_seeds(0..10, |seed| {
         let mut p = pair(seed, link, Opts::default());
         p.post_send(0, p.wr(0, WrOpcode::RdmaWrite, 0, 64, 0));

@@ -11,7 +11,7 @@ mod common;
 
 use common::script::{Script, Seen};
 use common::*;
-use ferroce_transport::sim::{LinkConfig, run_seeds};
+use ferroce_transport::sim::run_seeds;
 use ferroce_transport::{EndpointConfig, WcStatus, WrOpcode};
 use ferroce_wire::Opcode;
 
@@ -163,12 +163,7 @@ fn split_writes_can_be_turned_off() {
 /// ONLY inside a message it is assembling.
 #[test]
 fn split_writes_survive_loss_and_reordering() {
-    let link = LinkConfig {
-        loss: 0.05,
-        reorder: 0.05,
-        dup: 0.01,
-        ..lossless()
-    };
+    let link = lossy_reordering(0.05);
     run_seeds(0..20, |seed| {
         let mut p = pair(seed, link, Opts::default());
         let sc = Script::install(&mut p.net);

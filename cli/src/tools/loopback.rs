@@ -108,8 +108,9 @@ pub fn side_with(
     })
 }
 
-/// Walks `qp` RESET → INIT → RTR → RTS towards `peer_qpn` at `peer` with verbs' usual values
-/// ([`QueuePair::connect_to`]).
+/// Walks `qp` RESET → INIT → RTR → RTS towards `peer_qpn` at `peer` with the values of
+/// [`QueuePair::connect_to`] but `max_rd_atomic` = `max_dest_rd_atomic` = `rd_atomic`
+/// (`connect_to`'s 16, or [`DEEP_RD_ATOMIC`]).
 ///
 /// # Errors
 /// [`Error::Modify`] if the device refuses an attribute (an MTU above its active MTU, say).
@@ -118,29 +119,9 @@ pub fn connect(
     peer: IpAddr,
     peer_qpn: u32,
     mtu: Mtu,
-    sq_psn: u32,
-    rq_psn: u32,
+    (sq_psn, rq_psn): (u32, u32),
+    rd_atomic: u8,
 ) -> Result<()> {
-    qp.connect_to(peer, peer_qpn, mtu, sq_psn, rq_psn)
-}
-
-/// As [`connect`], with `max_rd_atomic` = `max_dest_rd_atomic` = the device's
-/// `max_qp_init_rd_atom` (128), perftest's default for its READ and atomic tests (`-o`): a
-/// long READ toward another ferroce then goes in pairs (`EndpointConfig::pair_reads`), whose
-/// responses leave in full trains.
-///
-/// # Errors
-/// As [`connect`].
-pub fn connect_deep(
-    qp: &QueuePair,
-    peer: IpAddr,
-    peer_qpn: u32,
-    mtu: Mtu,
-    sq_psn: u32,
-    rq_psn: u32,
-) -> Result<()> {
-    // The device's own limit, so it never refuses it.
-    let depth = u8::try_from(ferroce::context::limits::MAX_RD_ATOM).unwrap_or(u8::MAX);
     let up = BringUp {
         peer,
         dest_qp_num: peer_qpn,
@@ -153,8 +134,8 @@ pub fn connect_deep(
         retry_cnt: 7,
         rnr_retry: 7,
         min_rnr_timer: 12,
-        max_rd_atomic: depth,
-        max_dest_rd_atomic: depth,
+        max_rd_atomic: rd_atomic,
+        max_dest_rd_atomic: rd_atomic,
     };
     for (attr, mask) in up.steps(Service::of(qp.qp_type(), qp.qp_num())) {
         qp.modify(&attr, mask)?;
@@ -162,7 +143,13 @@ pub fn connect_deep(
     Ok(())
 }
 
-/// Two sides connected QP to QP ([`connect_deep`]).
+/// The device's `max_qp_init_rd_atom` (128), perftest's default depth of READs and atomics
+/// (`-o`): with it a long READ toward another ferroce goes in pairs
+/// (`EndpointConfig::pair_reads`), whose responses leave in full trains.
+// The limit is 128: it fits a u8, as the verbs attribute does.
+pub const DEEP_RD_ATOMIC: u8 = ferroce::context::limits::MAX_RD_ATOM as u8;
+
+/// Two sides connected QP to QP, [`DEEP_RD_ATOMIC`] READs deep.
 ///
 /// # Errors
 /// Any open or verbs failure.
@@ -196,8 +183,8 @@ pub fn connected_pair_with(
     let b = side_with(cb, qp_type, nqp, mem, depth, events)?;
     for (i, (qa, qb)) in a.qps.iter().zip(&b.qps).enumerate() {
         let (pa, pb) = (0x1000 + i as u32, 0x2000 + i as u32);
-        connect_deep(qa, ab, qb.qp_num(), mtu, pa, pb)?;
-        connect_deep(qb, aa, qa.qp_num(), mtu, pb, pa)?;
+        connect(qa, ab, qb.qp_num(), mtu, (pa, pb), DEEP_RD_ATOMIC)?;
+        connect(qb, aa, qa.qp_num(), mtu, (pb, pa), DEEP_RD_ATOMIC)?;
     }
     Ok((a, b))
 }

@@ -51,7 +51,7 @@ pub const READ_CHUNK_PKTS: u32 = 64;
 /// How far (in response packets) a split READ's requests may run ahead of its data.
 pub const READ_WINDOW_PKTS: u32 = 128;
 
-/// The response packets each READ request of a paired READ asks for ([`SendWqe::split`]): a
+/// The response packets each READ request of a paired READ asks for (`SendWqe::split`): a
 /// request of two packets is answered by a FIRST and a LAST, each with an AETH, so every
 /// response packet of a READ stream is one size (a READ RESPONSE ONLY's too) and the
 /// responder sends them in full `UDP_SEGMENT` trains, where a longer request's MIDDLEs are 4

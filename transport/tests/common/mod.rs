@@ -26,6 +26,16 @@ pub fn lossless() -> LinkConfig {
     LinkConfig::default()
 }
 
+/// A link that loses `loss` of the packets, reorders 5 % and duplicates 1 %.
+pub fn lossy_reordering(loss: f64) -> LinkConfig {
+    LinkConfig {
+        loss,
+        reorder: 0.05,
+        dup: 0.01,
+        ..lossless()
+    }
+}
+
 /// An RC QP of PD [`PD`] with one SGE each way, reporting to CQ 0: `max_wr` send and receive
 /// WRs.
 pub fn rc_init(max_wr: u32) -> QpInitAttr {
