@@ -423,6 +423,25 @@ impl QueuePair {
         sq_psn: u32,
         rq_psn: u32,
     ) -> Result<()> {
+        self.connect_to_rd_atomic(peer, dest_qp_num, path_mtu, sq_psn, rq_psn, 16)
+    }
+
+    /// [`QueuePair::connect_to`] with `max_rd_atomic` = `max_dest_rd_atomic` = `rd_atomic`
+    /// (perftest's `-o`): how many READs and atomics may be outstanding each way. The device
+    /// allows up to `max_qp_rd_atom` (128); at 64 or more a long READ toward another ferroce
+    /// goes in pairs, whose responses leave in full trains.
+    ///
+    /// # Errors
+    /// As [`QueuePair::connect_to`]; also [`Error::Modify`] for a depth above the device's.
+    pub fn connect_to_rd_atomic(
+        &self,
+        peer: std::net::IpAddr,
+        dest_qp_num: u32,
+        path_mtu: ferroce_transport::Mtu,
+        sq_psn: u32,
+        rq_psn: u32,
+        rd_atomic: u8,
+    ) -> Result<()> {
         let up = ferroce_transport::BringUp {
             peer,
             dest_qp_num,
@@ -438,8 +457,8 @@ impl QueuePair {
             retry_cnt: 7,
             rnr_retry: 7,
             min_rnr_timer: 12,
-            max_rd_atomic: 16,
-            max_dest_rd_atomic: 16,
+            max_rd_atomic: rd_atomic,
+            max_dest_rd_atomic: rd_atomic,
         };
         for (attr, mask) in up.steps(ferroce_transport::Service::of(
             self.qp_type(),

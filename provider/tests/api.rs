@@ -120,6 +120,31 @@ fn post_send_batch_names_the_refused_wr() {
     ));
 }
 
+/// `connect_to` sets 16 READs/atomics each way; `connect_to_rd_atomic` the depth asked for, up
+/// to the device's `max_qp_rd_atom` (128), and refuses more.
+#[test]
+fn connect_to_rd_atomic_sets_the_read_depth() {
+    let ctx = Device::find("127.89.1.3").unwrap().open().unwrap();
+    let pd = ctx.alloc_pd();
+    let cq = ctx.create_cq(16, None).unwrap();
+    let peer = "127.89.1.4".parse().unwrap();
+    let depth = |rd: Option<u8>| {
+        let qp = pd.qp(QpType::Rc, &cq).build().unwrap();
+        match rd {
+            None => qp.connect_to(peer, 5, ferroce::Mtu::Mtu1024, 1, 1),
+            Some(rd) => qp.connect_to_rd_atomic(peer, 5, ferroce::Mtu::Mtu1024, 1, 1, rd),
+        }
+        .map(|()| {
+            let a = qp.query();
+            (a.max_rd_atomic, a.max_dest_rd_atomic)
+        })
+    };
+    assert_eq!(depth(None).unwrap(), (16, 16));
+    assert_eq!(depth(Some(128)).unwrap(), (128, 128));
+    assert_eq!(depth(Some(1)).unwrap(), (1, 1));
+    assert!(matches!(depth(Some(129)), Err(ferroce::Error::Modify(_))));
+}
+
 /// A poll buffer's unfilled entries cannot pass for successes.
 #[test]
 fn an_unfilled_completion_is_not_a_success() {

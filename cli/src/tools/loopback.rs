@@ -3,7 +3,7 @@
 
 use std::net::IpAddr;
 
-use ferroce::transport::{AccessFlags, BringUp, Mtu, QpCap, QpType, Service};
+use ferroce::transport::{AccessFlags, Mtu, QpCap, QpType};
 use ferroce::{
     CompletionChannel, CompletionQueue, Context, Device, Error, MemoryRegion, OpenOptions,
     ProtectionDomain, QpInitAttr, QueuePair, Result,
@@ -108,41 +108,6 @@ pub fn side_with(
     })
 }
 
-/// Walks `qp` RESET → INIT → RTR → RTS towards `peer_qpn` at `peer` with the values of
-/// [`QueuePair::connect_to`] but `max_rd_atomic` = `max_dest_rd_atomic` = `rd_atomic`
-/// (`connect_to`'s 16, or [`DEEP_RD_ATOMIC`]).
-///
-/// # Errors
-/// [`Error::Modify`] if the device refuses an attribute (an MTU above its active MTU, say).
-pub fn connect(
-    qp: &QueuePair,
-    peer: IpAddr,
-    peer_qpn: u32,
-    mtu: Mtu,
-    (sq_psn, rq_psn): (u32, u32),
-    rd_atomic: u8,
-) -> Result<()> {
-    let up = BringUp {
-        peer,
-        dest_qp_num: peer_qpn,
-        path_mtu: mtu,
-        sq_psn,
-        rq_psn,
-        qp_access_flags: ALL_ACCESS,
-        qkey: 0x1111_1111,
-        timeout: 14,
-        retry_cnt: 7,
-        rnr_retry: 7,
-        min_rnr_timer: 12,
-        max_rd_atomic: rd_atomic,
-        max_dest_rd_atomic: rd_atomic,
-    };
-    for (attr, mask) in up.steps(Service::of(qp.qp_type(), qp.qp_num())) {
-        qp.modify(&attr, mask)?;
-    }
-    Ok(())
-}
-
 /// The device's `max_qp_init_rd_atom` (128), perftest's default depth of READs and atomics
 /// (`-o`): with it a long READ toward another ferroce goes in pairs
 /// (`EndpointConfig::pair_reads`), whose responses leave in full trains.
@@ -183,8 +148,8 @@ pub fn connected_pair_with(
     let b = side_with(cb, qp_type, nqp, mem, depth, events)?;
     for (i, (qa, qb)) in a.qps.iter().zip(&b.qps).enumerate() {
         let (pa, pb) = (0x1000 + i as u32, 0x2000 + i as u32);
-        connect(qa, ab, qb.qp_num(), mtu, (pa, pb), DEEP_RD_ATOMIC)?;
-        connect(qb, aa, qa.qp_num(), mtu, (pb, pa), DEEP_RD_ATOMIC)?;
+        qa.connect_to_rd_atomic(ab, qb.qp_num(), mtu, pa, pb, DEEP_RD_ATOMIC)?;
+        qb.connect_to_rd_atomic(aa, qa.qp_num(), mtu, pb, pa, DEEP_RD_ATOMIC)?;
     }
     Ok((a, b))
 }
