@@ -37,6 +37,7 @@ lab_down() {
 
 lab_up() { # N MTU
   local n=$1 mtu=$2 k
+  LAB_N=$n; LAB_MTU=$mtu
   RUN=$(mktemp -d /tmp/ferroce-lab.XXXXXX)
   ip netns add "$NS"
   ip -n "$NS" link set lo up
