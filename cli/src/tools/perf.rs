@@ -1,10 +1,12 @@
 //! `ferroce bw` and `ferroce lat`: perftest-like measurements between two endpoints.
 
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::tools::loopback::Side;
-use ferroce::Result;
 use ferroce::transport::{RecvWr, SendFlags, SendWr, WcStatus, WorkCompletion, WrOpcode};
+use ferroce::{Error, Result};
 
 /// The operation measured.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -171,7 +173,6 @@ pub fn bandwidth(
     limit: Limit,
     depth: u32,
 ) -> Result<BwResult> {
-    let nqp = a.qps.len();
     let recv_len = if op == Op::Send { size } else { 0 };
     if op == Op::Send {
         for qb in &b.qps {
@@ -186,6 +187,56 @@ pub fn bandwidth(
     let calls = Syscalls::now(a, b);
     let cpu = ferroce::udp::process_cpu_time();
     let start = Instant::now();
+    // SEND's receiving side runs in a thread of its own, as perftest's server does in a
+    // process of its own: it polls B's CQ and posts each receive again, while this thread
+    // posts A's SENDs and polls A's CQ.
+    // `stop` ends the receiver after the last completion; `failed` ends the sender when the
+    // receiver fails (its SENDs would otherwise wait on RNR NAKs for ever).
+    let (stop, failed) = (AtomicBool::new(false), AtomicBool::new(false));
+    let done = std::thread::scope(|sc| -> Result<u64> {
+        let receiver = (op == Op::Send).then(|| {
+            sc.spawn(|| {
+                let r = receive_loop(b, recv_len, &stop);
+                failed.store(r.is_err(), Ordering::Release);
+                r
+            })
+        });
+        let sent = send_loop(a, b, (op, size), limit, depth, start, &failed);
+        stop.store(true, Ordering::Release);
+        if let Some(r) = receiver {
+            // The receiver's error first: the sender's, if any, follows from it.
+            r.join().map_err(|_| {
+                Error::Io(std::io::Error::other("bw's receiving thread panicked"))
+            })??;
+        }
+        sent
+    })?;
+    let elapsed = start.elapsed();
+    let cpu = ferroce::udp::process_cpu_time().saturating_sub(cpu);
+    // Drain the receiver's completions so the next run starts clean.
+    let mut wcs = vec![WorkCompletion::default(); 64];
+    while b.cq.poll(&mut wcs) > 0 {}
+    Ok(BwResult {
+        size: if op == Op::Atomic { 8 } else { size },
+        msgs: done,
+        elapsed,
+        calls: Syscalls::now(a, b).since(calls),
+        cpu,
+    })
+}
+
+/// The posting side of [`bandwidth`]: posts `op` on A's QPs, `depth` in flight each, and polls
+/// A's CQ until `limit`; returns the messages completed.
+fn send_loop(
+    a: &Side,
+    b: &Side,
+    (op, size): (Op, u32),
+    limit: Limit,
+    depth: u32,
+    start: Instant,
+    failed: &AtomicBool,
+) -> Result<u64> {
+    let nqp = a.qps.len();
     let mut posted = vec![0u64; nqp];
     let mut inflight = vec![0u32; nqp];
     let mut done = 0u64;
@@ -226,41 +277,48 @@ pub fn bandwidth(
             inflight[q] -= 1;
             done += 1;
         }
-        if op == Op::Send {
-            let m = b.cq.poll(&mut wcs);
-            for wc in &wcs[..m] {
-                if wc.status != WcStatus::Success {
-                    return Err(fail(wc));
-                }
-                let q = b
-                    .qps
-                    .iter()
-                    .position(|qp| qp.qp_num() == wc.qp_num)
-                    .unwrap_or(0);
-                b.qps[q].post_recv(&RecvWr {
-                    wr_id: wc.wr_id,
-                    sg_list: vec![b.mr.sge(0, recv_len)].into(),
-                })?;
-            }
-        }
         if done == total_posted && stop_posting(out_of_time, total_posted) {
             break;
+        }
+        if failed.load(Ordering::Acquire) {
+            return Err(Error::Io(std::io::Error::other(
+                "bw's receiving side failed",
+            )));
         }
         if n == 0 {
             std::hint::spin_loop();
         }
     }
-    let elapsed = start.elapsed();
-    let cpu = ferroce::udp::process_cpu_time().saturating_sub(cpu);
-    // Drain the receiver's completions so the next run starts clean.
-    while b.cq.poll(&mut wcs) > 0 {}
-    Ok(BwResult {
-        size: if op == Op::Atomic { 8 } else { size },
-        msgs: done,
-        elapsed,
-        calls: Syscalls::now(a, b).since(calls),
-        cpu,
-    })
+    Ok(done)
+}
+
+/// The receiving side of a SEND [`bandwidth`] run: polls B's CQ and posts every consumed
+/// receive again, until `stop`.
+fn receive_loop(b: &Side, recv_len: u32, stop: &AtomicBool) -> Result<()> {
+    let mut wcs = vec![WorkCompletion::default(); 64];
+    let index: HashMap<u32, usize> = b
+        .qps
+        .iter()
+        .enumerate()
+        .map(|(i, qp)| (qp.qp_num(), i))
+        .collect();
+    while !stop.load(Ordering::Acquire) {
+        let m = b.cq.poll(&mut wcs);
+        for wc in &wcs[..m] {
+            if wc.status != WcStatus::Success {
+                return Err(fail(wc));
+            }
+            let q = index.get(&wc.qp_num).copied().unwrap_or(0);
+            b.qps[q].post_recv(&RecvWr {
+                wr_id: wc.wr_id,
+                sg_list: vec![b.mr.sge(0, recv_len)].into(),
+            })?;
+        }
+        if m == 0 {
+            std::hint::spin_loop();
+        }
+    }
+    Ok(())
 }
 
 /// Latency samples, sorted.
@@ -590,5 +648,42 @@ mod tests {
             cpu_per_gb(r.cpu, 200.0 * 65536.0),
             "the bytes of 200 messages of 64 KiB"
         );
+    }
+
+    /// Runs `bandwidth` in a thread and waits at most a minute for it: a receiver that stops
+    /// posting would leave the SENDs waiting on RNR NAKs for ever.
+    fn bounded_bw(nqp: usize, mem: usize, size: u32, iters: u64) -> Result<BwResult> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let (a, b) = connected_pair_with(
+                &OpenOptions::default(),
+                QpType::Rc,
+                nqp,
+                mem,
+                Mtu::Mtu1024,
+                8,
+                false,
+            )
+            .unwrap();
+            let _ = tx.send(bandwidth(&a, &b, Op::Send, size, Limit::Iters(iters), 8));
+        });
+        rx.recv_timeout(Duration::from_secs(60))
+            .expect("bw --op send did not end within a minute")
+    }
+
+    /// SEND's receiving thread posts every consumed receive again: 500 SENDs over two QPs
+    /// of 8 receives each all complete.
+    #[test]
+    fn a_send_bandwidth_run_reposts_its_receives() {
+        let r = bounded_bw(2, 1 << 16, 4096, 500).unwrap();
+        assert_eq!(r.msgs, 500);
+    }
+
+    /// A receive that fails (its buffer runs past the region) ends the run with an error,
+    /// not a hang.
+    #[test]
+    fn a_failed_receive_ends_a_send_bandwidth_run() {
+        let r = bounded_bw(1, 1 << 12, 8192, 50);
+        assert!(r.is_err(), "{r:?}");
     }
 }
