@@ -423,13 +423,13 @@ impl QueuePair {
         sq_psn: u32,
         rq_psn: u32,
     ) -> Result<()> {
-        self.connect_to_rd_atomic(peer, dest_qp_num, path_mtu, sq_psn, rq_psn, 16)
+        self.connect_to_rd_atomic(peer, dest_qp_num, path_mtu, (sq_psn, rq_psn), 16)
     }
 
-    /// [`QueuePair::connect_to`] with `max_rd_atomic` = `max_dest_rd_atomic` = `rd_atomic`
-    /// (perftest's `-o`): how many READs and atomics may be outstanding each way. The device
-    /// allows up to `max_qp_rd_atom` (128); at 64 or more a long READ toward another ferroce
-    /// goes in pairs, whose responses leave in full trains.
+    /// [`QueuePair::connect_to`] (its `sq_psn` and `rq_psn` as a pair) with `max_rd_atomic` =
+    /// `max_dest_rd_atomic` = `rd_atomic` (perftest's `-o`): how many READs and atomics may be
+    /// outstanding each way. The device allows up to `max_qp_rd_atom` (128); at 64 or more a
+    /// long READ toward another ferroce goes in pairs, whose responses leave in full trains.
     ///
     /// # Errors
     /// As [`QueuePair::connect_to`]; also [`Error::Modify`] for a depth above the device's.
@@ -438,8 +438,7 @@ impl QueuePair {
         peer: std::net::IpAddr,
         dest_qp_num: u32,
         path_mtu: ferroce_transport::Mtu,
-        sq_psn: u32,
-        rq_psn: u32,
+        (sq_psn, rq_psn): (u32, u32),
         rd_atomic: u8,
     ) -> Result<()> {
         let up = ferroce_transport::BringUp {

@@ -132,7 +132,7 @@ fn connect_to_rd_atomic_sets_the_read_depth() {
         let qp = pd.qp(QpType::Rc, &cq).build().unwrap();
         match rd {
             None => qp.connect_to(peer, 5, ferroce::Mtu::Mtu1024, 1, 1),
-            Some(rd) => qp.connect_to_rd_atomic(peer, 5, ferroce::Mtu::Mtu1024, 1, 1, rd),
+            Some(rd) => qp.connect_to_rd_atomic(peer, 5, ferroce::Mtu::Mtu1024, (1, 1), rd),
         }
         .map(|()| {
             let a = qp.query();

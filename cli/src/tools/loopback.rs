@@ -148,8 +148,8 @@ pub fn connected_pair_with(
     let b = side_with(cb, qp_type, nqp, mem, depth, events)?;
     for (i, (qa, qb)) in a.qps.iter().zip(&b.qps).enumerate() {
         let (pa, pb) = (0x1000 + i as u32, 0x2000 + i as u32);
-        qa.connect_to_rd_atomic(ab, qb.qp_num(), mtu, pa, pb, DEEP_RD_ATOMIC)?;
-        qb.connect_to_rd_atomic(aa, qa.qp_num(), mtu, pb, pa, DEEP_RD_ATOMIC)?;
+        qa.connect_to_rd_atomic(ab, qb.qp_num(), mtu, (pa, pb), DEEP_RD_ATOMIC)?;
+        qb.connect_to_rd_atomic(aa, qa.qp_num(), mtu, (pb, pa), DEEP_RD_ATOMIC)?;
     }
     Ok((a, b))
 }
