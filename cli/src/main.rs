@@ -551,8 +551,8 @@ fn bw(a: &PerfArgs, out: &mut dyn Write) -> ferroce::Result<()> {
     );
     let _ = writeln!(
         out,
-        "{:>10} {:>12} {:>12} {:>10} {:>12} {:>10} {:>12}",
-        "#bytes", "#messages", "MB/s", "Gb/s", "msg/s", "calls/msg", "empty/msg"
+        "{:>10} {:>12} {:>12} {:>10} {:>12} {:>10} {:>12} {:>10}",
+        "#bytes", "#messages", "MB/s", "Gb/s", "msg/s", "calls/msg", "empty/msg", "wakes/msg"
     );
     let mut last = None;
     let mut pair = Some((x, y));
@@ -572,14 +572,15 @@ fn bw(a: &PerfArgs, out: &mut dyn Write) -> ferroce::Result<()> {
         let r = perf::bandwidth(&x, &y, a.op, size, limit, a.depth)?;
         let _ = writeln!(
             out,
-            "{:>10} {:>12} {:>12.1} {:>10.2} {:>12.0} {:>10.3} {:>12.3}",
+            "{:>10} {:>12} {:>12.1} {:>10.2} {:>12.0} {:>10.3} {:>12.3} {:>10.3}",
             r.size,
             r.msgs,
             r.mb_per_s(),
             r.gbit_per_s(),
             r.msgs_per_s(),
             r.calls.per(r.msgs),
-            r.calls.empty_per(r.msgs)
+            r.calls.empty_per(r.msgs),
+            r.calls.wakeups_per(r.msgs)
         );
         last = Some(r);
         if a.op != perf::Op::Send {
@@ -660,8 +661,16 @@ fn lat(a: &PerfArgs, out: &mut dyn Write) -> ferroce::Result<()> {
     );
     let _ = writeln!(
         out,
-        "{:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>11} {:>11}",
-        "#bytes", "#iters", "min us", "median us", "p99 us", "max us", "calls/iter", "empty/iter"
+        "{:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>11} {:>11} {:>11}",
+        "#bytes",
+        "#iters",
+        "min us",
+        "median us",
+        "p99 us",
+        "max us",
+        "calls/iter",
+        "empty/iter",
+        "wakes/iter"
     );
     for size in sizes(a) {
         let iters = a.iters.unwrap_or(if size >= 1 << 20 { 50 } else { 1000 });
@@ -673,7 +682,7 @@ fn lat(a: &PerfArgs, out: &mut dyn Write) -> ferroce::Result<()> {
         let us = |d: Duration| d.as_secs_f64() * 1e6;
         let _ = writeln!(
             out,
-            "{:>10} {:>10} {:>10.2} {:>10.2} {:>10.2} {:>10.2} {:>11.2} {:>11.2}",
+            "{:>10} {:>10} {:>10.2} {:>10.2} {:>10.2} {:>10.2} {:>11.2} {:>11.2} {:>11.2}",
             r.size,
             iters,
             us(r.percentile(0.0)),
@@ -681,7 +690,8 @@ fn lat(a: &PerfArgs, out: &mut dyn Write) -> ferroce::Result<()> {
             us(r.percentile(99.0)),
             us(r.percentile(100.0)),
             r.calls.per(iters),
-            r.calls.empty_per(iters)
+            r.calls.empty_per(iters),
+            r.calls.wakeups_per(iters)
         );
     }
     // As in `bw`: the devices close before the raw sockets are timed.

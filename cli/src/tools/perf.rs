@@ -79,6 +79,8 @@ pub struct Syscalls {
     pub recv: u64,
     /// `recvmmsg` calls that found nothing (polls of an empty CQ).
     pub empty: u64,
+    /// Times a progress thread woke from a sleep (each a context switch).
+    pub wakeups: u64,
 }
 
 impl Syscalls {
@@ -90,6 +92,7 @@ impl Syscalls {
             send: x.send_calls + y.send_calls,
             recv: (x.recv_calls + y.recv_calls).saturating_sub(empty),
             empty,
+            wakeups: x.wakeups + y.wakeups,
         }
     }
 
@@ -99,6 +102,7 @@ impl Syscalls {
             send: self.send.saturating_sub(before.send),
             recv: self.recv.saturating_sub(before.recv),
             empty: self.empty.saturating_sub(before.empty),
+            wakeups: self.wakeups.saturating_sub(before.wakeups),
         }
     }
 
@@ -110,6 +114,11 @@ impl Syscalls {
     /// Empty `recvmmsg` calls per `n` messages.
     pub fn empty_per(self, n: u64) -> f64 {
         self.empty as f64 / n.max(1) as f64
+    }
+
+    /// Progress-thread wake-ups per `n` messages.
+    pub fn wakeups_per(self, n: u64) -> f64 {
+        self.wakeups as f64 / n.max(1) as f64
     }
 }
 
@@ -685,5 +694,28 @@ mod tests {
     fn a_failed_receive_ends_a_send_bandwidth_run() {
         let r = bounded_bw(1, 1 << 12, 8192, 50);
         assert!(r.is_err(), "{r:?}");
+    }
+
+    /// The counters' differences over a run, per message: wake-ups beside the calls.
+    #[test]
+    fn syscalls_since_and_per_message() {
+        let before = Syscalls {
+            send: 1,
+            recv: 2,
+            empty: 3,
+            wakeups: 4,
+        };
+        let after = Syscalls {
+            send: 11,
+            recv: 12,
+            empty: 43,
+            wakeups: 24,
+        };
+        let d = after.since(before);
+        assert_eq!((d.send, d.recv, d.empty, d.wakeups), (10, 10, 40, 20));
+        assert_eq!(d.per(40), 0.5);
+        assert_eq!(d.empty_per(40), 1.0);
+        assert_eq!(d.wakeups_per(40), 0.5);
+        assert_eq!(d.wakeups_per(0), 20.0, "no messages: per one");
     }
 }
