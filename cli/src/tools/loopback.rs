@@ -3,7 +3,7 @@
 
 use std::net::IpAddr;
 
-use ferroce::transport::{AccessFlags, Mtu, QpCap, QpType};
+use ferroce::transport::{AccessFlags, Mtu, QpCap, QpType, RecvWr};
 use ferroce::{
     CompletionChannel, CompletionQueue, Context, Device, Error, MemoryRegion, OpenOptions,
     ProtectionDomain, QpInitAttr, QueuePair, Result,
@@ -27,6 +27,16 @@ pub struct Side {
     pub mr: MemoryRegion,
     /// The CQ's completion channel (`ibv_comp_channel`), for sides that wait for events.
     pub channel: Option<CompletionChannel>,
+}
+
+impl Side {
+    /// A receive WR (`ibv_recv_wr`) `wr_id` for the first `len` bytes of the region.
+    pub fn recv_wr(&self, wr_id: u64, len: u32) -> RecvWr {
+        RecvWr {
+            wr_id,
+            sg_list: vec![self.mr.sge(0, len)].into(),
+        }
+    }
 }
 
 /// Opens a device on the first free pair of addresses 127.77.x.1 / 127.77.x.2.

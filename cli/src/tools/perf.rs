@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::tools::loopback::Side;
-use ferroce::transport::{RecvWr, SendFlags, SendWr, WcStatus, WorkCompletion, WrOpcode};
+use ferroce::transport::{SendFlags, SendWr, WcStatus, WorkCompletion, WrOpcode};
 use ferroce::{Error, Result};
 
 /// The operation measured.
@@ -108,18 +108,23 @@ impl Syscalls {
 
     /// `sendmmsg` and `recvmmsg` calls that moved datagrams, per `n` messages.
     pub fn per(self, n: u64) -> f64 {
-        (self.send + self.recv) as f64 / n.max(1) as f64
+        ratio(self.send + self.recv, n)
     }
 
     /// Empty `recvmmsg` calls per `n` messages.
     pub fn empty_per(self, n: u64) -> f64 {
-        self.empty as f64 / n.max(1) as f64
+        ratio(self.empty, n)
     }
 
     /// Progress-thread wake-ups per `n` messages.
     pub fn wakeups_per(self, n: u64) -> f64 {
-        self.wakeups as f64 / n.max(1) as f64
+        ratio(self.wakeups, n)
     }
+}
+
+/// `count` per one of `n` (none for no messages).
+fn ratio(count: u64, n: u64) -> f64 {
+    count as f64 / n.max(1) as f64
 }
 
 impl BwResult {
@@ -186,10 +191,7 @@ pub fn bandwidth(
     if op == Op::Send {
         for qb in &b.qps {
             for i in 0..u64::from(depth) {
-                qb.post_recv(&RecvWr {
-                    wr_id: i,
-                    sg_list: vec![b.mr.sge(0, recv_len)].into(),
-                })?;
+                qb.post_recv(&b.recv_wr(i, recv_len))?;
             }
         }
     }
@@ -318,10 +320,7 @@ fn receive_loop(b: &Side, recv_len: u32, stop: &AtomicBool) -> Result<()> {
                 return Err(fail(wc));
             }
             let q = index.get(&wc.qp_num).copied().unwrap_or(0);
-            b.qps[q].post_recv(&RecvWr {
-                wr_id: wc.wr_id,
-                sg_list: vec![b.mr.sge(0, recv_len)].into(),
-            })?;
+            b.qps[q].post_recv(&b.recv_wr(wc.wr_id, recv_len))?;
         }
         if m == 0 {
             std::hint::spin_loop();
@@ -474,10 +473,7 @@ pub fn ping_pong(a: &Side, b: &Side, size: u32, iters: u64) -> Result<LatResult>
             calls: Syscalls::default(),
         });
     }
-    let recv = |side: &Side| RecvWr {
-        wr_id: 0,
-        sg_list: vec![side.mr.sge(0, size)].into(),
-    };
+    let recv = |side: &Side| side.recv_wr(0, size);
     // Every 8th SEND is signalled, so the send queue's slots come back, and the last, whose
     // completion says every send is done; the rest complete silently.
     let send = |side: &Side, i: u64| {
