@@ -51,6 +51,12 @@ AGAIN=0; GONE_SEEN=0; AGAIN_REBOOTS=0; AGAIN_MAX=${AGAIN_MAX:-3}
 guest_gone() {
   local p; for p in "${QPIDS[@]}"; do kill -0 "$p" 2>/dev/null || return 0; done; return 1
 }
+# lab_up, and the files the one-guest scenarios expect in g1's share: cm_reject (the cm
+# group's reject peer and the fuzzer's CM listener).
+lab_boot() { # N MTU
+  lab_up "$1" "$2" || return 1
+  if [ -n "$REJECT_BIN" ]; then cp "$REJECT_BIN" "$RUN/g1/cm_reject"; fi
+}
 # The guest's IPv6 address and rxe0's GID for it (the cm group's IPv6 scenarios).
 lab_ipv6() {
   ip -n "$NS" -6 addr replace fd77::1/64 dev br0 nodad \
@@ -75,8 +81,7 @@ again() { # SCENARIO ARGS...
   echo "RETRY $1: a guest died in it (${why:-no panic on its console}; consoles: $OUT/gone.txt); the lab boots again" >&2
   PASS=$p; FAIL=$f
   lab_down
-  if ! lab_up "$LAB_N" "$LAB_MTU"; then result "lab boot again after a guest died in $1" 0 ""; return; fi
-  [ -n "$REJECT_BIN" ] && cp "$REJECT_BIN" "$RUN/g1/cm_reject"
+  if ! lab_boot "$LAB_N" "$LAB_MTU"; then result "lab boot again after a guest died in $1" 0 ""; return; fi
   if [ -n "${CM_GUEST:-}" ] && ! lab_ipv6; then result "$1: IPv6 again after a reboot" 0 ""; return; fi
   "$@"
 }
@@ -489,7 +494,6 @@ fuzz_rxe() {
   # The cm campaign's rdma_cm listener (rejects every request, reason 28).
   local cmpid=""
   if [ -n "$REJECT_BIN" ]; then
-    cp "$REJECT_BIN" "$RUN/g1/cm_reject"
     cmpid=$(gspawn 1 "timeout $(( ${FUZZ_SECONDS:-90} + 200 )) /host/cm_reject serve $G 7471 fuzz")
   fi
   pid=$(gspawn 1 "/host/rdma_peer 18800 65536")
@@ -541,7 +545,7 @@ for mtu_link in 1500 4200; do
   # The one-guest groups (bench boots a lab of its own).
   { want pingpong || want matrix || want loss || want programs || want shared || want cm || want rsockets || want fuzz; } || break
   mtu=1024; [ $mtu_link = 4200 ] && mtu=4096
-  if ! lab_up 1 $mtu_link; then result "lab boot (bridge MTU $mtu_link)" 0 ""; lab_down; continue; fi
+  if ! lab_boot 1 $mtu_link; then result "lab boot (bridge MTU $mtu_link)" 0 ""; lab_down; continue; fi
   log "guest: kernel $(gexec 1 'uname -r' 30), $(gexec 1 "dpkg-query -W -f '\${Package} \${Version}' ibverbs-providers" 30)"
   gexec 1 "ibv_devinfo -d rxe0 | grep -q 'active_mtu:.*$mtu'" 30 >/dev/null; result "rxe0 active MTU $mtu on bridge MTU $mtu_link" $([ $? = 0 ] && echo 1 || echo 0) ""
   port=18515
@@ -570,7 +574,6 @@ for mtu_link in 1500 4200; do
     done
   fi
   if want cm; then
-    [ -n "$REJECT_BIN" ] && cp "$REJECT_BIN" "$RUN/g1/cm_reject"
     for role in ferroce-server rxe-server; do
       again cm_pair $role rping "ping data: rdma-ping-19" "-s -a @ -v -C 20 -S 64" "-c -a @ -v -C 20 -S 64"
       again cm_pair $role ucmatose "return status 0" "-c 2 -C 10" "-s @ -c 2 -C 10"

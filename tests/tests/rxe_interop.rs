@@ -558,10 +558,13 @@ fn rxe_peer_matrix() {
     };
     // Access errors. The responder NAKs once and its QP goes to ERR (IBTA responder class C
     // errors; rxe and ferroce alike), so under loss a lost NAK legitimately turns the outcome
-    // into RetryExcErr at the requester: with FERROCE_RXE_LOSSY that is accepted (and named),
-    // and rxe as the requester gets retry_cnt 2 (its 7 would retry for ever).
+    // into RetryExcErr at the requester: with FERROCE_RXE_LOSSY that is accepted (and named).
+    // rxe's retry_cnt 7 retries for ever, so a refusal whose NAK is lost would never end:
+    // under loss rxe gets 6 instead (seven tries: all lost by chance about once in 10^7,
+    // where 2 left a success-path FLUSH failing once in ~10^3), and where rxe is the requester
+    // its RetryExcErr is accepted only if ferroce's QP did refuse (went to ERR with that NAK).
     let lossy = std::env::var_os("FERROCE_RXE_LOSSY").is_some();
-    let rxe_retry = if lossy { (2, 14) } else { (7, 18) };
+    let rxe_retry = if lossy { (6, 14) } else { (7, 18) };
     if !awrite {
         // An rxe without ATOMIC WRITE (Linux < 6.2) does not know its opcode: the request
         // must fail at ferroce's requester (rxe's NAK, or its silence until the retries run
@@ -596,6 +599,19 @@ fn rxe_peer_matrix() {
             res,
         );
     }
+    // Whether ferroce's QP, as the responder, refused a request with REM_ACCESS_ERR (its QP
+    // went to ERR with that NAK sent): what makes rxe's RetryExcErr a lost NAK, not a loss.
+    let refused_access = |q: &QueuePair| {
+        q.last_error().is_some_and(|e| {
+            matches!(
+                e.cause,
+                ErrorCause::RemoteRequest {
+                    code: NakCode::RemoteAccessError,
+                    ..
+                }
+            )
+        })
+    };
     let access = |wc: Option<WorkCompletion>| match wc {
         Some(wc) if wc.status == WcStatus::RemAccessErr => Ok(""),
         Some(wc) if lossy && wc.status == WcStatus::RetryExcErr => Ok(" (NAK lost: RetryExcErr)"),
@@ -678,12 +694,8 @@ fn rxe_peer_matrix() {
             res,
         );
 
-        // rxe's retry_cnt 7 retries for ever, so a refusal whose NAK is lost would never end;
-        // under loss rxe gets 6 instead (seven tries: all lost by chance about once in 10^7,
-        // where 2 left a success-path FLUSH failing once in ~10^3), and a RetryExcErr is
-        // accepted only where ferroce's QP did refuse (it went to ERR with that NAK).
-        let flush_retry = if lossy { (6, 14) } else { (7, 18) };
-        let q = fresh(&mut agent, 7, 7, flush_retry);
+        // rxe the requester: a RetryExcErr only where ferroce's QP refused (see above).
+        let q = fresh(&mut agent, 7, 7, rxe_retry);
         let (mut resent_at_0, mut nak_lost) = (false, false);
         let caps = agent.ask("CAPS");
         let res = (|| -> Result<(), String> {
@@ -719,16 +731,13 @@ fn rxe_peer_matrix() {
                 }
                 // A refusal (that resend, or persistence) whose NAK was lost: rxe's tries
                 // meet a QP in ERR and run out. Only where ferroce's QP refused this FLUSH.
-                let refused = q.last_error().is_some_and(|e| {
-                    matches!(
-                        e.cause,
-                        ErrorCause::RemoteRequest {
-                            code: NakCode::RemoteAccessError,
-                            ..
-                        }
-                    )
-                });
-                if !ok && lossy && level == 0 && wc[0] == "WC" && wc[2] == "12" && refused {
+                if !ok
+                    && lossy
+                    && level == 0
+                    && wc[0] == "WC"
+                    && wc[2] == "12"
+                    && refused_access(&q)
+                {
                     nak_lost = true;
                     break;
                 }
@@ -759,7 +768,24 @@ fn rxe_peer_matrix() {
             res,
         );
     }
-    // ferroce -> rxe: bad rkey, out of bounds.
+    // ferroce -> rxe: bad rkey, out of bounds. rxe's QP must be in ERR after it either way
+    // (it refused, IBTA class C), which is what makes a RetryExcErr under loss its lost NAK.
+    // rxe moves it there just after sending the NAK: asked for up to ~2 s.
+    let rxe_refused = |agent: &mut Agent| {
+        let mut st = Vec::new();
+        for _ in 0..20 {
+            st = agent.ask("STATE");
+            if st.first().map(String::as_str) == Some("STATE")
+                && st.get(1).map(String::as_str) == Some("6")
+            {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Err(format!(
+            "rxe's QP after the refusal: {st:?}, want STATE 6 (IBV_QPS_ERR)"
+        ))
+    };
     for (name, raddr, rkey) in [
         ("bad rkey", aaddr, arkey ^ 0x5a5a00),
         ("out of bounds", aaddr + AGENT_MEM as u64 - 10, arkey),
@@ -767,6 +793,7 @@ fn rxe_peer_matrix() {
         let q = fresh(&mut agent, 7, 7, (7, 18));
         let (res, how) = match post(&q, WrOpcode::RdmaWrite, 100, raddr, rkey)
             .and_then(|()| access(wait(&cq)))
+            .and_then(|how| rxe_refused(&mut agent).map(|()| how))
         {
             Ok(how) => (Ok(()), how),
             Err(e) => (Err(e), ""),
@@ -777,21 +804,30 @@ fn rxe_peer_matrix() {
         );
     }
     // rxe -> ferroce: bad rkey, out of bounds (status 10 = IBV_WC_REM_ACCESS_ERR, 12 =
-    // IBV_WC_RETRY_EXC_ERR).
+    // IBV_WC_RETRY_EXC_ERR). ferroce's QP must have refused with REM_ACCESS_ERR either way,
+    // and a RetryExcErr under loss is accepted only then (the NAK lost, rxe's tries meeting
+    // a QP in ERR).
     for (name, raddr, rkey) in [
         ("bad rkey", mr.addr(), mr.rkey() ^ 0x5500),
         ("out of bounds", mr.addr() + MEM as u64 - 10, mr.rkey()),
     ] {
-        let _q = fresh(&mut agent, 7, 7, rxe_retry);
+        let q = fresh(&mut agent, 7, 7, rxe_retry);
         let r = agent.ask(&format!("POST write 0 100 {raddr} {rkey} 0 0 0"));
         let wc = agent.ask("WC");
         let ok = r[0] == "OK" && wc[0] == "WC";
-        let (res, how) = if ok && wc[2] == "10" {
+        let refused = refused_access(&q);
+        let (res, how) = if ok && wc[2] == "10" && refused {
             (Ok(()), "")
-        } else if ok && lossy && wc[2] == "12" {
+        } else if ok && lossy && wc[2] == "12" && refused {
             (Ok(()), " (NAK lost: RetryExcErr)")
         } else {
-            (Err(format!("rxe got {wc:?}")), "")
+            (
+                Err(format!(
+                    "rxe got {wc:?}; ferroce's QP's last error: {:?}",
+                    q.last_error()
+                )),
+                "",
+            )
         };
         report(
             format!("rxe->ferroce {name} gives RemAccessErr mtu {m}{how}"),

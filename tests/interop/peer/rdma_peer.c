@@ -31,6 +31,7 @@
  *   FILL OFF LEN SEED                  byte i = (i*31 + SEED) & 255   -> "OK"
  *   HASH OFF LEN                       FNV-1a 64 of the bytes         -> "HASH hex"
  *   LOAD OFF                           the host-order u64 there       -> "VAL n"
+ *   STATE                              the QP's state (ibv_query_qp)  -> "STATE n" (6: ERR)
  *   RESET                              destroy the QP and make a fresh one in INIT -> "OK qpn"
  *   COUNTERS                           the port's hw_counters duplicate_request and
  *                                      out_of_seq_request (sysfs; -1 if unreadable)
@@ -345,6 +346,13 @@ int main(int argc, char **argv) {
 			uint64_t v;
 			memcpy(&v, buf + off, 8);
 			fprintf(out, "VAL %llu\n", (unsigned long long)v);
+		} else if (!strncmp(line, "STATE", 5)) {
+			struct ibv_qp_attr a;
+			struct ibv_qp_init_attr ia;
+			if (ibv_query_qp(qp, &a, IBV_QP_STATE, &ia))
+				fprintf(out, "ERR query\n");
+			else
+				fprintf(out, "STATE %d\n", (int)a.qp_state);
 		} else if (!strncmp(line, "RESET", 5)) {
 			struct ibv_wc wc;
 			ibv_destroy_qp(qp);
