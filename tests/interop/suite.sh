@@ -263,7 +263,7 @@ cm_pair() { # ROLE PROG WANT SARGS CARGS   (PROG: one program, or SERVER|CLIENT)
 # (2 runs in 26) none: its destroy marks the QP invalid before the queued work runs, and
 # rxe_requester then sends nothing. That run is told by rxe's own counter (sent_pkts the same
 # before and after the sender), says RETRY with the counter, ends the ferroce receiver at once
-# (there is nothing on the wire for it to wait for) and goes again; at most three tries.
+# (there is nothing on the wire for it to wait for) and goes again; at most five tries.
 mc_pair() { # ROLE
   local role=$1 name="rdma_cm mckey $1" fo="$OUT/mc.$$.ferroce" H=10.77.0.1 grp=239.77.0.9 go ok=0 frc grc need=10
   if [ -z "$IBV_DIR" ]; then result "$name" 0 "(ferroce's libraries did not build: $OUT/ibverbs.build.log)"; return; fi
@@ -275,14 +275,14 @@ mc_pair() { # ROLE
   if [ "$role" = ferroce-receiver ]; then
     need=1
     local try fp s0 s1 sent=/sys/class/infiniband/rxe0/ports/1/hw_counters/sent_pkts
-    for try in 1 2 3; do
+    for try in 1 2 3 4 5; do
       nsexec env $fenv timeout 60 mckey -m $grp -b $H -C 1 >"$fo" 2>&1 &
       fp=$!
       for _ in $(seq 1 400); do nsexec grep -q $key /proc/net/igmp && break; sleep 0.05; done
       s0=$(gexec 1 "cat $sent" 30)
       go=$(gexec 1 "timeout 50 mckey -m $grp -b $G -s -C 10" 60); grc=$?
       s1=$(gexec 1 "cat $sent" 30)
-      if [ $try -lt 3 ] && [ $grc = 0 ] && [ -n "$s0" ] && [ "$s0" = "$s1" ]; then
+      if [ $try -lt 5 ] && [ $grc = 0 ] && [ -n "$s0" ] && [ "$s0" = "$s1" ]; then
         echo "RETRY $name mtu $mtu: rxe's mckey posted its sends and destroyed its QP before rxe sent any (sent_pkts $s0 before and after); once more"
         kill "$fp" 2>/dev/null; wait "$fp" 2>/dev/null
         continue
