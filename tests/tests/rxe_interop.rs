@@ -612,6 +612,24 @@ fn rxe_peer_matrix() {
             )
         })
     };
+    // Whether rxe's QP, as the responder, is in ERR: after a refusal it must be (IBTA class C),
+    // which is what makes a RetryExcErr under loss its lost NAK. rxe moves it there just after
+    // sending the NAK: asked for up to ~2 s.
+    let rxe_refused = |agent: &mut Agent| {
+        let mut st = Vec::new();
+        for _ in 0..20 {
+            st = agent.ask("STATE");
+            if st.first().map(String::as_str) == Some("STATE")
+                && st.get(1).map(String::as_str) == Some("6")
+            {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Err(format!(
+            "rxe's QP after the refusal: {st:?}, want STATE 6 (IBV_QPS_ERR)"
+        ))
+    };
     let access = |wc: Option<WorkCompletion>| match wc {
         Some(wc) if wc.status == WcStatus::RemAccessErr => Ok(""),
         Some(wc) if lossy && wc.status == WcStatus::RetryExcErr => Ok(" (NAK lost: RetryExcErr)"),
@@ -675,7 +693,8 @@ fn rxe_peer_matrix() {
                 FlushSpec::RANGE,
             ))
             .map_err(|e| e.to_string())?;
-            access(wait(&cq)).map(|how| nak_lost = !how.is_empty())
+            access(wait(&cq)).map(|how| nak_lost = !how.is_empty())?;
+            rxe_refused(&mut agent)
         })();
         report(
             format!(
@@ -768,24 +787,7 @@ fn rxe_peer_matrix() {
             res,
         );
     }
-    // ferroce -> rxe: bad rkey, out of bounds. rxe's QP must be in ERR after it either way
-    // (it refused, IBTA class C), which is what makes a RetryExcErr under loss its lost NAK.
-    // rxe moves it there just after sending the NAK: asked for up to ~2 s.
-    let rxe_refused = |agent: &mut Agent| {
-        let mut st = Vec::new();
-        for _ in 0..20 {
-            st = agent.ask("STATE");
-            if st.first().map(String::as_str) == Some("STATE")
-                && st.get(1).map(String::as_str) == Some("6")
-            {
-                return Ok(());
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        Err(format!(
-            "rxe's QP after the refusal: {st:?}, want STATE 6 (IBV_QPS_ERR)"
-        ))
-    };
+    // ferroce -> rxe: bad rkey, out of bounds (rxe's QP in ERR after it, as above).
     for (name, raddr, rkey) in [
         ("bad rkey", aaddr, arkey ^ 0x5a5a00),
         ("out of bounds", aaddr + AGENT_MEM as u64 - 10, arkey),
