@@ -260,7 +260,7 @@ cm_pair() { # ROLE PROG WANT SARGS CARGS   (PROG: one program, or SERVER|CLIENT)
 # every packet decodes with a right ICRC. mckey destroys its QP right after posting its
 # unsignaled sends: ferroce sends all 10 before, rxe 6.12 sometimes only the first (its send
 # queue runs from a work queue), so a ferroce receiver waits for 1 of rxe's 10; and now and then
-# (2 runs in 26) none: its destroy marks the QP invalid before the queued work runs, and
+# (4 runs in 40) none: its destroy marks the QP invalid before the queued work runs, and
 # rxe_requester then sends nothing. That run is told by rxe's own counter (sent_pkts the same
 # before and after the sender), says RETRY with the counter, ends the ferroce receiver at once
 # (there is nothing on the wire for it to wait for) and goes again; at most five tries.
@@ -478,8 +478,8 @@ matrix() { # MTU TAG [ENV...]
 # guest's console watched for oopses, warnings and hangs. rxe's known deviations
 # (FUZZ_KNOWN_RXE, docs/interop.md) are reported, not failed; anything else, a hang, a crash or a
 # console splat fails the scenario.
-# The kernel's CM (6.1; 6.12 now and then) answers a REQ MAD cut short (REJ 12, invalid GID: the missing tail read
-# as the fields past the datagram's end) where MADs are 256 bytes.
+# The kernel's CM (6.1; 6.12 now and then) answers a REQ MAD cut short (REJ 12, invalid GID:
+# the missing tail read as the fields past the datagram's end) where MADs are 256 bytes.
 FUZZ_KNOWN_RXE=${FUZZ_KNOWN_RXE:-a MAD shorter than 256 bytes is dropped silently}
 fuzz_rxe() {
   if [ -z "$PEER_BIN" ]; then result "fuzz: campaigns against rxe" 0 "(rdma_peer did not build)"; return; fi
