@@ -114,31 +114,9 @@ impl IcrcContext {
     /// # Errors
     /// [`Error::BadLength`] if the packet would not fit one IP datagram (its UDP or IPv4 total
     /// length would not fit 16 bits).
+    #[inline]
     pub fn compute(&self, covered: &[u8]) -> Result<u32> {
-        let udp_len = UDP_HEADER_LEN + covered.len() + ICRC_LEN;
-        let len16 = |n: usize| u16::try_from(n).map_err(|_| Error::BadLength);
-        let udp = masked_udp(self.src_port, self.dst_port, len16(udp_len)?);
-        match self.ip {
-            IpHeaders::V4 {
-                src,
-                dst,
-                ident,
-                dont_frag,
-            } => {
-                let ip = masked_ipv4(
-                    src,
-                    dst,
-                    ident,
-                    dont_frag,
-                    len16(IPV4_HEADER_LEN + udp_len)?,
-                );
-                Ok(crc(&ip, &udp, covered))
-            }
-            IpHeaders::V6 { src, dst } => {
-                let ip = masked_ipv6(src, dst, len16(udp_len)?);
-                Ok(crc(&ip, &udp, covered))
-            }
-        }
+        self.compute_then(covered, &[])
     }
 
     /// The ICRC kernel rxe (Linux 6.2 and later, 6.12 checked) gives an RC FLUSH: its opcode
@@ -148,7 +126,15 @@ impl IcrcContext {
     ///
     /// # Errors
     /// As [`IcrcContext::compute`].
+    #[inline]
     pub fn compute_rxe_flush(&self, covered: &[u8]) -> Result<u32> {
+        self.compute_then(covered, covered)
+    }
+
+    /// The CRC over the masked headers and `covered`, continued over `tail` (empty for the
+    /// IBTA's ICRC, `covered` again for rxe's FLUSH form).
+    #[inline]
+    fn compute_then(&self, covered: &[u8], tail: &[u8]) -> Result<u32> {
         let udp_len = UDP_HEADER_LEN + covered.len() + ICRC_LEN;
         let len16 = |n: usize| u16::try_from(n).map_err(|_| Error::BadLength);
         let udp = masked_udp(self.src_port, self.dst_port, len16(udp_len)?);
@@ -166,11 +152,11 @@ impl IcrcContext {
                     dont_frag,
                     len16(IPV4_HEADER_LEN + udp_len)?,
                 );
-                Ok(crc_then(&ip, &udp, covered, covered))
+                Ok(crc_then(&ip, &udp, covered, tail))
             }
             IpHeaders::V6 { src, dst } => {
                 let ip = masked_ipv6(src, dst, len16(udp_len)?);
-                Ok(crc_then(&ip, &udp, covered, covered))
+                Ok(crc_then(&ip, &udp, covered, tail))
             }
         }
     }
@@ -396,10 +382,6 @@ pub fn split_icrc(udp_payload: &[u8]) -> Option<(&[u8], u32)> {
     Some((covered, u32::from_le_bytes(b)))
 }
 
-fn crc(ip_masked: &[u8], udp_masked: &[u8; UDP_HEADER_LEN], covered: &[u8]) -> u32 {
-    crc_then(ip_masked, udp_masked, covered, &[])
-}
-
 /// The masked headers' bytes before a packet's own: the LRH, the larger IP header, UDP, and the
 /// BTH's first 5 bytes.
 const HEAD_MAX: usize = LRH_ONES.len() + IPV6_HEADER_LEN + UDP_HEADER_LEN + 5;
@@ -427,7 +409,8 @@ fn spill_len(rest: usize) -> usize {
     }
 }
 
-/// [`crc`] continued over `tail`, taken as it is (rxe's FLUSH form).
+/// The CRC over the masked headers and `covered` (the BTH's byte 4 masked), continued over
+/// `tail`, taken as it is (rxe's FLUSH form; empty for the IBTA's ICRC).
 ///
 /// The masked headers and the start of the packet are gathered into one buffer on the stack:
 /// one CRC update over them (and over the whole packet when it is small), where updating
@@ -656,7 +639,7 @@ mod tests {
                 whole[LRH_ONES.len() + ip.len() + udp.len() + 4] = 0xFF;
             }
             assert_eq!(
-                crc(&ip, &udp, covered),
+                crc_then(&ip, &udp, covered, &[]),
                 crc32fast::hash(&whole),
                 "length {len}"
             );
