@@ -17,7 +17,7 @@ use ferroce::transport::{
 };
 use ferroce::{CompletionQueue, Device, QpInitAttr, QueuePair};
 use ferroce_cli::tools::loopback::ALL_ACCESS;
-use ferroce_wire::NakCode;
+use ferroce_wire::{NakCode, Psn};
 
 const MEM: usize = 17 << 20;
 /// The region `rdma_peer` registers (the suite starts it with this size).
@@ -630,6 +630,15 @@ fn rxe_peer_matrix() {
             "rxe's QP after the refusal: {st:?}, want STATE 6 (IBV_QPS_ERR)"
         ))
     };
+    // rxe's count of duplicate requests (its port's hw_counters, read by the peer); None if
+    // the peer cannot read it.
+    let rxe_dups = |agent: &mut Agent| {
+        let c = agent.ask("COUNTERS");
+        if c.first().map(String::as_str) != Some("CNT") {
+            return None;
+        }
+        c.get(1)?.parse::<i64>().ok().filter(|&n| n >= 0)
+    };
     let access = |wc: Option<WorkCompletion>| match wc {
         Some(wc) if wc.status == WcStatus::RemAccessErr => Ok(""),
         Some(wc) if lossy && wc.status == WcStatus::RetryExcErr => Ok(" (NAK lost: RetryExcErr)"),
@@ -655,7 +664,10 @@ fn rxe_peer_matrix() {
                 },
             );
             w.send_flags = SendFlags::SIGNALED;
+            let dups0 = rxe_dups(&mut agent);
             q.post_send(&w).map_err(|e| e.to_string())?;
+            // The WRITE's packets come first; the FLUSHes take one PSN each after them.
+            let first_flush = Psn::new(my_psn).wrapping_add(4096u32.div_ceil(mtu_bytes));
             let flushes = [
                 SendWr::flush(31, remote, 4096, FlushSpec::GLOBAL, FlushSpec::RANGE),
                 SendWr::flush(32, remote, 0, FlushSpec::GLOBAL, FlushSpec::MR),
@@ -668,11 +680,32 @@ fn rxe_peer_matrix() {
                 let wc = wait(&cq).ok_or("no completion")?;
                 // rxe (6.2 to 6.12 at least) keeps no PSN for a FLUSH's responder resource,
                 // so a duplicate FLUSH finds none and is dropped: once its response is lost,
-                // the requester can only run out of retries. Under loss that is accepted,
-                // named, and the flushed rest of the queue taken off the CQ.
+                // the requester can only run out of retries. Under loss that is accepted and
+                // named when it is so: ferroce's retries were for that FLUSH's own PSN, and rxe
+                // counted duplicate requests meanwhile (it had taken the FLUSH: only its
+                // response was lost). The flushed rest of the queue is taken off the CQ.
                 if lossy && wc.wr_id >= 31 && wc.status == WcStatus::RetryExcErr {
                     for _ in i + 1..wants.len() {
                         wait(&cq).ok_or("no flushed completion after RetryExcErr")?;
+                    }
+                    let want = first_flush.wrapping_add((wc.wr_id - 31) as u32);
+                    match q.last_error().map(|e| e.cause) {
+                        Some(ErrorCause::NoAnswer { psn, .. }) if psn == want => {}
+                        other => {
+                            return Err(format!(
+                                "FLUSH {} RetryExcErr: {other:?}, want NoAnswer at PSN {:#x}",
+                                wc.wr_id,
+                                want.value()
+                            ));
+                        }
+                    }
+                    let dups = rxe_dups(&mut agent);
+                    if dups0.is_none() || dups <= dups0 {
+                        return Err(format!(
+                            "FLUSH {} RetryExcErr, but rxe counted no duplicate request \
+                             (duplicate_request {dups0:?} before, {dups:?} after)",
+                            wc.wr_id
+                        ));
                     }
                     dup_dropped = true;
                     return Ok(());
