@@ -393,8 +393,10 @@ impl Shard {
     /// [`ANSWER_WITHIN`], for at most [`ACK_HOLD`]; anything else leaves now, ACKs held
     /// before with it and ahead of it, in the order they were built: the peer completes its
     /// send before it receives the answer, as with a NIC, which ACKs before the program
-    /// answers. (Behind the answer, they made a ping-pong 2 µs faster on loopback, and
-    /// perftest before 23.07, waiting for both CQs on one channel with `-e`, hung.)
+    /// answers (perftest before 23.07, waiting for both CQs on one channel with `-e`, hung
+    /// otherwise). To a loopback address the batch puts them behind the answer in one train,
+    /// which the peer reads whole and hands on ACKs first: the same order for the peer, one
+    /// trip through the stack ([`crate::mmsg`]).
     pub(crate) fn settle(&mut self, now: Instant, join: bool, built: Built) -> Settled {
         let now = now.as_nanos();
         let expired = self

@@ -172,7 +172,10 @@ impl Receiver for UdpReceiver {
             // A coalesced train's segments share one IP header's ECN field (GRO merges only
             // datagrams whose TOS bytes are equal).
             let ecn = self.batch.tos(i).map_or(Ecn::NotEct, Ecn::from_tos);
-            for (from, bytes, ident) in self.batch.segments(i) {
+            // A peer's answer with the ACK it held for it: the ACK first (`acks_at`).
+            let acks = self.batch.acks_at(i);
+            let segments = self.batch.segments(i);
+            for (from, bytes, ident) in segments.clone().skip(acks).chain(segments.take(acks)) {
                 deliver(from, bytes, ident, ecn);
             }
         }
