@@ -34,7 +34,7 @@ impl Side {
     pub fn recv_wr(&self, wr_id: u64, len: u32) -> RecvWr {
         RecvWr {
             wr_id,
-            sg_list: vec![self.mr.sge(0, len)].into(),
+            sg_list: [self.mr.sge(0, len)].into(),
         }
     }
 }

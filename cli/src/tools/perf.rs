@@ -167,7 +167,7 @@ fn wr_for(a: &Side, b: &Side, qp: usize, op: Op, size: u32, slot: u64) -> SendWr
         ((slot * u64::from(size)) as usize % a.mr.len().saturating_sub(size as usize).max(1)) & !7;
     let mut w = SendWr::new(slot, op.opcode());
     w.send_flags = SendFlags::SIGNALED;
-    w.sg_list = vec![a.mr.sge(off, size)].into();
+    w.sg_list = [a.mr.sge(off, size)].into();
     w.remote.remote_addr = b.mr.addr() + off as u64;
     w.remote.rkey = b.mr.rkey();
     w.compare_add = 1;
@@ -481,7 +481,7 @@ pub fn ping_pong(a: &Side, b: &Side, size: u32, iters: u64) -> Result<LatResult>
         if i % 8 == 7 || i + 1 == iters {
             w.send_flags = SendFlags::SIGNALED;
         }
-        w.sg_list = vec![side.mr.sge(0, size)].into();
+        w.sg_list = [side.mr.sge(0, size)].into();
         w
     };
     qa.post_recv(&recv(a))?;

@@ -207,7 +207,7 @@ pub fn run(opts: &Options, out: &mut dyn Write) -> Result<()> {
     )?;
     let recv = RecvWr {
         wr_id: RECV_WRID,
-        sg_list: vec![mr.sge(0, size)].into(),
+        sg_list: [mr.sge(0, size)].into(),
     };
     let mut routs = 0;
     for _ in 0..opts.rx_depth {
@@ -300,7 +300,7 @@ pub fn run(opts: &Options, out: &mut dyn Write) -> Result<()> {
     };
     let send = SendWr {
         send_flags: SendFlags::SIGNALED,
-        sg_list: vec![mr.sge(0, size)].into(),
+        sg_list: [mr.sge(0, size)].into(),
         ..SendWr::new(SEND_WRID, WrOpcode::Send)
     };
     let mut pending = RECV_WRID;
