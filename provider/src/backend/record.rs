@@ -70,7 +70,8 @@ impl<T: Transmitter> Transmitter for RecordingTransmitter<T> {
 
     fn commit(&mut self, len: usize, dst: SocketAddr) {
         // Recorded as the engine built it, for IPv4 ID 0 (a train's segment k leaves with ID k
-        // and its ICRC corrected to match: the same packet on the wire).
+        // and its ICRC corrected to match: the same packet on the wire), in the order it built
+        // them (to loopback, a held ACK leaves behind the answer built after it: `mmsg`).
         write(
             &self.writer,
             self.local,
