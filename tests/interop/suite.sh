@@ -97,7 +97,7 @@ again() { # SCENARIO ARGS...
   echo "RETRY $1: a guest died or lost its network in it (${why:-no panic on its console}; consoles: $OUT/gone.txt); the lab boots again" >&2
   PASS=$p; FAIL=$f
   lab_down
-  if ! lab_boot "$LAB_N" "$LAB_MTU"; then result "lab boot again after a guest died in $1" 0 ""; return; fi
+  if ! lab_boot "$LAB_N" "$LAB_MTU"; then result "lab boot again after a guest died or lost its network in $1" 0 ""; return; fi
   if [ -n "${CM_GUEST:-}" ] && ! lab_ipv6; then result "$1: IPv6 again after a reboot" 0 ""; return; fi
   "$@"
 }
