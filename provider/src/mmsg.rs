@@ -535,7 +535,9 @@ impl SendBatch {
             } else if i < acks {
                 len <= size
             } else {
-                len == size && Opcode(b[0]).is_request() && !self.is_flush(i)
+                len == size
+                    && b.first().is_some_and(|&op| Opcode(op).is_request())
+                    && !self.is_flush(i)
             };
             if !fits || self.dests[i] != dest || qp.is_none() || dest_qp(b) != qp {
                 return false;
