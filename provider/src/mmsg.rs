@@ -893,6 +893,15 @@ mod tests {
         }
     }
 
+    /// Waits (at most 10 s) until `fd` is readable, then reads once: how many reads arrived.
+    fn read_when_ready(r: &mut RecvBatch, fd: RawFd) -> usize {
+        assert!(
+            poll_fds(&[fd], libc::POLLIN, Some(Duration::from_secs(10))).unwrap(),
+            "nothing arrived"
+        );
+        r.recv(fd).unwrap()
+    }
+
     /// A test packet: opcode, DestQP, length, the byte the rest is filled with.
     type Pkt = (Opcode, u32, usize, u8);
 
@@ -922,15 +931,7 @@ mod tests {
         s.flush(a.as_raw_fd()).unwrap();
         assert_eq!(s.take_counts().1, 1, "one train");
         let mut r = RecvBatch::new(8, GRO_SLOT);
-        let mut n = 0;
-        for _ in 0..1000 {
-            n = r.recv(b.as_raw_fd()).unwrap();
-            if n > 0 {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        assert_eq!(n, 1, "one read");
+        assert_eq!(read_when_ready(&mut r, b.as_raw_fd()), 1, "one read");
         assert_eq!(r.segment_size(0), Some(24), "the answer first on the wire");
         assert_eq!(r.acks_at(0), 1, "the ACK is handed on first");
         let segs: Vec<_> = r.segments(0).collect();
@@ -1054,15 +1055,11 @@ mod tests {
             }
             s.flush(a.as_raw_fd()).unwrap();
             let mut r = RecvBatch::new(8, GRO_SLOT);
-            let mut n = 0;
-            for _ in 0..1000 {
-                n = r.recv(b.as_raw_fd()).unwrap();
-                if n > 0 {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(1));
-            }
-            assert_eq!(n, 1, "{what}: one read");
+            assert_eq!(
+                read_when_ready(&mut r, b.as_raw_fd()),
+                1,
+                "{what}: one read"
+            );
             assert_eq!(r.acks_at(0), want, "{what}");
         }
     }
