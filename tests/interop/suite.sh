@@ -494,8 +494,8 @@ matrix() { # MTU TAG [ENV...]
 # guest's console watched for oopses, warnings and hangs. rxe's known deviations
 # (FUZZ_KNOWN_RXE, docs/interop.md) are reported, not failed; anything else, a hang, a crash or a
 # console splat fails the scenario.
-# The kernel's CM (6.1; 6.12 now and then) answers a REQ MAD cut short (REJ 12, invalid GID:
-# the missing tail read as the fields past the datagram's end) where MADs are 256 bytes.
+# The kernel's CM answers a REQ MAD cut short now and then (REJ 12, invalid GID: the missing
+# tail read as the fields past the datagram's end) where MADs are 256 bytes (docs/interop.md).
 FUZZ_KNOWN_RXE=${FUZZ_KNOWN_RXE:-a MAD shorter than 256 bytes is dropped silently}
 fuzz_rxe() {
   if [ -z "$PEER_BIN" ]; then result "fuzz: campaigns against rxe" 0 "(rdma_peer did not build)"; return; fi
