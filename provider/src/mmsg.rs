@@ -321,7 +321,7 @@ impl RecvBatch {
 }
 
 /// Whether `op` is a bare acknowledgement: an RC or XRC ACKNOWLEDGE (an ACK or a NAK).
-fn is_bare_ack(op: u8) -> bool {
+pub(crate) fn is_bare_ack(op: u8) -> bool {
     op == Opcode::RC_ACKNOWLEDGE.0 || op == Opcode::XRC_ACKNOWLEDGE.0
 }
 
@@ -525,7 +525,9 @@ impl SendBatch {
             return false;
         }
         let (dest, size) = (self.dests[0], self.lens[acks]);
-        let qp = dest_qp(&self.bufs[0][..self.lens[0]]);
+        let Some(qp) = dest_qp(&self.bufs[0][..self.lens[0]]) else {
+            return false;
+        };
         let mut bytes = 0;
         for i in 0..n {
             let (len, b) = (self.lens[i], &self.bufs[i][..self.lens[i]]);
@@ -539,7 +541,7 @@ impl SendBatch {
                     && b.first().is_some_and(|&op| Opcode(op).is_request())
                     && !self.is_flush(i)
             };
-            if !fits || self.dests[i] != dest || qp.is_none() || dest_qp(b) != qp {
+            if !fits || self.dests[i] != dest || dest_qp(b) != Some(qp) {
                 return false;
             }
             bytes += len;

@@ -12,7 +12,6 @@ use ferroce_transport::{
     AsyncEvent, Completion, Counters, Datagram, Ecn, Endpoint, EndpointConfig, Instant, QpAttr,
     QpAttrMask, QpError, QpInitAttr, QpState, RecvWr, SendWr, SrqAttr, VerbError, XrcSrq,
 };
-use ferroce_wire::Opcode;
 
 use crate::backend::Transmitter;
 use crate::driver::RuntimeCounters;
@@ -353,9 +352,7 @@ impl Shard {
             left -= 1;
             match self.engine.poll_transmit(now, self.tx.buffer(), &mem) {
                 Ok(Some(t)) => {
-                    let op = self.tx.buffer()[0];
-                    b.only_acks &=
-                        op == Opcode::RC_ACKNOWLEDGE.0 || op == Opcode::XRC_ACKNOWLEDGE.0;
+                    b.only_acks &= crate::mmsg::is_bare_ack(self.tx.buffer()[0]);
                     b.any = true;
                     self.tx.commit(t.len, t.dst);
                 }
