@@ -1231,7 +1231,7 @@ impl Shared {
     /// As [`Shared::receive_once`] for a program's poll of an empty CQ: a poll that finds
     /// nothing takes no lock (timers are the progress thread's, which sleeps until the next).
     fn receive_inline(&self, r: &ShardRt, rx: &mut dyn Receiver, now: Instant) -> usize {
-        let n = rx.receive(now);
+        let n = rx.receive_polled(now);
         if n == 0 {
             return 0;
         }

@@ -189,8 +189,16 @@ impl RecvBatch {
     /// `recvmmsg` without blocking; returns how many reads arrived (0 if none). A read is a
     /// datagram, or a train with `UDP_GRO`.
     pub fn recv(&mut self, fd: RawFd) -> io::Result<usize> {
-        let n = self.bufs.len();
-        for h in &mut self.hdrs {
+        self.recv_upto(fd, self.bufs.len())
+    }
+
+    /// As [`RecvBatch::recv`], into the first `max` slots at most (at least one). After the
+    /// first read the kernel tries each further slot on the socket's queue, an attempt that
+    /// costs about as much as reading when the queue is empty: one slot takes a lone
+    /// datagram (or a lone train) without it.
+    pub fn recv_upto(&mut self, fd: RawFd, max: usize) -> io::Result<usize> {
+        let n = max.clamp(1, self.bufs.len());
+        for h in &mut self.hdrs[..n] {
             h.msg_hdr.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
             h.msg_hdr.msg_controllen = size_of::<RecvCtrl>() as _;
             h.msg_hdr.msg_flags = 0;

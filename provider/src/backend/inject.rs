@@ -97,6 +97,10 @@ impl<R: Receiver> Receiver for FaultyReceiver<R> {
         self.inner.receive(now)
     }
 
+    fn receive_polled(&mut self, now: ferroce_transport::Instant) -> usize {
+        self.inner.receive_polled(now)
+    }
+
     fn deliver(&mut self, deliver: Deliver<'_>) {
         let FaultyReceiver {
             inner,

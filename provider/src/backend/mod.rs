@@ -42,6 +42,13 @@ pub(crate) trait Receiver: Send {
     /// were taken from the network. `now` is engine time, read by the caller (for a receiver's
     /// periodic work: it reads no clock of its own). Called without the engine lock.
     fn receive(&mut self, now: ferroce_transport::Instant) -> usize;
+    /// [`Receiver::receive`] for a program that busy-polls its CQ: the UDP backend reads one
+    /// datagram (one train) after a poll that found nothing — what a poller waits for is
+    /// usually a lone answer, and a batch's empty second slot would cost a failed attempt
+    /// on the socket's queue — and a whole batch after one that found something.
+    fn receive_polled(&mut self, now: ferroce_transport::Instant) -> usize {
+        self.receive(now)
+    }
     /// Hands each datagram of the last [`Receiver::receive`] (source, UDP payload, the IPv4 ID
     /// a ferroce sender gave it: its index in a coalesced train, else 0, and the ECN field of
     /// its IP header) to `deliver`, in arrival order. Called with the engine lock held.
@@ -78,6 +85,9 @@ impl<T: Transmitter + ?Sized> Transmitter for Box<T> {
 impl<R: Receiver + ?Sized> Receiver for Box<R> {
     fn receive(&mut self, now: ferroce_transport::Instant) -> usize {
         (**self).receive(now)
+    }
+    fn receive_polled(&mut self, now: ferroce_transport::Instant) -> usize {
+        (**self).receive_polled(now)
     }
     fn deliver(&mut self, deliver: Deliver<'_>) {
         (**self).deliver(deliver);

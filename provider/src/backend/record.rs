@@ -110,6 +110,10 @@ impl<R: Receiver> Receiver for RecordingReceiver<R> {
         self.inner.receive(now)
     }
 
+    fn receive_polled(&mut self, now: ferroce_transport::Instant) -> usize {
+        self.inner.receive_polled(now)
+    }
+
     fn deliver(&mut self, deliver: Deliver<'_>) {
         let (writer, local) = (&self.writer, self.local);
         let mut any = false;

@@ -89,6 +89,7 @@ pub(crate) fn open(
             socket: socket.clone(),
             batch: RecvBatch::new(BATCH, if gro { GRO_SLOT } else { MAX_PACKET }),
             received: 0,
+            polled_empty: false,
             local,
             stats: stats.clone(),
         },
@@ -137,13 +138,16 @@ pub(crate) struct UdpReceiver {
     batch: RecvBatch,
     /// Datagrams of the last `receive` not yet delivered.
     received: usize,
+    /// Whether the last [`Receiver::receive_polled`] found nothing (the next reads one).
+    polled_empty: bool,
     local: SocketAddr,
     stats: Arc<DatapathStats>,
 }
 
-impl Receiver for UdpReceiver {
-    fn receive(&mut self, _now: ferroce_transport::Instant) -> usize {
-        let n = match self.batch.recv(self.socket.as_raw_fd()) {
+impl UdpReceiver {
+    /// One `recvmmsg` into at most `slots` slots, counted.
+    fn receive_upto(&mut self, slots: usize) -> usize {
+        let n = match self.batch.recv_upto(self.socket.as_raw_fd(), slots) {
             Ok(n) => n,
             Err(e) => {
                 log::warn!("recvmmsg on {}: {e}", self.local);
@@ -164,6 +168,19 @@ impl Receiver for UdpReceiver {
             })
             .sum();
         DatapathStats::add(&self.stats.rcvd, segments as u64);
+        n
+    }
+}
+
+impl Receiver for UdpReceiver {
+    fn receive(&mut self, _now: ferroce_transport::Instant) -> usize {
+        self.receive_upto(BATCH)
+    }
+
+    fn receive_polled(&mut self, _now: ferroce_transport::Instant) -> usize {
+        let slots = if self.polled_empty { 1 } else { BATCH };
+        let n = self.receive_upto(slots);
+        self.polled_empty = n == 0;
         n
     }
 
@@ -191,5 +208,87 @@ impl Receiver for UdpReceiver {
 
     fn capacity(&self) -> usize {
         self.socket.recv_buffer_size().unwrap_or(1 << 20)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sys::poll_fds;
+    use ferroce_transport::Instant;
+    use std::net::UdpSocket;
+    use std::time::Duration;
+
+    /// Bytes the socket's receive queue holds (`SO_MEMINFO`'s receive allocation): the
+    /// datagrams that have arrived, whether or not a read has looked.
+    fn queued(fd: RawFd) -> u32 {
+        let mut info = [0u32; 9];
+        let mut len = size_of_val(&info) as libc::socklen_t;
+        // SAFETY: `info` is `len` bytes long, as the kernel is told, and lives for the call.
+        let r = unsafe {
+            libc::getsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_MEMINFO,
+                info.as_mut_ptr().cast(),
+                &raw mut len,
+            )
+        };
+        assert_eq!(r, 0, "SO_MEMINFO: {}", std::io::Error::last_os_error());
+        info[0]
+    }
+
+    /// Sends `n` equal datagrams from `peer` to `to` and returns once they have all arrived
+    /// (`one`: the queue's bytes for one of them, 0 to learn it from the first).
+    fn arrive(peer: &UdpSocket, to: SocketAddr, fd: RawFd, n: u32, one: u32) -> u32 {
+        assert_eq!(queued(fd), 0, "the queue is empty before");
+        for _ in 0..n {
+            peer.send_to(&[7; 24], to).unwrap();
+        }
+        assert!(
+            poll_fds(&[fd], libc::POLLIN, Some(Duration::from_secs(10))).unwrap(),
+            "nothing arrived"
+        );
+        let want = if one == 0 { 1 } else { n * one };
+        let mut spins = 0u64;
+        while queued(fd) < want {
+            spins += 1;
+            assert!(spins < 100_000_000, "the datagrams never all arrived");
+            std::thread::yield_now();
+        }
+        queued(fd) / if one == 0 { n } else { 1 }
+    }
+
+    /// A poller's receive after one that found nothing reads one datagram (no attempt on an
+    /// empty second slot); after one that found something, a whole batch; the progress
+    /// thread's receive always a whole batch.
+    #[test]
+    fn a_poll_after_an_empty_one_reads_one_datagram() {
+        let stats = Arc::new(DatapathStats::default());
+        let (_tx, mut rx, socket) =
+            open("127.0.0.1:0".parse().unwrap(), false, false, &stats).unwrap();
+        let to = socket.local_addr().unwrap().as_socket().unwrap();
+        let fd = socket.as_raw_fd();
+        let peer = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let now = Instant::from_nanos(0);
+        // One datagram tells what one costs the queue.
+        let one = arrive(&peer, to, fd, 1, 0);
+        assert_eq!(rx.receive_polled(now), 1);
+        rx.deliver(&mut |_, _, _, _| {});
+
+        assert_eq!(rx.receive_polled(now), 0, "nothing waits");
+        arrive(&peer, to, fd, 3, one);
+        assert_eq!(rx.receive_polled(now), 1, "after an empty poll: one slot");
+        let mut got = 0;
+        rx.deliver(&mut |_, b, _, _| got += b.len());
+        assert_eq!(got, 24);
+        assert_eq!(rx.receive_polled(now), 2, "after a full one: the batch");
+        rx.deliver(&mut |_, _, _, _| {});
+        assert_eq!(rx.receive_polled(now), 0);
+
+        // The progress thread's receive takes the batch even after an empty poll.
+        arrive(&peer, to, fd, 3, one);
+        assert_eq!(rx.receive(now), 3);
+        rx.deliver(&mut |_, _, _, _| {});
     }
 }

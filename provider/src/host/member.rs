@@ -67,9 +67,10 @@ impl<R: Receiver> MemberReceiver<R> {
     }
 }
 
-impl<R: Receiver> Receiver for MemberReceiver<R> {
-    fn receive(&mut self, now: ferroce_transport::Instant) -> usize {
-        let n = self.inner.receive(now);
+impl<R: Receiver> MemberReceiver<R> {
+    /// Reads the forwarding socket if [`FWD_PERIOD`] has passed since the last look; returns
+    /// the datagrams the last look took (delivered after the inner receiver's).
+    fn receive_forwarded(&mut self, now: ferroce_transport::Instant) -> usize {
         let now = now.as_nanos();
         if now.saturating_sub(self.fwd_read_at) >= FWD_PERIOD.as_nanos() as u64 {
             self.fwd_read_at = now;
@@ -79,7 +80,19 @@ impl<R: Receiver> Receiver for MemberReceiver<R> {
                 DatapathStats::add(&self.stats.empty_recvs, 1);
             }
         }
-        n + self.fwd_received
+        self.fwd_received
+    }
+}
+
+impl<R: Receiver> Receiver for MemberReceiver<R> {
+    fn receive(&mut self, now: ferroce_transport::Instant) -> usize {
+        let n = self.inner.receive(now);
+        n + self.receive_forwarded(now)
+    }
+
+    fn receive_polled(&mut self, now: ferroce_transport::Instant) -> usize {
+        let n = self.inner.receive_polled(now);
+        n + self.receive_forwarded(now)
     }
 
     fn deliver(&mut self, deliver: Deliver<'_>) {
