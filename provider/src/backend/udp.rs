@@ -238,25 +238,27 @@ mod tests {
         info[0]
     }
 
-    /// Sends `n` equal datagrams from `peer` to `to` and returns once they have all arrived
-    /// (`one`: the queue's bytes for one of them, 0 to learn it from the first).
-    fn arrive(peer: &UdpSocket, to: SocketAddr, fd: RawFd, n: u32, one: u32) -> u32 {
-        assert_eq!(queued(fd), 0, "the queue is empty before");
+    /// Sends `n` datagrams of 24 bytes from `peer` to `to`.
+    fn send(peer: &UdpSocket, to: SocketAddr, n: usize) {
         for _ in 0..n {
             peer.send_to(&[7; 24], to).unwrap();
         }
+    }
+
+    /// Returns once the queue of socket `fd` holds at least `bytes` (what the datagrams sent
+    /// to it take there): a read then finds all of them, however the kernel scheduled their
+    /// delivery.
+    fn wait_queued(fd: RawFd, bytes: u32) {
         assert!(
             poll_fds(&[fd], libc::POLLIN, Some(Duration::from_secs(10))).unwrap(),
             "nothing arrived"
         );
-        let want = if one == 0 { 1 } else { n * one };
         let mut spins = 0u64;
-        while queued(fd) < want {
+        while queued(fd) < bytes {
             spins += 1;
             assert!(spins < 100_000_000, "the datagrams never all arrived");
             std::thread::yield_now();
         }
-        queued(fd) / if one == 0 { n } else { 1 }
     }
 
     /// A poller's receive after one that found nothing reads one datagram (no attempt on an
@@ -271,13 +273,17 @@ mod tests {
         let fd = socket.as_raw_fd();
         let peer = UdpSocket::bind("127.0.0.1:0").unwrap();
         let now = Instant::from_nanos(0);
-        // One datagram tells what one costs the queue.
-        let one = arrive(&peer, to, fd, 1, 0);
+        // One datagram tells what one takes in the queue.
+        send(&peer, to, 1);
+        wait_queued(fd, 1);
+        let one = queued(fd);
         assert_eq!(rx.receive_polled(now), 1);
         rx.deliver(&mut |_, _, _, _| {});
 
         assert_eq!(rx.receive_polled(now), 0, "nothing waits");
-        arrive(&peer, to, fd, 3, one);
+        assert_eq!(queued(fd), 0, "an empty queue holds nothing");
+        send(&peer, to, 3);
+        wait_queued(fd, 3 * one);
         assert_eq!(rx.receive_polled(now), 1, "after an empty poll: one slot");
         let mut got = 0;
         rx.deliver(&mut |_, b, _, _| got += b.len());
@@ -287,7 +293,8 @@ mod tests {
         assert_eq!(rx.receive_polled(now), 0);
 
         // The progress thread's receive takes the batch even after an empty poll.
-        arrive(&peer, to, fd, 3, one);
+        send(&peer, to, 3);
+        wait_queued(fd, 3 * one);
         assert_eq!(rx.receive(now), 3);
         rx.deliver(&mut |_, _, _, _| {});
     }

@@ -65,9 +65,7 @@ impl<R: Receiver> MemberReceiver<R> {
             stats: stats.clone(),
         }
     }
-}
 
-impl<R: Receiver> MemberReceiver<R> {
     /// Reads the forwarding socket if [`FWD_PERIOD`] has passed since the last look; returns
     /// the datagrams the last look took (delivered after the inner receiver's).
     fn receive_forwarded(&mut self, now: ferroce_transport::Instant) -> usize {
