@@ -28,7 +28,7 @@
 
 use std::io;
 use std::mem::{size_of, zeroed};
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::os::fd::RawFd;
 use std::time::Duration;
 
@@ -393,6 +393,9 @@ pub struct SendBatch {
     /// Segments per train: [`MAX_SEGMENTS`] until the kernel refuses a train longer than
     /// [`FALLBACK_SEGMENTS`], then that.
     max_segments: usize,
+    /// The address the batch's socket is bound to, if it is not a loopback one
+    /// ([`SendBatch::set_own_address`]).
+    own: Option<IpAddr>,
 }
 
 // SAFETY: the raw pointers inside `iovs` and `hdrs` point into the batch's own vectors, are rebuilt before every use and are only used by the thread that owns the batch.
@@ -417,6 +420,7 @@ impl SendBatch {
             counts: (0, 0, 0),
             max_segments: MAX_SEGMENTS,
             bytes: 0,
+            own: None,
         }
     }
 
@@ -514,8 +518,25 @@ impl SendBatch {
         count
     }
 
+    /// The address this batch's socket is bound to. Datagrams to it take the kernel's local
+    /// route, through the loopback device, as datagrams to a loopback address do, so a train
+    /// to it arrives whole at a `UDP_GRO` socket and a flush may put a held ACK behind the
+    /// answer there too: the processes that share an interface's address, talking among
+    /// themselves.
+    pub fn set_own_address(&mut self, ip: IpAddr) {
+        self.own = (!ip.is_loopback() && !ip.is_unspecified()).then_some(ip);
+    }
+
+    /// Whether a train to `dest` reaches its socket in one piece: the loopback device
+    /// carries it (a loopback address, or this socket's own), where no network can part its
+    /// segments.
+    fn arrives_whole(&self, dest: SocketAddr) -> bool {
+        dest.ip().is_loopback() || Some(dest.ip()) == self.own
+    }
+
     /// Puts the bare ACKs queued first behind the requests queued after them, where all go to
-    /// one QP on a loopback address and make one train that way: the peer's `UDP_GRO` socket
+    /// one QP on an address the loopback device carries (a loopback one, or this socket's own:
+    /// [`SendBatch::arrives_whole`]) and make one train that way: the peer's `UDP_GRO` socket
     /// takes the train whole, in one trip through the stack instead of two, and
     /// [`RecvBatch::acks_at`] hands it the ACKs first, so its send still completes before it
     /// receives the request (as from a NIC, which ACKs before the program answers). A
@@ -529,7 +550,7 @@ impl SendBatch {
         let acks = (0..n)
             .take_while(|&i| self.lens[i] > 0 && is_bare_ack(self.bufs[i][0]))
             .count();
-        if acks == 0 || acks == n || n > self.max_segments || !self.dests[0].ip().is_loopback() {
+        if acks == 0 || acks == n || n > self.max_segments || !self.arrives_whole(self.dests[0]) {
             return false;
         }
         let (dest, size) = (self.dests[0], self.lens[acks]);
@@ -954,11 +975,13 @@ mod tests {
 
     /// What keeps its order: ACKs not queued first, to another QP or address, longer than
     /// the request, several of another length, behind a FLUSH or a response, or a batch of
-    /// ACKs alone.
+    /// ACKs alone; to an address the loopback device does not carry (the socket's own is one
+    /// it does).
     #[test]
     fn acks_stay_ahead_unless_they_make_one_train_to_one_qp_on_loopback() {
         let lo: SocketAddr = "127.0.0.1:4791".parse().unwrap();
         let far: SocketAddr = "192.0.2.1:4791".parse().unwrap();
+        let own: SocketAddr = "192.0.2.7:4791".parse().unwrap();
         let ctx = IcrcContext::v4([127, 0, 0, 1].into(), [127, 0, 0, 1].into(), 0, 1, 2);
         let ack = |qp| (Opcode::RC_ACKNOWLEDGE, qp, 20, 0);
         let send = |qp, len| (Opcode::RC_SEND_ONLY, qp, len, 0);
@@ -982,6 +1005,16 @@ mod tests {
                 false,
             ),
             ("not loopback", &[(ack(7), far), (send(7, 24), far)], false),
+            (
+                "the socket's own address",
+                &[(ack(7), own), (send(7, 24), own)],
+                true,
+            ),
+            (
+                "own, then another",
+                &[(ack(7), own), (send(7, 24), far)],
+                false,
+            ),
             (
                 "another address",
                 &[(ack(7), lo), (send(7, 24), far)],
@@ -1016,6 +1049,7 @@ mod tests {
         for &(what, packets, moved) in cases {
             let mut s = SendBatch::new(8, 64);
             s.set_segmentation(Segmentation::RoceV2);
+            s.set_own_address(own.ip());
             for &(p, dst) in packets {
                 packet(&mut s, &ctx, p);
                 s.commit(p.2, dst);

@@ -78,6 +78,7 @@ pub(crate) fn open(
     if trains {
         send.set_segmentation(Segmentation::RoceV2);
     }
+    send.set_own_address(local.ip());
     let socket = Arc::new(socket);
     Ok((
         UdpTransmitter {
