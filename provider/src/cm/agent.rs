@@ -12,7 +12,7 @@ use ferroce_transport::{
     WcOpcode, WcStatus,
 };
 use ferroce_wire::{GRH_LEN, GrhPacket, GrhRepr, MAD_LEN};
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 
 use super::id::IdInner;
 use crate::{
@@ -23,8 +23,48 @@ use crate::{
 const RECVS: usize = 64;
 const SLOT: usize = GRH_LEN + MAD_LEN;
 
-/// The agents of this process, by device address.
-static AGENTS: Mutex<Vec<(IpAddr, Weak<Agent>)>> = Mutex::new(Vec::new());
+/// An agent of this process: its device's address, the agent, the mark of its teardown.
+type AgentEntry = (IpAddr, Weak<Agent>, Arc<Gone>);
+
+/// The agents of this process.
+static AGENTS: Mutex<Vec<AgentEntry>> = Mutex::new(Vec::new());
+
+/// How long a new agent waits for the last one of its device to finish dropping.
+const GONE_WAIT: Duration = Duration::from_secs(5);
+
+/// Whether an agent has been dropped whole, its QP1 destroyed. A device has one QP1, and the
+/// last holder of an agent (its own thread, or a program dropping its last ID) may still be
+/// dropping it on another thread when the next ID of the device asks for an agent: the new
+/// one waits for the mark before it creates its QP1.
+#[derive(Default)]
+struct Gone {
+    done: Mutex<bool>,
+    cv: Condvar,
+}
+
+impl Gone {
+    /// Waits until the agent is gone, at most `bound`; whether it is.
+    fn wait(&self, bound: Duration) -> bool {
+        let deadline = std::time::Instant::now() + bound;
+        let mut done = self.done.lock();
+        while !*done {
+            if self.cv.wait_until(&mut done, deadline).timed_out() {
+                break;
+            }
+        }
+        *done
+    }
+}
+
+/// An agent's last field: dropped after its QP1 (fields drop in order), it marks it gone.
+struct GoneOnDrop(Arc<Gone>);
+
+impl Drop for GoneOnDrop {
+    fn drop(&mut self) {
+        *self.0.done.lock() = true;
+        self.0.cv.notify_all();
+    }
+}
 
 /// In a forked child ([`crate::fork`]): forgets the parent's agents, never dropping them, so
 /// the child's first ID on a device makes its own.
@@ -49,7 +89,7 @@ pub(crate) fn forget_agents() {
 pub fn shutdown() {
     let wait = Duration::from_millis(100);
     let agents: Vec<Arc<Agent>> = match AGENTS.try_lock_for(wait) {
-        Some(all) => all.iter().filter_map(|(_, w)| w.upgrade()).collect(),
+        Some(all) => all.iter().filter_map(|(_, w, _)| w.upgrade()).collect(),
         None => return,
     };
     let mut live = Vec::with_capacity(agents.len());
@@ -129,6 +169,9 @@ pub(crate) struct Agent {
     pub(crate) device: Device,
     _chan: CompletionChannel,
     cq: CompletionQueue,
+    /// Test only: holds the agent's drop before its QP1 goes, while a test looks.
+    #[cfg(test)]
+    stall: tests::Stall,
     qp1: QueuePair,
     mr: MemoryRegion,
     pub(crate) engine: Mutex<CmEngine>,
@@ -138,6 +181,8 @@ pub(crate) struct Agent {
     pub(crate) conns: Mutex<HashMap<CommId, Weak<IdInner>>>,
     /// Listened ServiceID → the listening ID.
     pub(crate) listeners: Mutex<HashMap<u64, Weak<IdInner>>>,
+    /// Last, so it drops after `qp1`: marks the agent gone.
+    gone: GoneOnDrop,
 }
 
 impl std::fmt::Debug for Agent {
@@ -152,16 +197,27 @@ impl Agent {
     /// The agent of `device` in this process, started on first use.
     pub(crate) fn of(device: &Device) -> Result<Arc<Agent>> {
         let mut all = AGENTS.lock();
-        all.retain(|(_, w)| w.strong_count() > 0);
         if let Some(a) = all
             .iter()
-            .find(|(ip, _)| *ip == device.addr)
-            .and_then(|(_, w)| w.upgrade())
+            .filter(|(ip, ..)| *ip == device.addr)
+            .find_map(|(_, w, _)| w.upgrade())
         {
             return Ok(a);
         }
+        // The device's earlier agents are dropped or being dropped: their QP1s gone first.
+        for (_, _, gone) in all.iter().filter(|(ip, ..)| *ip == device.addr) {
+            #[cfg(test)]
+            tests::WAITED.lock().push(device.addr);
+            if !gone.wait(GONE_WAIT) {
+                log::debug!(
+                    "rdma_cm: the last CM agent on {} is still being dropped after {GONE_WAIT:?}",
+                    device.addr
+                );
+            }
+        }
+        all.retain(|(_, w, _)| w.strong_count() > 0);
         let a = Arc::new(Agent::start(device)?);
-        all.push((device.addr, Arc::downgrade(&a)));
+        all.push((device.addr, Arc::downgrade(&a), a.gone.0.clone()));
         let weak = Arc::downgrade(&a);
         crate::sys::spawn_quiet("ferroce-cm".into(), move || {
             while let Some(a) = weak.upgrade() {
@@ -225,6 +281,8 @@ impl Agent {
             device: device.clone(),
             _chan: chan,
             cq,
+            #[cfg(test)]
+            stall: tests::Stall::default(),
             qp1,
             mr,
             engine: Mutex::new(engine),
@@ -232,6 +290,7 @@ impl Agent {
             caps,
             conns: Mutex::new(HashMap::new()),
             listeners: Mutex::new(HashMap::new()),
+            gone: GoneOnDrop(Arc::new(Gone::default())),
         })
     }
 
@@ -378,5 +437,70 @@ impl Agent {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Addresses whose next agent waited for an earlier one's teardown.
+    pub(super) static WAITED: Mutex<Vec<IpAddr>> = Mutex::new(Vec::new());
+
+    /// A drop that, once armed, says it has begun and waits until released.
+    #[derive(Default)]
+    pub(super) struct Stall(Arc<StallCtl>);
+
+    #[derive(Default)]
+    pub(super) struct StallCtl {
+        /// Armed, entered, released.
+        state: Mutex<(bool, bool, bool)>,
+        cv: Condvar,
+    }
+
+    impl Drop for Stall {
+        fn drop(&mut self) {
+            let mut s = self.0.state.lock();
+            if !s.0 {
+                return;
+            }
+            s.1 = true;
+            self.0.cv.notify_all();
+            while !s.2 {
+                self.0.cv.wait(&mut s);
+            }
+        }
+    }
+
+    /// A device's next agent, asked for while the last one is being dropped on another
+    /// thread (held here after its last holder let go and before its QP1 goes), waits for
+    /// that QP1 to go instead of failing on it: a device has one QP1. Without the wait, the
+    /// new agent's QP1 is refused ("QP1 exists").
+    #[test]
+    fn a_new_agent_waits_for_the_last_one_to_be_dropped() {
+        let dev = Device::for_addr("127.0.236.1".parse().unwrap()).unwrap();
+        let a = Agent::of(&dev).unwrap();
+        let ctl = a.stall.0.clone();
+        ctl.state.lock().0 = true;
+        // The last holder (that thread or the agent's own) stalls in the drop.
+        std::thread::spawn(move || drop(a));
+        {
+            let mut s = ctl.state.lock();
+            while !s.1 {
+                let waited = ctl.cv.wait_for(&mut s, Duration::from_secs(10));
+                assert!(!waited.timed_out() || s.1, "the agent was never dropped");
+            }
+        }
+        let addr = dev.addr;
+        let next = std::thread::spawn(move || Agent::of(&dev).map(drop));
+        while !next.is_finished() && !WAITED.lock().contains(&addr) {
+            std::thread::yield_now();
+        }
+        {
+            let mut s = ctl.state.lock();
+            s.2 = true;
+            ctl.cv.notify_all();
+        }
+        next.join().unwrap().unwrap();
     }
 }
