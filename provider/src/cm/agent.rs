@@ -43,6 +43,11 @@ struct Gone {
 }
 
 impl Gone {
+    /// Whether the agent is gone.
+    fn is_done(&self) -> bool {
+        *self.done.lock()
+    }
+
     /// Waits until the agent is gone, at most `bound`; whether it is.
     fn wait(&self, bound: Duration) -> bool {
         let deadline = std::time::Instant::now() + bound;
@@ -215,7 +220,9 @@ impl Agent {
                 );
             }
         }
-        all.retain(|(_, w, _)| w.strong_count() > 0);
+        // Entries go once their agents are gone whole (another device's may still be
+        // dropping: its next agent must find the mark).
+        all.retain(|(_, w, gone)| w.strong_count() > 0 || !gone.is_done());
         let a = Arc::new(Agent::start(device)?);
         all.push((device.addr, Arc::downgrade(&a), a.gone.0.clone()));
         let weak = Arc::downgrade(&a);
