@@ -444,12 +444,64 @@ fn crc_then(
     let (near, far) = rest.split_at(spill_len(rest.len()));
     buf[n..n + near.len()].copy_from_slice(near);
     n += near.len();
+    if tail.is_empty() && !far.is_empty() && far.len() % SHIFT_BLOCK == 0 {
+        return bulk_first(&buf[..n], far);
+    }
     let mut h = crc32fast::Hasher::new();
     h.update(&buf[..n]);
     h.update(far);
     h.update(tail);
     h.finalize()
 }
+
+/// The bulk whose CRC is taken first when it is a whole number of these (a 1, 2 or 4 KiB MTU
+/// packet's payload): [`SHIFT_1K`] carries the head's register across it.
+const SHIFT_BLOCK: usize = 1024;
+
+/// The CRC of `head ‖ far`, the bulk's taken first (from a zero register) and the head's after
+/// it, then joined: the head's register times x^(8·|far|) xor the bulk's. `head` was written to
+/// the stack just before; vector loads of bytes just stored in narrower pieces wait for those
+/// stores to reach the cache (about 22 ns for a 4 KiB packet's ICRC on this machine kind), and
+/// with the bulk first they have long reached it.
+fn bulk_first(head: &[u8], far: &[u8]) -> u32 {
+    // crc32fast's state is the complement of the CRC register: `!0` starts from a zero register.
+    let mut bulk = crc32fast::Hasher::new_with_initial(!0);
+    bulk.update(far);
+    let far_register = !bulk.finalize();
+    let mut h = crc32fast::Hasher::new();
+    h.update(head);
+    let mut register = !h.finalize();
+    for _ in 0..far.len() / SHIFT_BLOCK {
+        register = shift_1k(register);
+    }
+    !(register ^ far_register)
+}
+
+/// `register` times x^(8·1024) modulo the polynomial: the register after 1024 zero bytes, as
+/// four table lookups (one a byte of the register; the product is linear in it).
+fn shift_1k(register: u32) -> u32 {
+    let b = register.to_le_bytes();
+    SHIFT_1K[0][usize::from(b[0])]
+        ^ SHIFT_1K[1][usize::from(b[1])]
+        ^ SHIFT_1K[2][usize::from(b[2])]
+        ^ SHIFT_1K[3][usize::from(b[3])]
+}
+
+/// `SHIFT_1K[j][v]` = x^(8·1024) times the register whose byte `j` is `v` (the others zero).
+static SHIFT_1K: [[u32; 256]; 4] = {
+    let k = x_pow_8n(SHIFT_BLOCK);
+    let mut t = [[0u32; 256]; 4];
+    let mut j = 0;
+    while j < 4 {
+        let mut v = 0;
+        while v < 256 {
+            t[j][v] = mul_mod_p(k, (v as u32) << (8 * j));
+            v += 1;
+        }
+        j += 1;
+    }
+    t
+};
 
 fn masked_udp(src_port: u16, dst_port: u16, len: u16) -> [u8; UDP_HEADER_LEN] {
     let s = src_port.to_be_bytes();
@@ -527,7 +579,7 @@ const X8_POW2: [u32; 64] = {
 };
 
 /// x^(8·n) modulo the CRC-32 polynomial: the effect on the CRC register of `n` more zero bytes.
-fn x_pow_8n(mut n: usize) -> u32 {
+const fn x_pow_8n(mut n: usize) -> u32 {
     let mut result = 0x8000_0000; // x^0
     let mut k = 0;
     while n != 0 {
@@ -612,6 +664,25 @@ mod tests {
     /// folding blocks: the same CRC as one update over the masked bytes in order, at every
     /// length that takes each branch of `spill_len` (short, leftover beside the headers,
     /// leftover cut to the SSE block) and at MTU-sized packets.
+    /// The table's product is the register after 1024 zero bytes, as crc32fast computes it.
+    #[test]
+    fn shift_1k_is_1024_zero_bytes() {
+        let zeros = [0u8; SHIFT_BLOCK];
+        for register in [
+            0,
+            1,
+            0x8000_0000,
+            0xFFFF_FFFF,
+            0x1234_5678,
+            0xDEAD_BEEF,
+            0x0F0F_00FF,
+        ] {
+            let mut h = crc32fast::Hasher::new_with_initial(!register);
+            h.update(&zeros);
+            assert_eq!(shift_1k(register), !h.finalize(), "{register:#x}");
+        }
+    }
+
     #[test]
     fn gathered_crc_equals_one_pass_over_the_masked_bytes() {
         let ip = masked_ipv4(
@@ -628,6 +699,7 @@ mod tests {
             .chain(4090..4140)
             .chain([8200, 8999]);
         let mut spills = [false; 3];
+        let mut bulk_first_taken = 0;
         for len in lens {
             let covered = &packet[..len];
             let mut whole = Vec::new();
@@ -651,8 +723,12 @@ mod tests {
             spills[1] |= far > 0 && far % FOLD_BLOCK == 0;
             spills[2] |= far % FOLD_BLOCK != 0 && far % FOLD_BLOCK_SSE == 0;
             assert_eq!(far % FOLD_BLOCK_SSE, 0, "length {len}");
+            if far > 0 && far % SHIFT_BLOCK == 0 {
+                bulk_first_taken += 1;
+            }
         }
         assert_eq!(spills, [true; 3]);
+        assert!(bulk_first_taken > 20, "{bulk_first_taken}");
         // A 4 KiB MIDDLE packet's bulk is a whole number of wide blocks.
         assert_eq!((12 + 4096 - 5 - spill_len(12 + 4096 - 5)) % FOLD_BLOCK, 0);
     }
