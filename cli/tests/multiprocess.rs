@@ -1,6 +1,7 @@
 //! Separate `ferroce` processes on 127.x addresses: `rc-pingpong` against itself in both
 //! roles (ibv_rc_pingpong's exchange and output), with events, validation, several sizes and
-//! MTUs, and under 10 % injected loss; and the `demo`.
+//! MTUs, and under 10 % injected loss; and the `demo`. Processes sharing one address: on
+//! 127.x, and on an interface's address in a namespace of the test's own.
 
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
@@ -389,13 +390,19 @@ fn devinfo_counters(addr: &str) -> String {
 
 /// A process's `sent_pkts` in `devinfo --counters` output, if the process is shown.
 fn sent_pkts(text: &str, pid: u32) -> Option<u64> {
+    process_counter(text, pid, "sent_pkts")
+}
+
+/// A process's counter `name` in `devinfo --counters` output, if the process is shown.
+fn process_counter(text: &str, pid: u32, name: &str) -> Option<u64> {
     let mut lines = text
         .lines()
         .skip_while(|l| !l.contains(&format!("process {pid} ")));
     lines.next()?;
+    let key = format!("{name}:");
     lines
         .take_while(|l| !l.contains("process "))
-        .find_map(|l| l.trim().strip_prefix("sent_pkts:"))
+        .find_map(|l| l.trim().strip_prefix(key.as_str()))
         .and_then(|v| v.trim().parse().ok())
 }
 
@@ -530,4 +537,106 @@ fn devinfo_services_lists_listened_rdma_cm_ports() {
         !out.contains("port 7476"),
         "a destroyed listener still shown:\n{out}"
     );
+}
+
+/// Two processes sharing an interface's address that is not a loopback one (a veth end in a
+/// namespace this test makes) reach each other through the loopback device (the kernel's
+/// local route), as on 127.x: in their ping-pong each answer leaves with the ACK held for it
+/// behind it, one `UDP_SEGMENT` train (`SendBatch::set_own_address`), which the `trains`
+/// counter of each shows. Needs root (a network namespace); skipped loudly otherwise, failed
+/// under CI.
+#[test]
+fn processes_sharing_an_interface_address_send_each_answer_and_its_ack_in_one_train() {
+    let root = Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| o.stdout.starts_with(b"0\n"));
+    if !root {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "CI runs as root: the namespace test must run"
+        );
+        eprintln!("SKIPPED: shared interface address: not root (network namespaces)");
+        return;
+    }
+    let ns = format!("fown{}", std::process::id());
+    struct Gone(String);
+    impl Drop for Gone {
+        fn drop(&mut self) {
+            let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
+        }
+    }
+    let _gone = Gone(ns.clone());
+    let addr = "10.78.0.1";
+    let steps: Vec<Vec<&str>> = vec![
+        vec!["netns", "add", &ns],
+        vec![
+            "-n", &ns, "link", "add", "fva", "type", "veth", "peer", "name", "fvb",
+        ],
+        vec!["-n", &ns, "addr", "add", "10.78.0.1/24", "dev", "fva"],
+        vec!["-n", &ns, "link", "set", "fva", "up"],
+        vec!["-n", &ns, "link", "set", "fvb", "up"],
+        vec!["-n", &ns, "link", "set", "lo", "up"],
+    ];
+    for s in steps {
+        let o = Command::new("ip").args(&s).output().unwrap();
+        assert!(
+            o.status.success(),
+            "ip {s:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    let in_ns = |args: &[&str]| {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &ns, env!("CARGO_BIN_EXE_ferroce")])
+            .args(args);
+        c
+    };
+    let run = |args: &[&str]| {
+        Proc(Some(
+            in_ns(args)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap(),
+        ))
+    };
+    let pingpong = [
+        "rc-pingpong",
+        "-d",
+        addr,
+        "-g",
+        "1",
+        "-p",
+        "18930",
+        "-s",
+        "64",
+    ];
+    let pingpong = [&pingpong[..], &["-n", "100000000"]].concat();
+    let server = run(&pingpong);
+    assert!(
+        ferroce_tests::wait_listening_in_ns_of(server.id(), 18930, Duration::from_secs(30)),
+        "the server never listened"
+    );
+    let client = run(&[&pingpong[..], &["127.0.0.1"]].concat());
+    let pids = [server.id(), client.id()];
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let o = in_ns(&["devinfo", "-d", addr, "--counters"])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&o.stdout).into_owned();
+        let trains = pids.map(|p| process_counter(&text, p, "trains"));
+        let sent = pids.map(|p| process_counter(&text, p, "udp_sent"));
+        // A few hundred rounds each way, each answer in a train with its ACK.
+        if trains.iter().all(|t| t.is_some_and(|n| n >= 200)) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "answers did not leave with their ACKs in trains: trains {trains:?}, datagrams {sent:?}\n{text}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    drop((server, client));
 }

@@ -5,9 +5,19 @@
 /// knows a server program is ready without connecting to it (which would use up its one
 /// accept).
 pub fn tcp_listening(port: u16) -> bool {
+    listening_in("/proc/net", port)
+}
+
+/// [`tcp_listening`] in the network namespace of process `pid` (`/proc/PID/net`): a server
+/// started in a namespace the test made.
+pub fn tcp_listening_in_ns_of(pid: u32, port: u16) -> bool {
+    listening_in(&format!("/proc/{pid}/net"), port)
+}
+
+fn listening_in(net: &str, port: u16) -> bool {
     const LISTEN: &str = "0A";
-    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
-        std::fs::read_to_string(f).is_ok_and(|t| {
+    ["tcp", "tcp6"].iter().any(|f| {
+        std::fs::read_to_string(format!("{net}/{f}")).is_ok_and(|t| {
             t.lines().skip(1).any(|l| {
                 let mut cols = l.split_whitespace();
                 let local = cols.nth(1).unwrap_or("");
@@ -25,9 +35,18 @@ pub fn tcp_listening(port: u16) -> bool {
 
 /// Waits (bounded by `limit`) until [`tcp_listening`]; whether it did.
 pub fn wait_listening(port: u16, limit: std::time::Duration) -> bool {
+    wait_for(limit, || tcp_listening(port))
+}
+
+/// Waits (bounded by `limit`) until [`tcp_listening_in_ns_of`]; whether it did.
+pub fn wait_listening_in_ns_of(pid: u32, port: u16, limit: std::time::Duration) -> bool {
+    wait_for(limit, || tcp_listening_in_ns_of(pid, port))
+}
+
+fn wait_for(limit: std::time::Duration, mut done: impl FnMut() -> bool) -> bool {
     let deadline = std::time::Instant::now() + limit;
     while std::time::Instant::now() < deadline {
-        if tcp_listening(port) {
+        if done() {
             return true;
         }
         std::thread::yield_now();
