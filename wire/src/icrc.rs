@@ -478,7 +478,7 @@ fn bulk_first(head: &[u8], far: &[u8]) -> u32 {
 }
 
 /// `register` times x^(8·1024) modulo the polynomial: the register after 1024 zero bytes, as
-/// four table lookups (one a byte of the register; the product is linear in it).
+/// four table lookups, one for each byte of the register (the product is linear in it).
 fn shift_1k(register: u32) -> u32 {
     let b = register.to_le_bytes();
     SHIFT_1K[0][usize::from(b[0])]
@@ -660,10 +660,6 @@ mod tests {
         out
     }
 
-    /// The headers and the packet's head gathered beside them, then the rest in whole
-    /// folding blocks: the same CRC as one update over the masked bytes in order, at every
-    /// length that takes each branch of `spill_len` (short, leftover beside the headers,
-    /// leftover cut to the SSE block) and at MTU-sized packets.
     /// The table's product is the register after 1024 zero bytes, as crc32fast computes it.
     #[test]
     fn shift_1k_is_1024_zero_bytes() {
@@ -683,6 +679,11 @@ mod tests {
         }
     }
 
+    /// The headers and the packet's head gathered beside them, then the rest in whole
+    /// folding blocks: the same CRC as one update over the masked bytes in order, at every
+    /// length that takes each branch of `spill_len` (short, leftover beside the headers,
+    /// leftover cut to the SSE block) and at MTU-sized packets, whose bulk's CRC is taken
+    /// first (`bulk_first`).
     #[test]
     fn gathered_crc_equals_one_pass_over_the_masked_bytes() {
         let ip = masked_ipv4(
