@@ -78,53 +78,33 @@ fn an_address_that_is_not_here() {
 /// packet of this device's path MTU 4096 cannot reach the peer, and the doctor says so.
 #[test]
 fn an_mtu_mismatch_between_two_namespaces() {
-    let root = Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|o| o.stdout.starts_with(b"0\n"));
-    if !root {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "CI runs as root: the namespace test must run"
-        );
-        eprintln!("SKIPPED: doctor MTU mismatch: not root (network namespaces)");
+    if !ferroce_tests::may_make_namespaces("doctor MTU mismatch") {
         return;
     }
     let id = std::process::id();
-    let (a, b) = (format!("fdoc-a{id}"), format!("fdoc-b{id}"));
-    struct Gone(String, String);
-    impl Drop for Gone {
-        fn drop(&mut self) {
-            let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
-            let _ = Command::new("ip").args(["netns", "del", &self.1]).status();
-        }
-    }
-    let _gone = Gone(a.clone(), b.clone());
+    let (na, nb) = (
+        ferroce_tests::Netns::add(&format!("fdoc-a{id}")),
+        ferroce_tests::Netns::add(&format!("fdoc-b{id}")),
+    );
+    let (a, b) = (na.name(), nb.name());
     let steps: Vec<Vec<&str>> = vec![
-        vec!["netns", "add", &a],
-        vec!["netns", "add", &b],
         vec![
-            "link", "add", "fda", "netns", &a, "type", "veth", "peer", "name", "fdb", "netns", &b,
+            "link", "add", "fda", "netns", a, "type", "veth", "peer", "name", "fdb", "netns", b,
         ],
-        vec!["-n", &a, "link", "set", "fda", "mtu", "9000"],
-        vec!["-n", &b, "link", "set", "fdb", "mtu", "1500"],
-        vec!["-n", &a, "addr", "add", "10.76.0.1/24", "dev", "fda"],
-        vec!["-n", &b, "addr", "add", "10.76.0.2/24", "dev", "fdb"],
-        vec!["-n", &a, "link", "set", "fda", "up"],
-        vec!["-n", &b, "link", "set", "fdb", "up"],
-        vec!["-n", &a, "link", "set", "lo", "up"],
-        vec!["-n", &b, "link", "set", "lo", "up"],
+        vec!["-n", a, "link", "set", "fda", "mtu", "9000"],
+        vec!["-n", b, "link", "set", "fdb", "mtu", "1500"],
+        vec!["-n", a, "addr", "add", "10.76.0.1/24", "dev", "fda"],
+        vec!["-n", b, "addr", "add", "10.76.0.2/24", "dev", "fdb"],
+        vec!["-n", a, "link", "set", "fda", "up"],
+        vec!["-n", b, "link", "set", "fdb", "up"],
+        vec!["-n", a, "link", "set", "lo", "up"],
+        vec!["-n", b, "link", "set", "lo", "up"],
     ];
     for s in steps {
-        let o = Command::new("ip").args(&s).output().unwrap();
-        assert!(
-            o.status.success(),
-            "ip {s:?}: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
+        ferroce_tests::ip(&s);
     }
     let o = Command::new("ip")
-        .args(["netns", "exec", &a, env!("CARGO_BIN_EXE_ferroce")])
+        .args(["netns", "exec", a, env!("CARGO_BIN_EXE_ferroce")])
         .args(["doctor", "10.76.0.1", "10.76.0.2"])
         .env("FERROCE_DEVICES", "10.76.0.1")
         .output()

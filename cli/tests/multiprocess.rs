@@ -547,48 +547,26 @@ fn devinfo_services_lists_listened_rdma_cm_ports() {
 /// under CI.
 #[test]
 fn processes_sharing_an_interface_address_send_each_answer_and_its_ack_in_one_train() {
-    let root = Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|o| o.stdout.starts_with(b"0\n"));
-    if !root {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "CI runs as root: the namespace test must run"
-        );
-        eprintln!("SKIPPED: shared interface address: not root (network namespaces)");
+    if !ferroce_tests::may_make_namespaces("shared interface address") {
         return;
     }
-    let ns = format!("fown{}", std::process::id());
-    struct Gone(String);
-    impl Drop for Gone {
-        fn drop(&mut self) {
-            let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
-        }
-    }
-    let _gone = Gone(ns.clone());
+    let netns = ferroce_tests::Netns::add(&format!("fown{}", std::process::id()));
+    let ns = netns.name();
     let addr = "10.78.0.1";
-    let steps: Vec<Vec<&str>> = vec![
-        vec!["netns", "add", &ns],
-        vec![
-            "-n", &ns, "link", "add", "fva", "type", "veth", "peer", "name", "fvb",
-        ],
-        vec!["-n", &ns, "addr", "add", "10.78.0.1/24", "dev", "fva"],
-        vec!["-n", &ns, "link", "set", "fva", "up"],
-        vec!["-n", &ns, "link", "set", "fvb", "up"],
-        vec!["-n", &ns, "link", "set", "lo", "up"],
-    ];
-    for s in steps {
-        let o = Command::new("ip").args(&s).output().unwrap();
-        assert!(
-            o.status.success(),
-            "ip {s:?}: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
+    for s in [
+        &[
+            "-n", ns, "link", "add", "fva", "type", "veth", "peer", "name", "fvb",
+        ][..],
+        &["-n", ns, "addr", "add", "10.78.0.1/24", "dev", "fva"],
+        &["-n", ns, "link", "set", "fva", "up"],
+        &["-n", ns, "link", "set", "fvb", "up"],
+        &["-n", ns, "link", "set", "lo", "up"],
+    ] {
+        ferroce_tests::ip(s);
     }
     let in_ns = |args: &[&str]| {
         let mut c = Command::new("ip");
-        c.args(["netns", "exec", &ns, env!("CARGO_BIN_EXE_ferroce")])
+        c.args(["netns", "exec", ns, env!("CARGO_BIN_EXE_ferroce")])
             .args(args);
         c
     };

@@ -77,3 +77,55 @@ pub fn wait_cm_bound(addr: &str, pid: u32, limit: std::time::Duration) -> bool {
     }
     false
 }
+
+/// Whether this test may make network namespaces (it runs as root). When it may not, the test
+/// is skipped loudly (`SKIPPED: what: not root`) outside CI and fails under `CI=true`, which
+/// runs as root.
+pub fn may_make_namespaces(what: &str) -> bool {
+    let root = std::process::Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| o.stdout.starts_with(b"0\n"));
+    if !root {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "CI runs as root: {what} must run"
+        );
+        eprintln!("SKIPPED: {what}: not root (network namespaces)");
+    }
+    root
+}
+
+/// Runs `ip` with `args`; a failure fails the test with `ip`'s message.
+pub fn ip(args: &[&str]) {
+    let o = std::process::Command::new("ip").args(args).output();
+    match o {
+        Ok(o) if o.status.success() => {}
+        Ok(o) => panic!("ip {args:?}: {}", String::from_utf8_lossy(&o.stderr)),
+        Err(e) => panic!("ip {args:?}: {e}"),
+    }
+}
+
+/// A network namespace a test made (`ip netns add`), deleted when dropped.
+pub struct Netns(String);
+
+impl Netns {
+    /// Makes namespace `name`.
+    pub fn add(name: &str) -> Netns {
+        ip(&["netns", "add", name]);
+        Netns(name.to_owned())
+    }
+
+    /// Its name.
+    pub fn name(&self) -> &str {
+        &self.0
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("ip")
+            .args(["netns", "del", &self.0])
+            .status();
+    }
+}
