@@ -65,17 +65,11 @@ pub fn wait_cm_bound(addr: &str, pid: u32, limit: std::time::Duration) -> bool {
     let Ok(device) = ferroce::Device::for_addr(ip) else {
         return false;
     };
-    let deadline = std::time::Instant::now() + limit;
-    while std::time::Instant::now() < deadline {
-        let bound = device
+    wait_for(limit, || {
+        device
             .gsi_services(4791)
-            .is_ok_and(|s| s.iter().any(|s| s.pid == pid && s.rdma_cm_port().is_some()));
-        if bound {
-            return true;
-        }
-        std::thread::yield_now();
-    }
-    false
+            .is_ok_and(|s| s.iter().any(|s| s.pid == pid && s.rdma_cm_port().is_some()))
+    })
 }
 
 /// Whether this test may make network namespaces (it runs as root). When it may not, the test
