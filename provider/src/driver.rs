@@ -43,9 +43,12 @@ const PUMP_BUDGET: usize = 128;
 
 /// How long after a program's last inline poll the progress thread leaves the socket to it.
 /// It sleeps until the window ends and looks again: a program that polls its CQ once and then
-/// spins on memory (perftest's ib_write_lat) has its datagrams taken by this thread at most
-/// this late, and one that keeps polling costs it a wake-up per window.
-pub(crate) const INLINE_WINDOW: Duration = Duration::from_micros(100);
+/// spins on memory (perftest's ib_write_lat before its ACKs come with the answers) has its
+/// datagrams taken by this thread at most twice this late, and one that keeps polling costs it
+/// a wake-up per window. Each such wake-up on a core where a poller spins preempts the poller:
+/// at 100 µs a busy 8-byte ping-pong saw 0.22 wake-ups a round trip and a one-way median of
+/// 4.6-6.4 µs, at 500 µs 0.04 and 4.2-4.4 µs (docs/benchmarks.md).
+pub(crate) const INLINE_WINDOW: Duration = Duration::from_micros(500);
 /// The shortest sleep of the progress thread beside a polling program.
 const INLINE_MIN_SLEEP: Duration = Duration::from_micros(20);
 /// The progress thread's longest sleep while a program sleeping on a completion channel
