@@ -96,6 +96,50 @@ fn a_send_completes_while_its_receiver_calls_no_verb_and_nobody_polls() {
     }
 }
 
+/// A program that polled its CQ and then stops polling to spin on its memory (perftest's
+/// ib_write_lat waiting for the peer's WRITE) still gets the WRITE: while a program polls, its
+/// progress thread leaves the socket to it, and it must take the socket back once the polls
+/// stop (the window, `INLINE_WINDOW`). The writer's completion needs that thread's ACK too.
+#[test]
+fn a_write_lands_while_its_target_spins_on_memory_after_polling() {
+    let (x, y) = pair(
+        [127, 0, 99, 1],
+        [127, 0, 99, 2],
+        QpType::Rc,
+        Mtu::Mtu1024,
+        4096,
+    );
+    for round in 0..5u8 {
+        // y polls (nothing comes) until its last poll is fresh, then only reads its memory.
+        for _ in 0..100 {
+            assert!(y.cq.poll_one().is_none());
+        }
+        let data = pattern(8, round);
+        x.mr.write(0, &data).unwrap();
+        x.qp.post_send(&wr(&x, &y, u64::from(round), WrOpcode::RdmaWrite, 0, 8, 64))
+            .unwrap();
+        let deadline = std::time::Instant::now() + T;
+        let mut got = [0u8; 8];
+        loop {
+            y.mr.read(64, &mut got).unwrap();
+            if got[..] == data[..] {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "round {round}: the WRITE never landed while its target did not poll"
+            );
+            std::thread::yield_now();
+        }
+        let wc = wait(&x.cq, 1, T);
+        assert_eq!(wc.len(), 1, "round {round}: the WRITE never completed");
+        assert_eq!(
+            (wc[0].opcode, wc[0].status, wc[0].wr_id),
+            (WcOpcode::RdmaWrite, WcStatus::Success, u64::from(round))
+        );
+    }
+}
+
 /// A program that answered a few messages, receives the last one and at once destroys its QP
 /// and closes its device (ibv_rc_pingpong's end) does not take the ACK of that message with
 /// it: the ACK its poll held for an answer leaves when the QP is destroyed (a NIC's or rxe's
